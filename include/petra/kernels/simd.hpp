@@ -1,0 +1,42 @@
+// SIMD vocabulary shared by every kernel: the vector type of the build's best
+// instruction set, aligned storage, and per-thread scratch that grows once.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include <xsimd/xsimd.hpp>
+
+namespace petra::kernels {
+
+// The vector of T for the instruction set the translation unit is compiled for
+// (AVX-512 with -march=native on a recent Xeon, AVX2+FMA with -mavx2 -mfma).
+template <class T>
+using simd = xsimd::batch<T>;
+
+template <class T>
+inline constexpr std::size_t simd_width = simd<T>::size;
+
+// Alignment of every buffer the kernels allocate: one cache line, which is
+// also the widest vector.
+inline constexpr std::size_t buffer_alignment = 64;
+
+template <class T>
+using aligned_vector = std::vector<T, xsimd::aligned_allocator<T, buffer_alignment>>;
+
+// Scratch owned by the calling thread, tagged so that different kernels never
+// share (and so never clobber) one buffer. Contract: the returned pointer is
+// aligned, holds at least `count` elements, and stays valid until the next call
+// with the same Tag and T on this thread. Memory grows to the largest request
+// and is then reused, so a steady state performs no allocation.
+template <class Tag, class T>
+T* thread_scratch(std::size_t count)
+{
+    thread_local aligned_vector<T> storage;
+    if (storage.size() < count) {
+        storage.resize(count);
+    }
+    return storage.data();
+}
+
+} // namespace petra::kernels

@@ -1,0 +1,116 @@
+// Convolution forward and both gradients against their scalar references, for
+// kernel 1x1 and 3x3, stride 1 and 2, with and without padding, on shapes that
+// are not multiples of the vector width or of the GEMM tiles.
+#include <cstddef>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include <petra/kernels/convolution.hpp>
+
+#include "reference/convolution.hpp"
+#include "support.hpp"
+
+namespace {
+
+using petra::kernels::convolution_shape;
+
+struct image_size {
+    std::size_t batch, in_channels, height, width, out_channels;
+};
+
+constexpr image_size sizes[] = {
+    {1, 1, 1, 1, 1},  {1, 1, 5, 5, 1},  {2, 3, 7, 9, 5},    {3, 4, 8, 8, 8},
+    {1, 5, 13, 6, 17}, {2, 7, 9, 33, 9}, {2, 16, 14, 14, 16}, {1, 3, 28, 28, 33},
+};
+
+// Every supported kernel/stride/padding combination applied to every size
+// whose padded input can hold the kernel.
+template <class Check>
+void for_each_shape(Check&& check)
+{
+    for (const image_size& size : sizes)
+        for (std::size_t kernel : {1, 3})
+            for (std::size_t stride : {1, 2})
+                for (std::size_t padding = 0; padding < kernel; ++padding) {
+                    const convolution_shape shape{size.batch, size.in_channels, size.height, size.width,
+                                                  size.out_channels, kernel, stride, padding};
+                    if (size.height + 2 * padding < kernel || size.width + 2 * padding < kernel) continue;
+                    INFO("batch " << shape.batch << ", channels " << shape.in_channels << " -> "
+                                  << shape.out_channels << ", input " << shape.in_height << "x" << shape.in_width
+                                  << ", kernel " << kernel << ", stride " << stride << ", padding " << padding);
+                    check(shape);
+                }
+}
+
+} // namespace
+
+TEST_CASE_TEMPLATE("convolution forward matches the reference", T, float, double)
+{
+    std::mt19937_64 generator(1);
+    for_each_shape([&](const convolution_shape& shape) {
+        const auto input = petra::test::random_vector<T>(shape.input_count(), generator);
+        const auto weights = petra::test::random_vector<T>(shape.weight_count(), generator);
+        auto expected = petra::test::nan_vector<T>(shape.output_count());
+        auto actual = petra::test::nan_vector<T>(shape.output_count());
+        petra::reference::convolution_forward(shape, input.data(), weights.data(), expected.data());
+        petra::kernels::convolution_forward(shape, input.data(), weights.data(), actual.data());
+        petra::test::check_close(actual, expected, petra::test::accumulation_tolerance<T>(shape.patch_size()));
+    });
+}
+
+TEST_CASE_TEMPLATE("convolution input gradient matches the reference", T, float, double)
+{
+    std::mt19937_64 generator(2);
+    for_each_shape([&](const convolution_shape& shape) {
+        const auto grad_output = petra::test::random_vector<T>(shape.output_count(), generator);
+        const auto weights = petra::test::random_vector<T>(shape.weight_count(), generator);
+        const std::size_t terms = shape.out_channels * shape.kernel * shape.kernel;
+        for (T beta : {T(0), T(1), T(-0.5)}) {
+            auto expected = beta == T(0) ? petra::test::nan_vector<T>(shape.input_count())
+                                         : petra::test::random_vector<T>(shape.input_count(), generator);
+            auto actual = expected;
+            petra::reference::convolution_backward_input(shape, grad_output.data(), weights.data(), expected.data(),
+                                                         beta);
+            petra::kernels::convolution_backward_input(shape, grad_output.data(), weights.data(), actual.data(), beta);
+            petra::test::check_close(actual, expected, petra::test::accumulation_tolerance<T>(terms + 1));
+        }
+    });
+}
+
+TEST_CASE_TEMPLATE("convolution weight gradient matches the reference", T, float, double)
+{
+    std::mt19937_64 generator(3);
+    for_each_shape([&](const convolution_shape& shape) {
+        const auto input = petra::test::random_vector<T>(shape.input_count(), generator);
+        const auto grad_output = petra::test::random_vector<T>(shape.output_count(), generator);
+        const std::size_t terms = shape.batch * shape.output_pixels();
+        for (T beta : {T(0), T(1)}) {
+            auto expected = beta == T(0) ? petra::test::nan_vector<T>(shape.weight_count())
+                                         : petra::test::random_vector<T>(shape.weight_count(), generator);
+            auto actual = expected;
+            petra::reference::convolution_backward_weights(shape, input.data(), grad_output.data(), expected.data(),
+                                                           beta);
+            petra::kernels::convolution_backward_weights(shape, input.data(), grad_output.data(), actual.data(), beta);
+            petra::test::check_close(actual, expected, petra::test::accumulation_tolerance<T>(terms + 1));
+        }
+    });
+}
+
+TEST_CASE("convolution rejects unsupported shapes with a message that names the problem")
+{
+    std::vector<float> buffer(1024);
+    auto forward = [&](convolution_shape shape) {
+        petra::kernels::convolution_forward<float>(shape, buffer.data(), buffer.data(), buffer.data());
+    };
+    CHECK_THROWS_WITH_AS(forward({1, 1, 8, 8, 1, 5, 1, 0}), doctest::Contains("kernel must be 1 or 3"),
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(forward({1, 1, 8, 8, 1, 3, 3, 1}), doctest::Contains("stride must be 1 or 2"),
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(forward({1, 1, 8, 8, 1, 3, 1, 3}), doctest::Contains("padding"), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(forward({1, 1, 1, 1, 1, 3, 1, 0}), doctest::Contains("smaller than the kernel"),
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(forward({1, 0, 8, 8, 1, 3, 1, 1}), doctest::Contains("channel"), std::invalid_argument);
+}

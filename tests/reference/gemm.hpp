@@ -1,0 +1,29 @@
+// Scalar reference of kernels/gemm.hpp, used only by the tests: the textbook
+// triple loop, accumulating in long double.
+#pragma once
+
+#include <cstddef>
+
+#include <petra/kernels/gemm.hpp>
+
+namespace petra::reference {
+
+template <class T>
+void gemm(kernels::transpose op_a, kernels::transpose op_b, std::size_t m, std::size_t n, std::size_t k, T alpha,
+          const T* a, std::size_t lda, const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc)
+{
+    for (std::size_t i = 0; i < m; ++i) {
+        for (std::size_t j = 0; j < n; ++j) {
+            long double sum = 0;
+            for (std::size_t p = 0; p < k; ++p) {
+                const T a_ip = op_a == kernels::transpose::no ? a[i * lda + p] : a[p * lda + i];
+                const T b_pj = op_b == kernels::transpose::no ? b[p * ldb + j] : b[j * ldb + p];
+                sum += static_cast<long double>(a_ip) * b_pj;
+            }
+            const long double previous = beta == T(0) ? 0.0L : static_cast<long double>(beta) * c[i * ldc + j];
+            c[i * ldc + j] = static_cast<T>(alpha * sum + previous);
+        }
+    }
+}
+
+} // namespace petra::reference

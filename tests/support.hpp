@@ -1,0 +1,71 @@
+// Helpers shared by the tests: seeded random data, NaN-poisoned outputs and
+// comparisons with error bounds that fit the value type.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <random>
+#include <span>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+namespace petra::test {
+
+// Uniform values in [low, high) from a generator seeded by the caller, so that
+// every failure is reproducible.
+template <class T>
+std::vector<T> random_vector(std::size_t count, std::mt19937_64& generator, T low = T(-1), T high = T(1))
+{
+    std::uniform_real_distribution<T> distribution(low, high);
+    std::vector<T> values(count);
+    for (auto& value : values) value = distribution(generator);
+    return values;
+}
+
+// Output buffers start as NaN, so that an element a kernel forgets to write
+// fails the comparison.
+template <class T>
+std::vector<T> nan_vector(std::size_t count)
+{
+    return std::vector<T>(count, std::numeric_limits<T>::quiet_NaN());
+}
+
+// Relative tolerance for a result accumulated over `terms` products of values
+// of magnitude about one: a few units of rounding per term, in the spirit of
+// the classical error bound of a dot product.
+template <class T>
+T accumulation_tolerance(std::size_t terms)
+{
+    return T(4) * std::numeric_limits<T>::epsilon() * static_cast<T>(std::max<std::size_t>(terms, 1));
+}
+
+// Checks |actual - expected| <= tolerance * scale elementwise, where scale is
+// max(1, the largest |expected|), and reports the first offending index. NaN
+// anywhere fails.
+template <class T>
+void check_close(std::span<const T> actual, std::span<const T> expected, T tolerance)
+{
+    REQUIRE(actual.size() == expected.size());
+    T scale = T(1);
+    for (T value : expected) scale = std::max(scale, std::abs(value));
+    for (std::size_t i = 0; i < actual.size(); ++i) {
+        const T error = std::abs(actual[i] - expected[i]);
+        if (!(error <= tolerance * scale)) {
+            INFO("index " << i << ": actual " << actual[i] << ", expected " << expected[i] << ", tolerance "
+                          << tolerance * scale);
+            CHECK(error <= tolerance * scale);
+            return;
+        }
+    }
+}
+
+template <class T>
+void check_close(const std::vector<T>& actual, const std::vector<T>& expected, T tolerance)
+{
+    check_close(std::span<const T>(actual), std::span<const T>(expected), tolerance);
+}
+
+} // namespace petra::test
