@@ -18,6 +18,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include <petra/kernels/gemm.hpp>
 #include <petra/kernels/simd.hpp>
@@ -157,57 +158,93 @@ inline tap tap_of(const convolution_shape& shape, std::size_t q)
     return {q / taps, (q % taps) / shape.kernel, q % shape.kernel};
 }
 
-// Copies the input values that one tap reads for one run of output pixels,
-// out[t * out_stride] for t in [0, run.length), zero where the tap falls in
-// the padding. `plane` is the input channel plane of the run's image.
+// The input copied once into a zero border of `padding` on every side, so
+// that gathering a tap never needs a bounds check: plane (n, c) is
+// padded_height x padded_width, and the buffer has one vector of slack at the
+// end for copies that read whole vectors past a run.
 template <class T>
-void gather_tap(const convolution_shape& shape, const T* plane, const tap& k, const output_run& run, T* out,
-                std::size_t out_stride)
+struct padded_input {
+    const T* data;
+    std::size_t height;
+    std::size_t width;
+
+    std::size_t plane() const { return height * width; }
+};
+
+struct padded_input_tag {};
+
+template <class T>
+padded_input<T> pad_input(const convolution_shape& shape, const T* input)
 {
-    const auto input_row =
-        static_cast<std::ptrdiff_t>(run.row * shape.stride + k.row) - static_cast<std::ptrdiff_t>(shape.padding);
-    if (input_row < 0 || input_row >= static_cast<std::ptrdiff_t>(shape.in_height)) {
-        for (std::size_t t = 0; t < run.length; ++t) out[t * out_stride] = T(0);
-        return;
-    }
-    const T* source = plane + static_cast<std::size_t>(input_row) * shape.in_width;
-    const std::ptrdiff_t origin = static_cast<std::ptrdiff_t>(run.column * shape.stride + k.column) -
-                                  static_cast<std::ptrdiff_t>(shape.padding);
-    const tap_range valid = valid_taps(origin, shape.stride, run.length, shape.in_width);
-    for (std::size_t t = 0; t < valid.begin; ++t) out[t * out_stride] = T(0);
-    if (valid.begin < valid.end) {
-        const T* first = source + (origin + static_cast<std::ptrdiff_t>(valid.begin * shape.stride));
-        if (shape.stride == 1 && out_stride == 1) {
-            std::memcpy(out + valid.begin, first, (valid.end - valid.begin) * sizeof(T));
-        } else {
-            for (std::size_t t = valid.begin; t < valid.end; ++t) {
-                out[t * out_stride] = first[(t - valid.begin) * shape.stride];
+    const std::size_t height = shape.in_height + 2 * shape.padding;
+    const std::size_t width = shape.in_width + 2 * shape.padding;
+    const std::size_t planes = shape.batch * shape.in_channels;
+    T* padded = thread_scratch<padded_input_tag, T>(planes * height * width + simd_width<T>);
+    if (shape.padding == 0) {
+        std::memcpy(padded, input, planes * height * width * sizeof(T));
+    } else {
+        std::fill(padded, padded + planes * height * width, T(0));
+        for (std::size_t p = 0; p < planes; ++p) {
+            for (std::size_t h = 0; h < shape.in_height; ++h) {
+                std::memcpy(padded + (p * height + h + shape.padding) * width + shape.padding,
+                            input + (p * shape.in_height + h) * shape.in_width, shape.in_width * sizeof(T));
             }
         }
     }
-    for (std::size_t t = valid.end; t < run.length; ++t) out[t * out_stride] = T(0);
+    std::fill(padded + planes * height * width, padded + planes * height * width + simd_width<T>, T(0));
+    return {padded, height, width};
+}
+
+// Copies `length` elements, source stride `stride`, to destination[0 ..
+// length). With stride 1 it copies whole vectors and so may read and write up
+// to simd_width<T> - 1 elements past the run: callers provide that slack and
+// fill the destination in increasing order, so the excess is overwritten.
+template <class T>
+inline void copy_run(const T* source, std::size_t stride, std::size_t length, T* destination)
+{
+    using vector = simd<T>;
+    if (stride == 1) {
+        for (std::size_t t = 0; t < length; t += vector::size) {
+            vector::load_unaligned(source + t).store_unaligned(destination + t);
+        }
+    } else {
+        for (std::size_t t = 0; t < length; ++t) destination[t] = source[t * stride];
+    }
 }
 
 // B operand of the forward pass: the im2col matrix, B(q, j) = input value
-// that tap q reads for output pixel j, packed straight from the image.
+// that tap q reads for output pixel j, packed straight from the padded image.
 template <class T>
 struct im2col_packer {
     convolution_shape shape;
-    const T* input;
+    padded_input<T> input;
 
     void operator()(std::size_t q0, std::size_t depth, std::size_t j0, std::size_t columns, T* destination) const
     {
         constexpr std::size_t nr = gemm_blocking<T>::nr;
+        // Runs of one sliver: where tap (0, 0, 0) reads the first pixel of the
+        // run in the padded input, and where the run goes in the sliver row.
+        struct run {
+            std::size_t origin;
+            std::size_t length;
+            std::size_t offset;
+        };
+        run runs[nr];
         for (std::size_t first = 0; first < columns; first += nr) {
             const std::size_t width = std::min(nr, columns - first);
+            std::size_t count = 0;
+            for_each_output_run(shape, j0 + first, width, [&](const output_run& r) {
+                runs[count++] = {(r.image * shape.in_channels * input.height + r.row * shape.stride) * input.width +
+                                     r.column * shape.stride,
+                                 r.length, r.offset};
+            });
             for (std::size_t d = 0; d < depth; ++d) {
                 const tap k = tap_of(shape, q0 + d);
+                const T* tap_source = input.data + (k.channel * input.height + k.row) * input.width + k.column;
                 T* out = destination + d * nr;
-                for_each_output_run(shape, j0 + first, width, [&](const output_run& run) {
-                    const T* plane =
-                        input + (run.image * shape.in_channels + k.channel) * shape.input_pixels();
-                    gather_tap(shape, plane, k, run, out + run.offset, 1);
-                });
+                for (std::size_t i = 0; i < count; ++i) {
+                    copy_run(tap_source + runs[i].origin, shape.stride, runs[i].length, out + runs[i].offset);
+                }
                 for (std::size_t lane = width; lane < nr; ++lane) out[lane] = T(0);
             }
             destination += depth * nr;
@@ -216,12 +253,13 @@ struct im2col_packer {
 };
 
 // Writes tiles of the forward result (rows: output channels, columns: output
-// pixels) into the NCHW output: overwrite on the first depth block, add on
-// the others.
+// pixels) into the NCHW output: output = tile + beta * output on the first
+// depth block (output not read when beta == 0), output += tile on the others.
 template <class T>
 struct nchw_store {
     convolution_shape shape;
     T* output;
+    T beta;
 
     void operator()(std::size_t i0, std::size_t j0, std::size_t rows, std::size_t columns, const T* tile,
                     bool first) const
@@ -233,10 +271,11 @@ struct nchw_store {
             for (std::size_t r = 0; r < rows; ++r) {
                 T* out = output + (image * shape.out_channels + i0 + r) * pixels + pixel;
                 const T* in = tile + r * nr + offset;
-                if (first) {
-                    std::memcpy(out, in, length * sizeof(T));
+                if (first && beta == T(0)) {
+                    for (std::size_t t = 0; t < length; ++t) out[t] = in[t];
                 } else {
-                    for (std::size_t t = 0; t < length; ++t) out[t] += in[t];
+                    const T scale = first ? beta : T(1);
+                    for (std::size_t t = 0; t < length; ++t) out[t] = in[t] + scale * out[t];
                 }
             }
         });
@@ -305,52 +344,92 @@ struct col2im_store {
     }
 };
 
-// A operand of the weight gradient: A(co, j) = grad_output of channel co at
-// output pixel j, packed over the depth (pixels) one image span at a time.
+// Sum of the lanes of v. g++ 12 reports a false -Wuninitialized inside the
+// AVX-512 double-precision reduction intrinsics, so lanes are summed through
+// memory there; elsewhere xsimd's reduction is used.
 template <class T>
-struct output_gradient_rows_packer {
-    convolution_shape shape;
-    const T* grad_output;
-
-    void operator()(std::size_t c0, std::size_t rows, std::size_t j0, std::size_t depth, T* destination) const
-    {
-        constexpr std::size_t mr = gemm_blocking<T>::mr;
-        const std::size_t pixels = shape.output_pixels();
-        for_each_image_span(pixels, j0, depth, [&](std::size_t image, std::size_t pixel, std::size_t length,
-                                                   std::size_t offset) {
-            const T* source = grad_output + (image * shape.out_channels + c0) * pixels + pixel;
-            pack_slivers<mr>(source, pixels, 1, rows, length, destination + offset * mr, depth * mr);
-        });
+inline T horizontal_sum(const simd<T>& v)
+{
+    if constexpr (std::is_same_v<T, double> && gemm_blocking<T>::wide_register_file) {
+        alignas(buffer_alignment) T lanes[simd_width<T>];
+        v.store_aligned(lanes);
+        T sum = T(0);
+        for (T lane : lanes) sum += lane;
+        return sum;
+    } else {
+        return xsimd::hadd(v);
     }
-};
+}
 
-// B operand of the weight gradient: the transposed im2col matrix,
-// B(j, q) = input value that tap q reads for output pixel j.
-template <class T>
-struct im2col_transposed_packer {
-    convolution_shape shape;
-    const T* input;
-
-    void operator()(std::size_t j0, std::size_t depth, std::size_t q0, std::size_t columns, T* destination) const
-    {
-        constexpr std::size_t nr = gemm_blocking<T>::nr;
-        for (std::size_t first = 0; first < columns; first += nr) {
-            const std::size_t width = std::min(nr, columns - first);
-            for_each_output_run(shape, j0, depth, [&](const output_run& run) {
-                T* out = destination + run.offset * nr;
-                for (std::size_t lane = 0; lane < width; ++lane) {
-                    const tap k = tap_of(shape, q0 + first + lane);
-                    const T* plane = input + (run.image * shape.in_channels + k.channel) * shape.input_pixels();
-                    gather_tap(shape, plane, k, run, out + lane, nr);
-                }
-                for (std::size_t t = 0; t < run.length; ++t) {
-                    for (std::size_t lane = width; lane < nr; ++lane) out[t * nr + lane] = T(0);
-                }
-            });
-            destination += depth * nr;
+// c[i][j] += sum over d < depth of a[i][d] * b[j][d], for i < RowsA and
+// j < RowsB: dot products of rows that are contiguous along the depth, which
+// is a multiple of the vector width (callers pad rows with zeros).
+template <class T, std::size_t RowsA, std::size_t RowsB>
+inline void dot_product_tile(std::size_t depth, const T* a, std::size_t lda, const T* b, std::size_t ldb, T* c,
+                             std::size_t ldc)
+{
+    using vector = simd<T>;
+    vector accumulator[RowsA][RowsB];
+#pragma GCC unroll 8
+    for (std::size_t r = 0; r < RowsA; ++r) {
+#pragma GCC unroll 8
+        for (std::size_t s = 0; s < RowsB; ++s) accumulator[r][s] = vector(T(0));
+    }
+    for (std::size_t d = 0; d < depth; d += vector::size) {
+        vector a_values[RowsA];
+#pragma GCC unroll 8
+        for (std::size_t r = 0; r < RowsA; ++r) a_values[r] = vector::load_aligned(a + r * lda + d);
+#pragma GCC unroll 8
+        for (std::size_t s = 0; s < RowsB; ++s) {
+            const vector b_values = vector::load_aligned(b + s * ldb + d);
+#pragma GCC unroll 8
+            for (std::size_t r = 0; r < RowsA; ++r) {
+                accumulator[r][s] = xsimd::fma(a_values[r], b_values, accumulator[r][s]);
+            }
         }
     }
+    for (std::size_t r = 0; r < RowsA; ++r) {
+        for (std::size_t s = 0; s < RowsB; ++s) c[r * ldc + s] += horizontal_sum(accumulator[r][s]);
+    }
+}
+
+// Tile of accumulate_dot_products: rows_a rows of a (streamed from L2) times
+// rows_b rows of b (kept in L1 while every block of a passes by).
+template <class T>
+struct dot_product_blocking {
+    static constexpr bool wide = gemm_blocking<T>::wide_register_file;
+    // 24 accumulators, four A vectors and one B vector fit 32 registers;
+    // 8 accumulators and their operands fit 16. On AVX-512, 4 x 6 measured
+    // 10-15% faster than 3 x 8 on the reference network's layers.
+    static constexpr std::size_t rows_a = wide ? 4 : 2;
+    static constexpr std::size_t rows_b = wide ? 6 : 4;
+    // Longest row for which rows_b rows of b stay within 24 KiB of L1
+    // (1024 floats); measured better than rows of 2048 or 4096.
+    static constexpr std::size_t max_depth = (24u << 10) / (rows_b * sizeof(T));
 };
+
+// c (m x n, row stride ldc) += a (m x depth) times the transpose of b
+// (n x depth). Rows of a and b are aligned, lda and ldb are multiples of the
+// vector width and depth is padded with zeros to a multiple of it.
+template <class T>
+void accumulate_dot_products(std::size_t m, std::size_t n, std::size_t depth, const T* a, std::size_t lda,
+                             const T* b, std::size_t ldb, T* c, std::size_t ldc)
+{
+    constexpr std::size_t tile_a = dot_product_blocking<T>::rows_a, tile_b = dot_product_blocking<T>::rows_b;
+    auto rows_of_a = [&]<std::size_t RowsB>(std::size_t j) {
+        std::size_t i = 0;
+        for (; i + tile_a <= m; i += tile_a) {
+            dot_product_tile<T, tile_a, RowsB>(depth, a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j, ldc);
+        }
+        for (; i < m; ++i) dot_product_tile<T, 1, RowsB>(depth, a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j, ldc);
+    };
+    std::size_t j = 0;
+    for (; j + tile_b <= n; j += tile_b) rows_of_a.template operator()<tile_b>(j);
+    for (; j < n; ++j) rows_of_a.template operator()<1>(j);
+}
+
+struct weight_gradient_patches_tag {};
+struct weight_gradient_outputs_tag {};
 
 template <class T>
 void scale_in_place(T* values, std::size_t count, T beta)
@@ -361,6 +440,19 @@ void scale_in_place(T* values, std::size_t count, T beta)
         for (std::size_t i = 0; i < count; ++i) values[i] *= beta;
     }
 }
+
+// output = convolution(input, weights) + beta * output, for a validated shape
+// with a non-empty batch.
+template <class T>
+void forward_accumulate(const convolution_shape& shape, const T* input, const T* weights, T* output, T beta)
+{
+    const std::size_t patch = shape.patch_size();
+    packed_gemm<T>(shape.out_channels, shape.batch * shape.output_pixels(), patch,
+                   matrix_a_packer<T>{weights, matrix_strides(patch, transpose::no)},
+                   im2col_packer<T>{shape, pad_input(shape, input)}, nchw_store<T>{shape, output, beta});
+}
+
+struct flipped_weights_tag {};
 
 } // namespace detail
 
@@ -374,23 +466,43 @@ void convolution_forward(const convolution_shape& shape, const T* input, const T
 {
     validate(shape);
     if (shape.batch == 0) return;
-    const std::size_t patch = shape.patch_size();
-    packed_gemm<T>(shape.out_channels, shape.batch * shape.output_pixels(), patch,
-                   matrix_a_packer<T>{weights, matrix_strides(patch, transpose::no)},
-                   detail::im2col_packer<T>{shape, input}, detail::nchw_store<T>{shape, output});
+    detail::forward_accumulate(shape, input, weights, output, T(0));
 }
 
 // grad_input = (gradient of the forward pass with respect to its input,
 // applied to grad_output) + beta * grad_input. With beta == 0, grad_input is
 // not read on entry.
+//
+// With stride 1 the input gradient is itself a stride-1 convolution: of
+// grad_output, with the weights transposed (input and output channels
+// swapped) and flipped (kernel rows and columns reversed), and padding
+// kernel - 1 - padding. It then runs on the forward path. With stride 2, or
+// with fewer input channels than the GEMM tile has rows (the stem), the patch
+// gradients are computed by GEMM and scattered back (col2im).
 template <class T>
 void convolution_backward_input(const convolution_shape& shape, const T* grad_output, const T* weights,
                                 T* grad_input, T beta = T(0))
 {
     validate(shape);
     if (shape.batch == 0) return;
-    detail::scale_in_place(grad_input, shape.input_count(), beta);
     const std::size_t patch = shape.patch_size();
+    if (shape.stride == 1 && shape.in_channels >= gemm_blocking<T>::mr) {
+        const std::size_t k = shape.kernel;
+        T* flipped = thread_scratch<detail::flipped_weights_tag, T>(shape.weight_count());
+        for (std::size_t co = 0; co < shape.out_channels; ++co)
+            for (std::size_t ci = 0; ci < shape.in_channels; ++ci)
+                for (std::size_t kh = 0; kh < k; ++kh)
+                    for (std::size_t kw = 0; kw < k; ++kw) {
+                        flipped[((ci * shape.out_channels + co) * k + (k - 1 - kh)) * k + (k - 1 - kw)] =
+                            weights[((co * shape.in_channels + ci) * k + kh) * k + kw];
+                    }
+        const convolution_shape transposed{shape.batch,       shape.out_channels, shape.out_height(),
+                                           shape.out_width(), shape.in_channels,  k,
+                                           1,                 k - 1 - shape.padding};
+        detail::forward_accumulate(transposed, grad_output, static_cast<const T*>(flipped), grad_input, beta);
+        return;
+    }
+    detail::scale_in_place(grad_input, shape.input_count(), beta);
     packed_gemm<T>(patch, shape.batch * shape.output_pixels(), shape.out_channels,
                    matrix_a_packer<T>{weights, matrix_strides(patch, transpose::yes)},
                    detail::output_gradient_packer<T>{shape, grad_output}, detail::col2im_store<T>{shape, grad_input});
@@ -409,10 +521,51 @@ void convolution_backward_weights(const convolution_shape& shape, const T* input
         detail::scale_in_place(grad_weights, shape.weight_count(), beta);
         return;
     }
+    detail::scale_in_place(grad_weights, shape.weight_count(), beta);
+    // grad_weights[co][q] = sum over output pixels j of grad_output(co, j) *
+    // patches(q, j): dot products along the pixels, a few images at a time.
+    // The patch matrix of a chunk is laid out with pixels contiguous (as
+    // im2col builds it, no transposition); a chunk holds as many images as
+    // keep its rows short enough for the dot-product tile to stay in L1.
     const std::size_t patch = shape.patch_size();
-    packed_gemm<T>(shape.out_channels, patch, pixels, detail::output_gradient_rows_packer<T>{shape, grad_output},
-                   detail::im2col_transposed_packer<T>{shape, input},
-                   matrix_store<T>{grad_weights, patch, T(1), beta});
+    const std::size_t image_pixels = shape.output_pixels();
+    const std::size_t images_per_chunk =
+        std::clamp<std::size_t>(detail::dot_product_blocking<T>::max_depth / image_pixels, 1, shape.batch);
+    constexpr std::size_t width = simd_width<T>;
+    const std::size_t row_length = (images_per_chunk * image_pixels + width - 1) / width * width;
+    const detail::padded_input<T> input_padded = detail::pad_input(shape, input);
+    // One vector of slack after the patches for detail::copy_run.
+    T* patches = thread_scratch<detail::weight_gradient_patches_tag, T>(patch * row_length + width);
+    T* outputs = thread_scratch<detail::weight_gradient_outputs_tag, T>(shape.out_channels * row_length);
+    for (std::size_t first_image = 0; first_image < shape.batch; first_image += images_per_chunk) {
+        const std::size_t images = std::min(images_per_chunk, shape.batch - first_image);
+        const std::size_t used = images * image_pixels;
+        for (std::size_t q = 0; q < patch; ++q) {
+            const detail::tap k = detail::tap_of(shape, q);
+            T* row = patches + q * row_length;
+            for (std::size_t image = 0; image < images; ++image) {
+                const T* plane = input_padded.data +
+                                 ((first_image + image) * shape.in_channels + k.channel) * input_padded.plane() +
+                                 k.row * input_padded.width + k.column;
+                for (std::size_t oh = 0; oh < shape.out_height(); ++oh) {
+                    detail::copy_run(plane + oh * shape.stride * input_padded.width, shape.stride, shape.out_width(),
+                                     row + image * image_pixels + oh * shape.out_width());
+                }
+            }
+            std::fill(row + used, row + row_length, T(0));
+        }
+        for (std::size_t co = 0; co < shape.out_channels; ++co) {
+            T* row = outputs + co * row_length;
+            for (std::size_t image = 0; image < images; ++image) {
+                std::memcpy(row + image * image_pixels,
+                            grad_output + ((first_image + image) * shape.out_channels + co) * image_pixels,
+                            image_pixels * sizeof(T));
+            }
+            std::fill(row + used, row + row_length, T(0));
+        }
+        detail::accumulate_dot_products(shape.out_channels, patch, row_length, static_cast<const T*>(outputs),
+                                        row_length, static_cast<const T*>(patches), row_length, grad_weights, patch);
+    }
 }
 
 } // namespace petra::kernels

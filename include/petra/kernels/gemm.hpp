@@ -164,6 +164,10 @@ struct gemm_packed_b_tag {};
 //       block of that tile and false for the ones that follow, so that a
 //       store can overwrite, then accumulate.
 //
+// Packers may write up to simd_width<T> elements past the end of the block
+// they were asked for (the buffers have that slack), which lets them copy
+// short runs in whole vectors; what they write there is overwritten or unused.
+//
 // Precondition: k > 0 (with k == 0 no tile is produced).
 template <class T, class PackA, class PackB, class Store>
 void packed_gemm(std::size_t m, std::size_t n, std::size_t k, PackA&& pack_a, PackB&& pack_b,
@@ -172,11 +176,12 @@ void packed_gemm(std::size_t m, std::size_t n, std::size_t k, PackA&& pack_a, Pa
     using blocking = gemm_blocking<T>;
     constexpr std::size_t mr = blocking::mr;
     constexpr std::size_t nr = blocking::nr;
+    constexpr std::size_t slack = simd_width<T>;
     const std::size_t kc_max = std::min(blocking::kc, k);
     const std::size_t mc_max = std::min(blocking::mc, (m + mr - 1) / mr * mr);
     const std::size_t nc_max = std::min(blocking::nc, (n + nr - 1) / nr * nr);
-    T* packed_a = thread_scratch<detail::gemm_packed_a_tag, T>(mc_max * kc_max);
-    T* packed_b = thread_scratch<detail::gemm_packed_b_tag, T>(nc_max * kc_max);
+    T* packed_a = thread_scratch<detail::gemm_packed_a_tag, T>(mc_max * kc_max + slack);
+    T* packed_b = thread_scratch<detail::gemm_packed_b_tag, T>(nc_max * kc_max + slack);
     alignas(buffer_alignment) T tile[mr * nr];
 
     for (std::size_t ic = 0; ic < m; ic += blocking::mc) {
@@ -189,12 +194,11 @@ void packed_gemm(std::size_t m, std::size_t n, std::size_t k, PackA&& pack_a, Pa
                 const std::size_t nc = std::min(blocking::nc, n - jc);
                 pack_b(dc, kc, jc, nc, packed_b);
                 for (std::size_t ir = 0; ir < mc; ir += mr) {
-                    const T* a_sliver = packed_a + ir * kc;
                     const std::size_t rows = std::min(mr, mc - ir);
                     for (std::size_t jr = 0; jr < nc; jr += nr) {
                         const std::size_t columns = std::min(nr, nc - jr);
                         detail::micro_kernel_for_columns<T, mr, blocking::vectors_per_row>(
-                            columns, kc, a_sliver, packed_b + jr * kc, tile);
+                            columns, kc, packed_a + ir * kc, packed_b + jr * kc, tile);
                         store(ic + ir, jc + jr, rows, columns, static_cast<const T*>(tile), first);
                     }
                 }
