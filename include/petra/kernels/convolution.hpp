@@ -18,7 +18,6 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 
 #include <petra/kernels/gemm.hpp>
 #include <petra/kernels/simd.hpp>
@@ -344,23 +343,6 @@ struct col2im_store {
     }
 };
 
-// Sum of the lanes of v. g++ 12 reports a false -Wuninitialized inside the
-// AVX-512 double-precision reduction intrinsics, so lanes are summed through
-// memory there; elsewhere xsimd's reduction is used.
-template <class T>
-inline T horizontal_sum(const simd<T>& v)
-{
-    if constexpr (std::is_same_v<T, double> && gemm_blocking<T>::wide_register_file) {
-        alignas(buffer_alignment) T lanes[simd_width<T>];
-        v.store_aligned(lanes);
-        T sum = T(0);
-        for (T lane : lanes) sum += lane;
-        return sum;
-    } else {
-        return xsimd::hadd(v);
-    }
-}
-
 // c[i][j] += sum over d < depth of a[i][d] * b[j][d], for i < RowsA and
 // j < RowsB: dot products of rows that are contiguous along the depth, which
 // is a multiple of the vector width (callers pad rows with zeros).
@@ -389,7 +371,7 @@ inline void dot_product_tile(std::size_t depth, const T* a, std::size_t lda, con
         }
     }
     for (std::size_t r = 0; r < RowsA; ++r) {
-        for (std::size_t s = 0; s < RowsB; ++s) c[r * ldc + s] += horizontal_sum(accumulator[r][s]);
+        for (std::size_t s = 0; s < RowsB; ++s) c[r * ldc + s] += lane_sum(accumulator[r][s]);
     }
 }
 

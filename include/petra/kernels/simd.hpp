@@ -24,6 +24,21 @@ inline constexpr std::size_t buffer_alignment = 64;
 template <class T>
 using aligned_vector = std::vector<T, xsimd::aligned_allocator<T, buffer_alignment>>;
 
+// Sum of the lanes of v, through memory as a pairwise tree. xsimd's own
+// reduction (hadd) is avoided because g++ 12 reports a false -Wuninitialized
+// inside the AVX-512 intrinsics it inlines for double.
+template <class T>
+T lane_sum(const simd<T>& v)
+{
+    constexpr std::size_t width = simd_width<T>;
+    alignas(buffer_alignment) T lanes[width];
+    v.store_aligned(lanes);
+    for (std::size_t half = width / 2; half > 0; half /= 2) {
+        for (std::size_t lane = 0; lane < half; ++lane) lanes[lane] += lanes[lane + half];
+    }
+    return lanes[0];
+}
+
 // Scratch owned by the calling thread, tagged so that different kernels never
 // share (and so never clobber) one buffer. Contract: the returned pointer is
 // aligned, holds at least `count` elements, and stays valid until the next call

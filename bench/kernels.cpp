@@ -1,0 +1,149 @@
+// Kernel benchmarks: petra's GEMM next to OpenBLAS's cblas_sgemm (one thread)
+// on square sizes and on the GEMM shapes of the reference network's
+// convolutions, and the three convolution kernels on the reference network's
+// layers (batch 64). Every benchmark reports FLOP/s as a counter.
+#include <cstddef>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+
+#include <petra/kernels/convolution.hpp>
+#include <petra/kernels/gemm.hpp>
+
+extern "C" char* openblas_get_corename();
+
+namespace {
+
+using petra::kernels::convolution_shape;
+using petra::kernels::transpose;
+
+std::vector<float> random_values(std::size_t count, unsigned seed)
+{
+    std::mt19937 generator(seed);
+    std::uniform_real_distribution<float> distribution(-1.0f, 1.0f);
+    std::vector<float> values(count);
+    for (float& value : values) value = distribution(generator);
+    return values;
+}
+
+void set_flops(benchmark::State& state, double flops_per_iteration)
+{
+    state.counters["FLOPS"] = benchmark::Counter(flops_per_iteration, benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::OneK::kIs1000);
+}
+
+// C (m x n) = A (m x k) * B (k x n), row-major, no transposition.
+template <bool UseOpenBlas>
+void gemm_benchmark(benchmark::State& state)
+{
+    const auto m = static_cast<std::size_t>(state.range(0));
+    const auto n = static_cast<std::size_t>(state.range(1));
+    const auto k = static_cast<std::size_t>(state.range(2));
+    const auto a = random_values(m * k, 1), b = random_values(k * n, 2);
+    std::vector<float> c(m * n);
+    for (auto _ : state) {
+        if constexpr (UseOpenBlas) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(n), int(k), 1.0f, a.data(), int(k),
+                        b.data(), int(n), 0.0f, c.data(), int(n));
+        } else {
+            petra::kernels::gemm<float>(transpose::no, transpose::no, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f,
+                                        c.data(), n);
+        }
+        benchmark::DoNotOptimize(c.data());
+        benchmark::ClobberMemory();
+    }
+    set_flops(state, 2.0 * double(m) * double(n) * double(k));
+}
+
+void gemm_shapes(benchmark::internal::Benchmark* benchmark)
+{
+    benchmark->ArgNames({"m", "n", "k"});
+    for (long size : {64, 128, 256, 512, 1024}) benchmark->Args({size, size, size});
+    // The forward convolutions of the reference network as GEMMs, batch 64:
+    // m = output channels, n = 64 * output pixels, k = input channels * 9.
+    benchmark->Args({16, 64 * 28 * 28, 16 * 9});
+    benchmark->Args({32, 64 * 14 * 14, 32 * 9});
+    benchmark->Args({64, 64 * 7 * 7, 64 * 9});
+}
+
+BENCHMARK(gemm_benchmark<false>)->Name("gemm/petra")->Apply(gemm_shapes)->Unit(benchmark::kMicrosecond);
+BENCHMARK(gemm_benchmark<true>)->Name("gemm/openblas")->Apply(gemm_shapes)->Unit(benchmark::kMicrosecond);
+
+enum class pass { forward, backward_input, backward_weights };
+
+template <pass Pass>
+void convolution_benchmark(benchmark::State& state)
+{
+    const convolution_shape shape{64,
+                                  static_cast<std::size_t>(state.range(0)),
+                                  static_cast<std::size_t>(state.range(2)),
+                                  static_cast<std::size_t>(state.range(2)),
+                                  static_cast<std::size_t>(state.range(1)),
+                                  static_cast<std::size_t>(state.range(3)),
+                                  static_cast<std::size_t>(state.range(4)),
+                                  static_cast<std::size_t>(state.range(3) / 2)};
+    const auto input = random_values(shape.input_count(), 3);
+    const auto weights = random_values(shape.weight_count(), 4);
+    const auto grad_output = random_values(shape.output_count(), 5);
+    std::vector<float> output(shape.output_count()), grad_input(shape.input_count()),
+        grad_weights(shape.weight_count());
+    for (auto _ : state) {
+        if constexpr (Pass == pass::forward) {
+            petra::kernels::convolution_forward(shape, input.data(), weights.data(), output.data());
+            benchmark::DoNotOptimize(output.data());
+        } else if constexpr (Pass == pass::backward_input) {
+            petra::kernels::convolution_backward_input(shape, grad_output.data(), weights.data(), grad_input.data());
+            benchmark::DoNotOptimize(grad_input.data());
+        } else {
+            petra::kernels::convolution_backward_weights(shape, input.data(), grad_output.data(),
+                                                         grad_weights.data());
+            benchmark::DoNotOptimize(grad_weights.data());
+        }
+        benchmark::ClobberMemory();
+    }
+    set_flops(state, double(shape.flops()));
+}
+
+// The convolutions of the reference network (width 16), batch 64.
+void convolution_shapes(benchmark::internal::Benchmark* benchmark)
+{
+    benchmark->ArgNames({"cin", "cout", "size", "kernel", "stride"});
+    benchmark->Args({16, 16, 28, 3, 1}); // couplings at 28x28
+    benchmark->Args({32, 32, 14, 3, 1}); // couplings at 14x14
+    benchmark->Args({64, 64, 7, 3, 1});  // couplings at 7x7
+    benchmark->Args({16, 32, 28, 3, 2}); // downsampling 28 -> 14
+    benchmark->Args({16, 32, 28, 1, 2});
+    benchmark->Args({32, 64, 14, 3, 2}); // downsampling 14 -> 7
+    benchmark->Args({32, 64, 14, 1, 2});
+    benchmark->Args({1, 32, 28, 3, 1});  // stem
+}
+
+BENCHMARK(convolution_benchmark<pass::forward>)
+    ->Name("convolution/forward")
+    ->Apply(convolution_shapes)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(convolution_benchmark<pass::backward_input>)
+    ->Name("convolution/backward_input")
+    ->Apply(convolution_shapes)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(convolution_benchmark<pass::backward_weights>)
+    ->Name("convolution/backward_weights")
+    ->Apply(convolution_shapes)
+    ->Unit(benchmark::kMicrosecond);
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    openblas_set_num_threads(1);
+    benchmark::AddCustomContext("openblas_core", openblas_get_corename());
+    benchmark::AddCustomContext("petra_simd", xsimd::default_arch::name());
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}

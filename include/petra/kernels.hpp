@@ -1,0 +1,9 @@
+// Every kernel of the lowest floor: SIMD code that knows nothing of layers.
+#pragma once
+
+#include <petra/kernels/convolution.hpp>
+#include <petra/kernels/elementwise.hpp>
+#include <petra/kernels/gemm.hpp>
+#include <petra/kernels/reduction.hpp>
+#include <petra/kernels/simd.hpp>
+#include <petra/kernels/softmax.hpp>

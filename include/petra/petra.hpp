@@ -1,0 +1,6 @@
+// petra: parallel end-to-end training of reversible networks. The umbrella
+// header: include it to get the whole library.
+#pragma once
+
+#include <petra/kernels.hpp>
+#include <petra/version.hpp>

@@ -1,0 +1,7 @@
+// The library's version, matching the CMake project version.
+#pragma once
+
+#define PETRA_VERSION_MAJOR 0
+#define PETRA_VERSION_MINOR 1
+#define PETRA_VERSION_PATCH 0
+#define PETRA_VERSION_STRING "0.1.0"
