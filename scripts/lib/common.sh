@@ -1,0 +1,49 @@
+# Shared by the scripts: the Debian packages petra's build, tests and
+# benchmarks need, and a function that installs the missing ones.
+
+# compiler and build tools; the library's dependencies; test and benchmark
+# frameworks; the peer GEMM the benchmarks compare against.
+PETRA_PACKAGES=(
+  g++ cmake make
+  libboost-dev libxtensor-dev libxsimd-dev
+  doctest-dev libbenchmark-dev
+  libopenblas-dev
+)
+
+petra_log() { printf '\033[1m[petra]\033[0m %s\n' "$*" >&2; }
+
+# Installs whichever of PETRA_PACKAGES is missing. As root it runs apt-get;
+# otherwise it prints the exact command to run and exits with an error.
+petra_ensure_packages() {
+  local missing=()
+  local package
+  for package in "${PETRA_PACKAGES[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+      missing+=("$package")
+    fi
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    return 0
+  fi
+  if [ "$(id -u)" -ne 0 ]; then
+    petra_log "missing Debian packages: ${missing[*]}"
+    petra_log "install them as root, then run this script again:"
+    printf '  sudo apt-get update && sudo apt-get install -y %s\n' "${missing[*]}" >&2
+    exit 1
+  fi
+  petra_log "installing Debian packages: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+}
+
+# Configures (once) and builds a tree: petra_build DIR cmake-options...
+petra_build() {
+  local dir=$1
+  shift
+  if [ ! -f "$dir/CMakeCache.txt" ]; then
+    petra_log "configuring $dir"
+    cmake -S "$PETRA_ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=Release "$@"
+  fi
+  petra_log "building $dir"
+  cmake --build "$dir" --parallel "$(nproc)"
+}
