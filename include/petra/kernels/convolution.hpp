@@ -211,6 +211,26 @@ inline void copy_run(const T* source, std::size_t stride, std::size_t length, T*
     }
 }
 
+// Drives a B packer that fills slivers itself, laying the block out as
+// packed_gemm expects: fill(first, width, sliver) writes lanes [0, width) of
+// rows 0 .. depth of the sliver holding columns [first, first + width) of the
+// block (row d at sliver + d * nr), in increasing row order; lanes from width
+// to nr are zeroed afterwards, so fill may spill whole vectors past a lane
+// (see copy_run).
+template <class T, class FillSliver>
+void pack_b_slivers(std::size_t depth, std::size_t columns, T* destination, FillSliver&& fill)
+{
+    constexpr std::size_t nr = gemm_blocking<T>::nr;
+    for (std::size_t first = 0; first < columns; first += nr) {
+        const std::size_t width = std::min(nr, columns - first);
+        fill(first, width, destination);
+        if (width < nr) {
+            for (std::size_t d = 0; d < depth; ++d) std::fill(destination + d * nr + width, destination + (d + 1) * nr, T(0));
+        }
+        destination += depth * nr;
+    }
+}
+
 // B operand of the forward pass: the im2col matrix, B(q, j) = input value
 // that tap q reads for output pixel j, packed straight from the padded image.
 template <class T>
@@ -228,9 +248,8 @@ struct im2col_packer {
             std::size_t length;
             std::size_t offset;
         };
-        run runs[nr];
-        for (std::size_t first = 0; first < columns; first += nr) {
-            const std::size_t width = std::min(nr, columns - first);
+        pack_b_slivers(depth, columns, destination, [&](std::size_t first, std::size_t width, T* sliver) {
+            run runs[nr];
             std::size_t count = 0;
             for_each_output_run(shape, j0 + first, width, [&](const output_run& r) {
                 runs[count++] = {(r.image * shape.in_channels * input.height + r.row * shape.stride) * input.width +
@@ -240,14 +259,12 @@ struct im2col_packer {
             for (std::size_t d = 0; d < depth; ++d) {
                 const tap k = tap_of(shape, q0 + d);
                 const T* tap_source = input.data + (k.channel * input.height + k.row) * input.width + k.column;
-                T* out = destination + d * nr;
                 for (std::size_t i = 0; i < count; ++i) {
-                    copy_run(tap_source + runs[i].origin, shape.stride, runs[i].length, out + runs[i].offset);
+                    copy_run(tap_source + runs[i].origin, shape.stride, runs[i].length,
+                             sliver + d * nr + runs[i].offset);
                 }
-                for (std::size_t lane = width; lane < nr; ++lane) out[lane] = T(0);
             }
-            destination += depth * nr;
-        }
+        });
     }
 };
 
@@ -292,19 +309,15 @@ struct output_gradient_packer {
     {
         constexpr std::size_t nr = gemm_blocking<T>::nr;
         const std::size_t pixels = shape.output_pixels();
-        for (std::size_t first = 0; first < columns; first += nr) {
-            const std::size_t width = std::min(nr, columns - first);
+        pack_b_slivers(depth, columns, destination, [&](std::size_t first, std::size_t width, T* sliver) {
             for (std::size_t d = 0; d < depth; ++d) {
-                T* out = destination + d * nr;
                 for_each_image_span(pixels, j0 + first, width, [&](std::size_t image, std::size_t pixel,
                                                                    std::size_t length, std::size_t offset) {
                     const T* source = grad_output + (image * shape.out_channels + c0 + d) * pixels + pixel;
-                    std::memcpy(out + offset, source, length * sizeof(T));
+                    std::memcpy(sliver + d * nr + offset, source, length * sizeof(T));
                 });
-                for (std::size_t lane = width; lane < nr; ++lane) out[lane] = T(0);
             }
-            destination += depth * nr;
-        }
+        });
     }
 };
 

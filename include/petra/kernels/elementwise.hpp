@@ -2,9 +2,10 @@
 // ReLU with its vector-Jacobian product.
 //
 // Every function here takes a length n (0 is allowed and writes nothing) and
-// raw pointers that need no particular alignment. The main loop runs on whole
-// vectors of simd<T> and a scalar loop finishes the last n % simd_width<T>
-// elements, so the result of an element does not depend on where it falls.
+// raw pointers that need no particular alignment. Each is one expression that
+// detail::map applies to whole vectors of simd<T> and then, for the last
+// n % simd_width<T> elements, to scalars; the expression rounds the same way on
+// both, so the result of an element does not depend on where it falls.
 #pragma once
 
 #include <cstddef>
@@ -16,6 +17,36 @@
 
 namespace petra::kernels {
 
+namespace detail {
+
+// out[i] = expression(inputs[i]...) for i in [0, n): on whole vectors, then
+// on the scalars that remain. out may be one of the inputs.
+template <class T, class Expression, class... Inputs>
+void map(std::size_t n, Expression&& expression, T* out, const Inputs*... inputs)
+{
+    using vector = simd<T>;
+    constexpr std::size_t width = vector::size;
+    std::size_t i = 0;
+    for (; i + width <= n; i += width) expression(vector::load_unaligned(inputs + i)...).store_unaligned(out + i);
+    for (; i < n; ++i) out[i] = expression(inputs[i]...);
+}
+
+// condition ? if_true : if_false, on scalars or lane by lane on vectors.
+template <class T>
+T choose(bool condition, T if_true, T if_false)
+{
+    return condition ? if_true : if_false;
+}
+
+template <class T, class A>
+xsimd::batch<T, A> choose(const xsimd::batch_bool<T, A>& condition, const xsimd::batch<T, A>& if_true,
+                          const xsimd::batch<T, A>& if_false)
+{
+    return xsimd::select(condition, if_true, if_false);
+}
+
+} // namespace detail
+
 // out[i] = x[i] + y[i] for i in [0, n). The sum is rounded once, so the result
 // is exactly the scalar x[i] + y[i]. out may be x or y itself (in-place
 // accumulation); any other overlap between out and an input is not allowed.
@@ -23,33 +54,21 @@ template <class T>
 void add(std::size_t n, const T* x, const T* y, T* out)
 {
     static_assert(std::is_floating_point_v<T>, "add is defined for float and double");
-    using vector = simd<T>;
-    constexpr std::size_t width = vector::size;
-    std::size_t i = 0;
-    for (; i + width <= n; i += width) {
-        (vector::load_unaligned(x + i) + vector::load_unaligned(y + i)).store_unaligned(out + i);
-    }
-    for (; i < n; ++i) out[i] = x[i] + y[i];
+    detail::map(n, [](auto a, auto b) { return a + b; }, out, x, y);
 }
 
-// y[i] += alpha * x[i] for i in [0, n). The vector loop uses a fused
-// multiply-add (one rounding); the scalar tail may round the product and the
-// sum separately, so an element may differ from alpha * x[i] + y[i] computed
-// in two steps by about one unit in the last place of the larger term. x and y
-// must not overlap unless they are the same array (then y becomes
-// (1 + alpha) * y up to rounding).
+// y[i] += alpha * x[i] for i in [0, n), as a fused multiply-add (one
+// rounding) on every element, so an element may differ from alpha * x[i] +
+// y[i] computed in two steps by about one unit in the last place of the
+// larger term. x and y must not overlap unless they are the same array (then
+// y becomes (1 + alpha) * y up to rounding).
 template <class T>
 void axpy(std::size_t n, T alpha, const T* x, T* y)
 {
     static_assert(std::is_floating_point_v<T>, "axpy is defined for float and double");
-    using vector = simd<T>;
-    constexpr std::size_t width = vector::size;
-    const vector alpha_v(alpha);
-    std::size_t i = 0;
-    for (; i + width <= n; i += width) {
-        xsimd::fma(alpha_v, vector::load_unaligned(x + i), vector::load_unaligned(y + i)).store_unaligned(y + i);
-    }
-    for (; i < n; ++i) y[i] += alpha * x[i];
+    detail::map(
+        n, [alpha](auto a, auto b) { return xsimd::fma(decltype(a)(alpha), a, b); }, y, x,
+        static_cast<const T*>(y));
 }
 
 // out[i] = alpha * x[i] for i in [0, n), rounded once, so exactly the scalar
@@ -59,14 +78,7 @@ template <class T>
 void scale(std::size_t n, T alpha, const T* x, T* out)
 {
     static_assert(std::is_floating_point_v<T>, "scale is defined for float and double");
-    using vector = simd<T>;
-    constexpr std::size_t width = vector::size;
-    const vector alpha_v(alpha);
-    std::size_t i = 0;
-    for (; i + width <= n; i += width) {
-        (alpha_v * vector::load_unaligned(x + i)).store_unaligned(out + i);
-    }
-    for (; i < n; ++i) out[i] = alpha * x[i];
+    detail::map(n, [alpha](auto a) { return decltype(a)(alpha) * a; }, out, x);
 }
 
 // out[i] = max(x[i], 0) for i in [0, n): x[i] where x[i] > 0, +0 where
@@ -77,15 +89,13 @@ template <class T>
 void relu_forward(std::size_t n, const T* x, T* out)
 {
     static_assert(std::is_floating_point_v<T>, "relu_forward is defined for float and double");
-    using vector = simd<T>;
-    constexpr std::size_t width = vector::size;
-    const vector zero(T(0));
-    std::size_t i = 0;
-    for (; i + width <= n; i += width) {
-        const vector value = vector::load_unaligned(x + i);
-        xsimd::select(value <= zero, zero, value).store_unaligned(out + i);
-    }
-    for (; i < n; ++i) out[i] = x[i] <= T(0) ? T(0) : x[i];
+    detail::map(
+        n,
+        [](auto value) {
+            using type = decltype(value);
+            return detail::choose(value <= type(0), type(0), value);
+        },
+        out, x);
 }
 
 // grad_in[i] = grad_out[i] where x[i] > 0, and exactly 0 where x[i] <= 0 (or
@@ -98,15 +108,13 @@ template <class T>
 void relu_backward(std::size_t n, const T* x, const T* grad_out, T* grad_in)
 {
     static_assert(std::is_floating_point_v<T>, "relu_backward is defined for float and double");
-    using vector = simd<T>;
-    constexpr std::size_t width = vector::size;
-    const vector zero(T(0));
-    std::size_t i = 0;
-    for (; i + width <= n; i += width) {
-        const vector passes = vector::load_unaligned(x + i);
-        xsimd::select(passes > zero, vector::load_unaligned(grad_out + i), zero).store_unaligned(grad_in + i);
-    }
-    for (; i < n; ++i) grad_in[i] = x[i] > T(0) ? grad_out[i] : T(0);
+    detail::map(
+        n,
+        [](auto value, auto gradient) {
+            using type = decltype(value);
+            return detail::choose(value > type(0), gradient, type(0));
+        },
+        grad_in, x, grad_out);
 }
 
 } // namespace petra::kernels

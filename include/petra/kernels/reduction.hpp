@@ -37,9 +37,11 @@ T horizontal_sum(const simd<T> (&accumulator)[Count])
     return lane_sum(combined);
 }
 
-// Sum of row[0 .. S).
-template <class T>
-T row_sum(std::size_t S, const T* row)
+// Folds row[0 .. S) into a sum: total = step(total, row[s]) from total = 0,
+// on reduction_accumulators independent vectors, then on scalars for the
+// last S % simd_width<T> elements. step must work on vectors and on scalars.
+template <class T, class Step>
+T row_accumulate(std::size_t S, const T* row, Step&& step)
 {
     using vector = simd<T>;
     constexpr std::size_t width = vector::size;
@@ -50,43 +52,30 @@ T row_sum(std::size_t S, const T* row)
     for (; s + block <= S; s += block) {
 #pragma GCC unroll 4
         for (std::size_t a = 0; a < reduction_accumulators; ++a) {
-            accumulator[a] += vector::load_unaligned(row + s + a * width);
+            accumulator[a] = step(accumulator[a], vector::load_unaligned(row + s + a * width));
         }
     }
-    for (; s + width <= S; s += width) accumulator[0] += vector::load_unaligned(row + s);
+    for (; s + width <= S; s += width) accumulator[0] = step(accumulator[0], vector::load_unaligned(row + s));
     T total = detail::horizontal_sum(accumulator);
-    for (; s < S; ++s) total += row[s];
+    for (; s < S; ++s) total = step(total, row[s]);
     return total;
+}
+
+// Sum of row[0 .. S).
+template <class T>
+T row_sum(std::size_t S, const T* row)
+{
+    return row_accumulate(S, row, [](auto total, auto value) { return total + value; });
 }
 
 // Sum of (row[s] - mean)^2 over s in [0, S).
 template <class T>
 T row_squared_deviation_sum(std::size_t S, const T* row, T mean)
 {
-    using vector = simd<T>;
-    constexpr std::size_t width = vector::size;
-    constexpr std::size_t block = reduction_accumulators * width;
-    const vector mean_v(mean);
-    vector accumulator[reduction_accumulators];
-    for (auto& partial : accumulator) partial = vector(T(0));
-    std::size_t s = 0;
-    for (; s + block <= S; s += block) {
-#pragma GCC unroll 4
-        for (std::size_t a = 0; a < reduction_accumulators; ++a) {
-            const vector deviation = vector::load_unaligned(row + s + a * width) - mean_v;
-            accumulator[a] = xsimd::fma(deviation, deviation, accumulator[a]);
-        }
-    }
-    for (; s + width <= S; s += width) {
-        const vector deviation = vector::load_unaligned(row + s) - mean_v;
-        accumulator[0] = xsimd::fma(deviation, deviation, accumulator[0]);
-    }
-    T total = detail::horizontal_sum(accumulator);
-    for (; s < S; ++s) {
-        const T deviation = row[s] - mean;
-        total += deviation * deviation;
-    }
-    return total;
+    return row_accumulate(S, row, [mean](auto total, auto value) {
+        const auto deviation = value - decltype(value)(mean);
+        return xsimd::fma(deviation, deviation, total);
+    });
 }
 
 } // namespace detail
