@@ -159,8 +159,8 @@ inline tap tap_of(const convolution_shape& shape, std::size_t q)
 
 // The input copied once into a zero border of `padding` on every side, so
 // that gathering a tap never needs a bounds check: plane (n, c) is
-// padded_height x padded_width, and the buffer has one vector of slack at the
-// end for copies that read whole vectors past a run.
+// padded_height x padded_width, and the buffer has two vectors of zeros at
+// the end for reads of whole vectors past a run or past the last plane.
 template <class T>
 struct padded_input {
     const T* data;
@@ -178,7 +178,8 @@ padded_input<T> pad_input(const convolution_shape& shape, const T* input)
     const std::size_t height = shape.in_height + 2 * shape.padding;
     const std::size_t width = shape.in_width + 2 * shape.padding;
     const std::size_t planes = shape.batch * shape.in_channels;
-    T* padded = thread_scratch<padded_input_tag, T>(planes * height * width + simd_width<T>);
+    constexpr std::size_t slack = 2 * simd_width<T>;
+    T* padded = thread_scratch<padded_input_tag, T>(planes * height * width + slack);
     if (shape.padding == 0) {
         std::memcpy(padded, input, planes * height * width * sizeof(T));
     } else {
@@ -190,7 +191,7 @@ padded_input<T> pad_input(const convolution_shape& shape, const T* input)
             }
         }
     }
-    std::fill(padded + planes * height * width, padded + planes * height * width + simd_width<T>, T(0));
+    std::fill(padded + planes * height * width, padded + planes * height * width + slack, T(0));
     return {padded, height, width};
 }
 
@@ -356,11 +357,16 @@ struct col2im_store {
     }
 };
 
-// c[i][j] += sum over d < depth of a[i][d] * b[j][d], for i < RowsA and
-// j < RowsB: dot products of rows that are contiguous along the depth, which
-// is a multiple of the vector width (callers pad rows with zeros).
+// c[r][s] += sum over images i and d < depth of a_i[r][d] * b_i[s][d], for
+// r < RowsA and s < RowsB: dot products of rows that are contiguous along the
+// depth. Row r of a for image i starts at a + i * a_image_stride +
+// r * a_row_stride and is aligned; row s of b for image i starts at
+// b_rows[s] + i * b_image_stride, aligned or not. depth is a multiple of the
+// vector width (callers pad a with zeros, so whatever b holds past its rows is
+// multiplied by zero).
 template <class T, std::size_t RowsA, std::size_t RowsB>
-inline void dot_product_tile(std::size_t depth, const T* a, std::size_t lda, const T* b, std::size_t ldb, T* c,
+inline void dot_product_tile(std::size_t images, std::size_t depth, const T* a, std::size_t a_row_stride,
+                             std::size_t a_image_stride, const T* const* b_rows, std::size_t b_image_stride, T* c,
                              std::size_t ldc)
 {
     using vector = simd<T>;
@@ -370,16 +376,22 @@ inline void dot_product_tile(std::size_t depth, const T* a, std::size_t lda, con
 #pragma GCC unroll 8
         for (std::size_t s = 0; s < RowsB; ++s) accumulator[r][s] = vector(T(0));
     }
-    for (std::size_t d = 0; d < depth; d += vector::size) {
-        vector a_values[RowsA];
+    for (std::size_t image = 0; image < images; ++image) {
+        const T* a_image = a + image * a_image_stride;
+        const T* b_image[RowsB];
 #pragma GCC unroll 8
-        for (std::size_t r = 0; r < RowsA; ++r) a_values[r] = vector::load_aligned(a + r * lda + d);
+        for (std::size_t s = 0; s < RowsB; ++s) b_image[s] = b_rows[s] + image * b_image_stride;
+        for (std::size_t d = 0; d < depth; d += vector::size) {
+            vector a_values[RowsA];
 #pragma GCC unroll 8
-        for (std::size_t s = 0; s < RowsB; ++s) {
-            const vector b_values = vector::load_aligned(b + s * ldb + d);
+            for (std::size_t r = 0; r < RowsA; ++r) a_values[r] = vector::load_aligned(a_image + r * a_row_stride + d);
 #pragma GCC unroll 8
-            for (std::size_t r = 0; r < RowsA; ++r) {
-                accumulator[r][s] = xsimd::fma(a_values[r], b_values, accumulator[r][s]);
+            for (std::size_t s = 0; s < RowsB; ++s) {
+                const vector b_values = vector::load_unaligned(b_image[s] + d);
+#pragma GCC unroll 8
+                for (std::size_t r = 0; r < RowsA; ++r) {
+                    accumulator[r][s] = xsimd::fma(a_values[r], b_values, accumulator[r][s]);
+                }
             }
         }
     }
@@ -394,37 +406,89 @@ template <class T>
 struct dot_product_blocking {
     static constexpr bool wide = gemm_blocking<T>::wide_register_file;
     // 24 accumulators, four A vectors and one B vector fit 32 registers;
-    // 8 accumulators and their operands fit 16. On AVX-512, 4 x 6 measured
-    // 10-15% faster than 3 x 8 on the reference network's layers.
+    // 8 accumulators and their operands fit 16.
     static constexpr std::size_t rows_a = wide ? 4 : 2;
     static constexpr std::size_t rows_b = wide ? 6 : 4;
-    // Longest row for which rows_b rows of b stay within 24 KiB of L1
-    // (1024 floats); measured better than rows of 2048 or 4096.
+    // Depth (over all images of a chunk) for which rows_b rows of b stay
+    // within 24 KiB of L1 (1024 floats).
     static constexpr std::size_t max_depth = (24u << 10) / (rows_b * sizeof(T));
 };
 
-// c (m x n, row stride ldc) += a (m x depth) times the transpose of b
-// (n x depth). Rows of a and b are aligned, lda and ldb are multiples of the
-// vector width and depth is padded with zeros to a multiple of it.
-template <class T>
-void accumulate_dot_products(std::size_t m, std::size_t n, std::size_t depth, const T* a, std::size_t lda,
-                             const T* b, std::size_t ldb, T* c, std::size_t ldc)
+// c (m x n, row stride ldc) += the dot products of dot_product_tile, for rows
+// r < m of a and rows s < n of b, where b_row(s) gives the start of row s for
+// the first image.
+template <class T, class RowOfB>
+void accumulate_dot_products(std::size_t m, std::size_t n, std::size_t images, std::size_t depth, const T* a,
+                             std::size_t a_row_stride, std::size_t a_image_stride, RowOfB&& b_row,
+                             std::size_t b_image_stride, T* c, std::size_t ldc)
 {
     constexpr std::size_t tile_a = dot_product_blocking<T>::rows_a, tile_b = dot_product_blocking<T>::rows_b;
     auto rows_of_a = [&]<std::size_t RowsB>(std::size_t j) {
+        const T* b_rows[RowsB];
+        for (std::size_t s = 0; s < RowsB; ++s) b_rows[s] = b_row(j + s);
         std::size_t i = 0;
         for (; i + tile_a <= m; i += tile_a) {
-            dot_product_tile<T, tile_a, RowsB>(depth, a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j, ldc);
+            dot_product_tile<T, tile_a, RowsB>(images, depth, a + i * a_row_stride, a_row_stride, a_image_stride,
+                                               b_rows, b_image_stride, c + i * ldc + j, ldc);
         }
-        for (; i < m; ++i) dot_product_tile<T, 1, RowsB>(depth, a + i * lda, lda, b + j * ldb, ldb, c + i * ldc + j, ldc);
+        for (; i < m; ++i) {
+            dot_product_tile<T, 1, RowsB>(images, depth, a + i * a_row_stride, a_row_stride, a_image_stride, b_rows,
+                                          b_image_stride, c + i * ldc + j, ldc);
+        }
     };
     std::size_t j = 0;
     for (; j + tile_b <= n; j += tile_b) rows_of_a.template operator()<tile_b>(j);
     for (; j < n; ++j) rows_of_a.template operator()<1>(j);
 }
 
-struct weight_gradient_patches_tag {};
 struct weight_gradient_outputs_tag {};
+
+// Weight gradient of a stride-1 convolution without any im2col copy. Output
+// pixels are indexed over the padded width, j = oh * padded_width + ow, so
+// that the patch row of tap (ci, kh, kw) is a contiguous slice of the padded
+// input plane, starting at kh * padded_width + kw. The output gradient is
+// copied to the same indexing with zeros in the columns ow >= out_width and
+// past the last row, which cancels whatever those positions of the slices
+// hold. (A slice may run up to a vector past its plane, into the next plane
+// or the buffer's zero slack: with finite inputs the product is zero; an
+// infinity or NaN there, possible only without padding, would reach this
+// channel's gradient as NaN.)
+template <class T>
+void weight_gradient_stride_one(const convolution_shape& shape, const padded_input<T>& input, const T* grad_output,
+                                T* grad_weights)
+{
+    constexpr std::size_t width = simd_width<T>;
+    const std::size_t out_height = shape.out_height(), out_width = shape.out_width();
+    const std::size_t depth = (out_height * input.width + width - 1) / width * width;
+    const std::size_t images_per_chunk =
+        std::clamp<std::size_t>(dot_product_blocking<T>::max_depth / depth, 1, shape.batch);
+    const std::size_t image_stride = shape.out_channels * depth;
+    T* outputs = thread_scratch<weight_gradient_outputs_tag, T>(images_per_chunk * image_stride);
+    const std::size_t input_image_stride = shape.in_channels * input.plane();
+    for (std::size_t first_image = 0; first_image < shape.batch; first_image += images_per_chunk) {
+        const std::size_t images = std::min(images_per_chunk, shape.batch - first_image);
+        for (std::size_t image = 0; image < images; ++image) {
+            for (std::size_t co = 0; co < shape.out_channels; ++co) {
+                T* row = outputs + image * image_stride + co * depth;
+                const T* source = grad_output + ((first_image + image) * shape.out_channels + co) * shape.output_pixels();
+                std::fill(row, row + depth, T(0));
+                for (std::size_t oh = 0; oh < out_height; ++oh) {
+                    std::memcpy(row + oh * input.width, source + oh * out_width, out_width * sizeof(T));
+                }
+            }
+        }
+        const T* first_plane = input.data + first_image * input_image_stride;
+        accumulate_dot_products(
+            shape.out_channels, shape.patch_size(), images, depth, static_cast<const T*>(outputs), depth, image_stride,
+            [&](std::size_t q) {
+                const tap k = tap_of(shape, q);
+                return first_plane + k.channel * input.plane() + k.row * input.width + k.column;
+            },
+            input_image_stride, grad_weights, shape.patch_size());
+    }
+}
+
+struct weight_gradient_patches_tag {};
 
 template <class T>
 void scale_in_place(T* values, std::size_t count, T beta)
@@ -518,17 +582,22 @@ void convolution_backward_weights(const convolution_shape& shape, const T* input
     }
     detail::scale_in_place(grad_weights, shape.weight_count(), beta);
     // grad_weights[co][q] = sum over output pixels j of grad_output(co, j) *
-    // patches(q, j): dot products along the pixels, a few images at a time.
-    // The patch matrix of a chunk is laid out with pixels contiguous (as
-    // im2col builds it, no transposition); a chunk holds as many images as
-    // keep its rows short enough for the dot-product tile to stay in L1.
+    // patches(q, j): dot products along the pixels, a few images at a time,
+    // so that nothing needs transposing.
+    const detail::padded_input<T> input_padded = detail::pad_input(shape, input);
+    if (shape.stride == 1) {
+        detail::weight_gradient_stride_one(shape, input_padded, grad_output, grad_weights);
+        return;
+    }
+    // Otherwise the patch matrix of a chunk is built as im2col lays it out,
+    // pixels contiguous; a chunk holds as many images as keep its rows short
+    // enough for the dot-product tile to stay in L1.
     const std::size_t patch = shape.patch_size();
     const std::size_t image_pixels = shape.output_pixels();
     const std::size_t images_per_chunk =
         std::clamp<std::size_t>(detail::dot_product_blocking<T>::max_depth / image_pixels, 1, shape.batch);
     constexpr std::size_t width = simd_width<T>;
     const std::size_t row_length = (images_per_chunk * image_pixels + width - 1) / width * width;
-    const detail::padded_input<T> input_padded = detail::pad_input(shape, input);
     // One vector of slack after the patches for detail::copy_run.
     T* patches = thread_scratch<detail::weight_gradient_patches_tag, T>(patch * row_length + width);
     T* outputs = thread_scratch<detail::weight_gradient_outputs_tag, T>(shape.out_channels * row_length);
@@ -558,8 +627,9 @@ void convolution_backward_weights(const convolution_shape& shape, const T* input
             }
             std::fill(row + used, row + row_length, T(0));
         }
-        detail::accumulate_dot_products(shape.out_channels, patch, row_length, static_cast<const T*>(outputs),
-                                        row_length, static_cast<const T*>(patches), row_length, grad_weights, patch);
+        detail::accumulate_dot_products(
+            shape.out_channels, patch, 1, row_length, static_cast<const T*>(outputs), row_length, 0,
+            [&](std::size_t q) { return static_cast<const T*>(patches + q * row_length); }, 0, grad_weights, patch);
     }
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <type_traits>
 #include <vector>
 
 #include <xsimd/xsimd.hpp>
@@ -24,19 +25,24 @@ inline constexpr std::size_t buffer_alignment = 64;
 template <class T>
 using aligned_vector = std::vector<T, xsimd::aligned_allocator<T, buffer_alignment>>;
 
-// Sum of the lanes of v, through memory as a pairwise tree. xsimd's own
-// reduction (hadd) is avoided because g++ 12 reports a false -Wuninitialized
-// inside the AVX-512 intrinsics it inlines for double.
+// Sum of the lanes of v. For float this is xsimd's reduction (hadd); for
+// double it goes through memory as a pairwise tree, because g++ 12 reports a
+// false -Wmaybe-uninitialized inside the AVX-512 intrinsics that xsimd
+// inlines for double, which -Werror turns into a failed build.
 template <class T>
 T lane_sum(const simd<T>& v)
 {
-    constexpr std::size_t width = simd_width<T>;
-    alignas(buffer_alignment) T lanes[width];
-    v.store_aligned(lanes);
-    for (std::size_t half = width / 2; half > 0; half /= 2) {
-        for (std::size_t lane = 0; lane < half; ++lane) lanes[lane] += lanes[lane + half];
+    if constexpr (std::is_same_v<T, float>) {
+        return xsimd::hadd(v);
+    } else {
+        constexpr std::size_t width = simd_width<T>;
+        alignas(buffer_alignment) T lanes[width];
+        v.store_aligned(lanes);
+        for (std::size_t half = width / 2; half > 0; half /= 2) {
+            for (std::size_t lane = 0; lane < half; ++lane) lanes[lane] += lanes[lane + half];
+        }
+        return lanes[0];
     }
-    return lanes[0];
 }
 
 // Scratch owned by the calling thread, tagged so that different kernels never
