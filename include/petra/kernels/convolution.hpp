@@ -157,58 +157,92 @@ inline tap tap_of(const convolution_shape& shape, std::size_t q)
     return {q / taps, (q % taps) / shape.kernel, q % shape.kernel};
 }
 
-// The input copied once into a zero border of `padding` on every side, so
-// that gathering a tap never needs a bounds check: plane (n, c) is
-// padded_height x padded_width, and the buffer has two vectors of zeros at
-// the end for reads of whole vectors past a run or past the last plane.
+// The input, copied once with a zero border of `padding` on every side and
+// split into stride x stride phase planes: phase (a, b) of a channel holds
+// the padded values at rows a, a + stride, a + 2 stride, ... and columns b,
+// b + stride, .... Tap (kh, kw) of the convolution then reads, for output
+// pixel (oh, ow), phase (kh % stride, kw % stride) at row oh + kh / stride and
+// column ow + kw / stride: consecutive output pixels read consecutive memory
+// whatever the stride, and no tap needs a bounds check. With stride 1 there is
+// one phase, the padded image itself. The buffer ends with two vectors of
+// zeros, for reads of whole vectors past a run or past the last plane.
 template <class T>
-struct padded_input {
+struct phased_input {
     const T* data;
-    std::size_t height;
-    std::size_t width;
+    std::size_t stride;
+    std::size_t in_channels;
+    std::size_t height; // of one phase plane
+    std::size_t width;  // of one phase plane
 
     std::size_t plane() const { return height * width; }
+    std::size_t image_stride() const { return in_channels * stride * stride * plane(); }
+    // Where tap k reads for output pixel (0, 0) of image 0; output pixel
+    // (oh, ow) of image n is then image n * image_stride() + oh * width + ow
+    // further.
+    const T* tap_origin(const tap& k) const
+    {
+        const std::size_t phase = (k.row % stride) * stride + k.column % stride;
+        return data + (k.channel * stride * stride + phase) * plane() + (k.row / stride) * width + k.column / stride;
+    }
 };
 
-struct padded_input_tag {};
+struct phased_input_tag {};
 
 template <class T>
-padded_input<T> pad_input(const convolution_shape& shape, const T* input)
+phased_input<T> prepare_input(const convolution_shape& shape, const T* input)
 {
-    const std::size_t height = shape.in_height + 2 * shape.padding;
-    const std::size_t width = shape.in_width + 2 * shape.padding;
-    const std::size_t planes = shape.batch * shape.in_channels;
+    const std::size_t stride = shape.stride, padding = shape.padding;
+    const std::size_t height = (shape.in_height + 2 * padding + stride - 1) / stride;
+    const std::size_t width = (shape.in_width + 2 * padding + stride - 1) / stride;
+    const std::size_t plane = height * width;
+    const std::size_t planes = shape.batch * shape.in_channels * stride * stride;
     constexpr std::size_t slack = 2 * simd_width<T>;
-    T* padded = thread_scratch<padded_input_tag, T>(planes * height * width + slack);
-    if (shape.padding == 0) {
-        std::memcpy(padded, input, planes * height * width * sizeof(T));
-    } else {
-        std::fill(padded, padded + planes * height * width, T(0));
-        for (std::size_t p = 0; p < planes; ++p) {
-            for (std::size_t h = 0; h < shape.in_height; ++h) {
-                std::memcpy(padded + (p * height + h + shape.padding) * width + shape.padding,
-                            input + (p * shape.in_height + h) * shape.in_width, shape.in_width * sizeof(T));
+    T* phased = thread_scratch<phased_input_tag, T>(planes * plane + slack);
+    std::fill(phased, phased + planes * plane + slack, T(0));
+    // Phase rows and columns from `kernel` on hold values no tap reads (a 1x1
+    // kernel with stride 2 reads phase (0, 0) only): they stay zero.
+    const std::size_t phases_read = std::min(stride, shape.kernel);
+    for (std::size_t channel = 0; channel < shape.batch * shape.in_channels; ++channel) {
+        const T* source = input + channel * shape.input_pixels();
+        for (std::size_t phase_row = 0; phase_row < phases_read; ++phase_row) {
+            for (std::size_t phase_column = 0; phase_column < phases_read; ++phase_column) {
+                T* target = phased + (channel * stride * stride + phase_row * stride + phase_column) * plane;
+                // Phase column c holds padded column c * stride + phase_column,
+                // that is input column c * stride + phase_column - padding,
+                // inside the input for c in [first_column, end_column).
+                const std::size_t first_column = (padding > phase_column ? padding - phase_column + stride - 1 : 0) / stride;
+                const std::size_t end_column =
+                    std::min(width, (shape.in_width + padding - phase_column + stride - 1) / stride);
+                for (std::size_t row = 0; row < height; ++row) {
+                    const std::size_t padded_row = row * stride + phase_row;
+                    if (padded_row < padding || padded_row - padding >= shape.in_height) continue;
+                    const T* source_row = source + (padded_row - padding) * shape.in_width;
+                    T* target_row = target + row * width;
+                    if (stride == 1) {
+                        std::memcpy(target_row + padding, source_row, shape.in_width * sizeof(T));
+                        continue;
+                    }
+                    const T* first_source = source_row + (first_column * stride + phase_column - padding);
+                    for (std::size_t column = first_column; column < end_column; ++column) {
+                        target_row[column] = first_source[(column - first_column) * stride];
+                    }
+                }
             }
         }
     }
-    std::fill(padded + planes * height * width, padded + planes * height * width + slack, T(0));
-    return {padded, height, width};
+    return {phased, stride, shape.in_channels, height, width};
 }
 
-// Copies `length` elements, source stride `stride`, to destination[0 ..
-// length). With stride 1 it copies whole vectors and so may read and write up
-// to simd_width<T> - 1 elements past the run: callers provide that slack and
-// fill the destination in increasing order, so the excess is overwritten.
+// Copies source[0 .. length) to destination[0 .. length) in whole vectors, so
+// it may read and write up to simd_width<T> - 1 elements past the run:
+// callers provide that slack and fill the destination in increasing order, so
+// the excess is overwritten.
 template <class T>
-inline void copy_run(const T* source, std::size_t stride, std::size_t length, T* destination)
+inline void copy_run(const T* source, std::size_t length, T* destination)
 {
     using vector = simd<T>;
-    if (stride == 1) {
-        for (std::size_t t = 0; t < length; t += vector::size) {
-            vector::load_unaligned(source + t).store_unaligned(destination + t);
-        }
-    } else {
-        for (std::size_t t = 0; t < length; ++t) destination[t] = source[t * stride];
+    for (std::size_t t = 0; t < length; t += vector::size) {
+        vector::load_unaligned(source + t).store_unaligned(destination + t);
     }
 }
 
@@ -233,17 +267,17 @@ void pack_b_slivers(std::size_t depth, std::size_t columns, T* destination, Fill
 }
 
 // B operand of the forward pass: the im2col matrix, B(q, j) = input value
-// that tap q reads for output pixel j, packed straight from the padded image.
+// that tap q reads for output pixel j, packed straight from the phased input.
 template <class T>
 struct im2col_packer {
     convolution_shape shape;
-    padded_input<T> input;
+    phased_input<T> input;
 
     void operator()(std::size_t q0, std::size_t depth, std::size_t j0, std::size_t columns, T* destination) const
     {
         constexpr std::size_t nr = gemm_blocking<T>::nr;
-        // Runs of one sliver: where tap (0, 0, 0) reads the first pixel of the
-        // run in the padded input, and where the run goes in the sliver row.
+        // Runs of one sliver: the offset of the run's first pixel from a tap's
+        // origin in the phased input, and where the run goes in the sliver row.
         struct run {
             std::size_t origin;
             std::size_t length;
@@ -253,16 +287,12 @@ struct im2col_packer {
             run runs[nr];
             std::size_t count = 0;
             for_each_output_run(shape, j0 + first, width, [&](const output_run& r) {
-                runs[count++] = {(r.image * shape.in_channels * input.height + r.row * shape.stride) * input.width +
-                                     r.column * shape.stride,
-                                 r.length, r.offset};
+                runs[count++] = {r.image * input.image_stride() + r.row * input.width + r.column, r.length, r.offset};
             });
             for (std::size_t d = 0; d < depth; ++d) {
-                const tap k = tap_of(shape, q0 + d);
-                const T* tap_source = input.data + (k.channel * input.height + k.row) * input.width + k.column;
+                const T* tap_source = input.tap_origin(tap_of(shape, q0 + d));
                 for (std::size_t i = 0; i < count; ++i) {
-                    copy_run(tap_source + runs[i].origin, shape.stride, runs[i].length,
-                             sliver + d * nr + runs[i].offset);
+                    copy_run(tap_source + runs[i].origin, runs[i].length, sliver + d * nr + runs[i].offset);
                 }
             }
         });
@@ -443,19 +473,19 @@ void accumulate_dot_products(std::size_t m, std::size_t n, std::size_t images, s
 
 struct weight_gradient_outputs_tag {};
 
-// Weight gradient of a stride-1 convolution without any im2col copy. Output
-// pixels are indexed over the padded width, j = oh * padded_width + ow, so
-// that the patch row of tap (ci, kh, kw) is a contiguous slice of the padded
-// input plane, starting at kh * padded_width + kw. The output gradient is
-// copied to the same indexing with zeros in the columns ow >= out_width and
+// Weight gradient without any im2col copy: grad_weights[co][q] = sum over
+// output pixels j of grad_output(co, j) * patches(q, j), as dot products along
+// the pixels. Output pixels are indexed over the width of a phase plane,
+// j = oh * phase_width + ow, so that the patch row of tap q is a contiguous
+// slice of the phased input starting at the tap's origin. The output gradient
+// is copied to the same indexing with zeros in the columns ow >= out_width and
 // past the last row, which cancels whatever those positions of the slices
 // hold. (A slice may run up to a vector past its plane, into the next plane
 // or the buffer's zero slack: with finite inputs the product is zero; an
-// infinity or NaN there, possible only without padding, would reach this
-// channel's gradient as NaN.)
+// infinity or NaN there would reach this channel's gradient as NaN.)
 template <class T>
-void weight_gradient_stride_one(const convolution_shape& shape, const padded_input<T>& input, const T* grad_output,
-                                T* grad_weights)
+void weight_gradient(const convolution_shape& shape, const phased_input<T>& input, const T* grad_output,
+                     T* grad_weights)
 {
     constexpr std::size_t width = simd_width<T>;
     const std::size_t out_height = shape.out_height(), out_width = shape.out_width();
@@ -464,7 +494,6 @@ void weight_gradient_stride_one(const convolution_shape& shape, const padded_inp
         std::clamp<std::size_t>(dot_product_blocking<T>::max_depth / depth, 1, shape.batch);
     const std::size_t image_stride = shape.out_channels * depth;
     T* outputs = thread_scratch<weight_gradient_outputs_tag, T>(images_per_chunk * image_stride);
-    const std::size_t input_image_stride = shape.in_channels * input.plane();
     for (std::size_t first_image = 0; first_image < shape.batch; first_image += images_per_chunk) {
         const std::size_t images = std::min(images_per_chunk, shape.batch - first_image);
         for (std::size_t image = 0; image < images; ++image) {
@@ -477,18 +506,13 @@ void weight_gradient_stride_one(const convolution_shape& shape, const padded_inp
                 }
             }
         }
-        const T* first_plane = input.data + first_image * input_image_stride;
+        const std::size_t first_offset = first_image * input.image_stride();
         accumulate_dot_products(
             shape.out_channels, shape.patch_size(), images, depth, static_cast<const T*>(outputs), depth, image_stride,
-            [&](std::size_t q) {
-                const tap k = tap_of(shape, q);
-                return first_plane + k.channel * input.plane() + k.row * input.width + k.column;
-            },
-            input_image_stride, grad_weights, shape.patch_size());
+            [&](std::size_t q) { return input.tap_origin(tap_of(shape, q)) + first_offset; }, input.image_stride(),
+            grad_weights, shape.patch_size());
     }
 }
-
-struct weight_gradient_patches_tag {};
 
 template <class T>
 void scale_in_place(T* values, std::size_t count, T beta)
@@ -508,7 +532,7 @@ void forward_accumulate(const convolution_shape& shape, const T* input, const T*
     const std::size_t patch = shape.patch_size();
     packed_gemm<T>(shape.out_channels, shape.batch * shape.output_pixels(), patch,
                    matrix_a_packer<T>{weights, matrix_strides(patch, transpose::no)},
-                   im2col_packer<T>{shape, pad_input(shape, input)}, nchw_store<T>{shape, output, beta});
+                   im2col_packer<T>{shape, prepare_input(shape, input)}, nchw_store<T>{shape, output, beta});
 }
 
 struct flipped_weights_tag {};
@@ -581,56 +605,7 @@ void convolution_backward_weights(const convolution_shape& shape, const T* input
         return;
     }
     detail::scale_in_place(grad_weights, shape.weight_count(), beta);
-    // grad_weights[co][q] = sum over output pixels j of grad_output(co, j) *
-    // patches(q, j): dot products along the pixels, a few images at a time,
-    // so that nothing needs transposing.
-    const detail::padded_input<T> input_padded = detail::pad_input(shape, input);
-    if (shape.stride == 1) {
-        detail::weight_gradient_stride_one(shape, input_padded, grad_output, grad_weights);
-        return;
-    }
-    // Otherwise the patch matrix of a chunk is built as im2col lays it out,
-    // pixels contiguous; a chunk holds as many images as keep its rows short
-    // enough for the dot-product tile to stay in L1.
-    const std::size_t patch = shape.patch_size();
-    const std::size_t image_pixels = shape.output_pixels();
-    const std::size_t images_per_chunk =
-        std::clamp<std::size_t>(detail::dot_product_blocking<T>::max_depth / image_pixels, 1, shape.batch);
-    constexpr std::size_t width = simd_width<T>;
-    const std::size_t row_length = (images_per_chunk * image_pixels + width - 1) / width * width;
-    // One vector of slack after the patches for detail::copy_run.
-    T* patches = thread_scratch<detail::weight_gradient_patches_tag, T>(patch * row_length + width);
-    T* outputs = thread_scratch<detail::weight_gradient_outputs_tag, T>(shape.out_channels * row_length);
-    for (std::size_t first_image = 0; first_image < shape.batch; first_image += images_per_chunk) {
-        const std::size_t images = std::min(images_per_chunk, shape.batch - first_image);
-        const std::size_t used = images * image_pixels;
-        for (std::size_t q = 0; q < patch; ++q) {
-            const detail::tap k = detail::tap_of(shape, q);
-            T* row = patches + q * row_length;
-            for (std::size_t image = 0; image < images; ++image) {
-                const T* plane = input_padded.data +
-                                 ((first_image + image) * shape.in_channels + k.channel) * input_padded.plane() +
-                                 k.row * input_padded.width + k.column;
-                for (std::size_t oh = 0; oh < shape.out_height(); ++oh) {
-                    detail::copy_run(plane + oh * shape.stride * input_padded.width, shape.stride, shape.out_width(),
-                                     row + image * image_pixels + oh * shape.out_width());
-                }
-            }
-            std::fill(row + used, row + row_length, T(0));
-        }
-        for (std::size_t co = 0; co < shape.out_channels; ++co) {
-            T* row = outputs + co * row_length;
-            for (std::size_t image = 0; image < images; ++image) {
-                std::memcpy(row + image * image_pixels,
-                            grad_output + ((first_image + image) * shape.out_channels + co) * image_pixels,
-                            image_pixels * sizeof(T));
-            }
-            std::fill(row + used, row + row_length, T(0));
-        }
-        detail::accumulate_dot_products(
-            shape.out_channels, patch, 1, row_length, static_cast<const T*>(outputs), row_length, 0,
-            [&](std::size_t q) { return static_cast<const T*>(patches + q * row_length); }, 0, grad_weights, patch);
-    }
+    detail::weight_gradient(shape, detail::prepare_input(shape, input), grad_output, grad_weights);
 }
 
 } // namespace petra::kernels
