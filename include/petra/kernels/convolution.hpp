@@ -165,7 +165,9 @@ inline tap tap_of(const convolution_shape& shape, std::size_t q)
 // column ow + kw / stride: consecutive output pixels read consecutive memory
 // whatever the stride, and no tap needs a bounds check. With stride 1 there is
 // one phase, the padded image itself. The buffer ends with two vectors of
-// zeros, for reads of whole vectors past a run or past the last plane.
+// zeros: readers load whole vectors, which run up to (kernel - 1) / stride +
+// simd_width - 1 elements past a plane (see forward_accumulate and
+// weight_gradient).
 template <class T>
 struct phased_input {
     const T* data;
@@ -233,102 +235,6 @@ phased_input<T> prepare_input(const convolution_shape& shape, const T* input)
     return {phased, stride, shape.in_channels, height, width};
 }
 
-// Copies source[0 .. length) to destination[0 .. length) in whole vectors, so
-// it may read and write up to simd_width<T> - 1 elements past the run:
-// callers provide that slack and fill the destination in increasing order, so
-// the excess is overwritten.
-template <class T>
-inline void copy_run(const T* source, std::size_t length, T* destination)
-{
-    using vector = simd<T>;
-    for (std::size_t t = 0; t < length; t += vector::size) {
-        vector::load_unaligned(source + t).store_unaligned(destination + t);
-    }
-}
-
-// Drives a B packer that fills slivers itself, laying the block out as
-// packed_gemm expects: fill(first, width, sliver) writes lanes [0, width) of
-// rows 0 .. depth of the sliver holding columns [first, first + width) of the
-// block (row d at sliver + d * nr), in increasing row order; lanes from width
-// to nr are zeroed afterwards, so fill may spill whole vectors past a lane
-// (see copy_run).
-template <class T, class FillSliver>
-void pack_b_slivers(std::size_t depth, std::size_t columns, T* destination, FillSliver&& fill)
-{
-    constexpr std::size_t nr = gemm_blocking<T>::nr;
-    for (std::size_t first = 0; first < columns; first += nr) {
-        const std::size_t width = std::min(nr, columns - first);
-        fill(first, width, destination);
-        if (width < nr) {
-            for (std::size_t d = 0; d < depth; ++d) std::fill(destination + d * nr + width, destination + (d + 1) * nr, T(0));
-        }
-        destination += depth * nr;
-    }
-}
-
-// B operand of the forward pass: the im2col matrix, B(q, j) = input value
-// that tap q reads for output pixel j, packed straight from the phased input.
-template <class T>
-struct im2col_packer {
-    convolution_shape shape;
-    phased_input<T> input;
-
-    void operator()(std::size_t q0, std::size_t depth, std::size_t j0, std::size_t columns, T* destination) const
-    {
-        constexpr std::size_t nr = gemm_blocking<T>::nr;
-        // Runs of one sliver: the offset of the run's first pixel from a tap's
-        // origin in the phased input, and where the run goes in the sliver row.
-        struct run {
-            std::size_t origin;
-            std::size_t length;
-            std::size_t offset;
-        };
-        pack_b_slivers(depth, columns, destination, [&](std::size_t first, std::size_t width, T* sliver) {
-            run runs[nr];
-            std::size_t count = 0;
-            for_each_output_run(shape, j0 + first, width, [&](const output_run& r) {
-                runs[count++] = {r.image * input.image_stride() + r.row * input.width + r.column, r.length, r.offset};
-            });
-            for (std::size_t d = 0; d < depth; ++d) {
-                const T* tap_source = input.tap_origin(tap_of(shape, q0 + d));
-                for (std::size_t i = 0; i < count; ++i) {
-                    copy_run(tap_source + runs[i].origin, runs[i].length, sliver + d * nr + runs[i].offset);
-                }
-            }
-        });
-    }
-};
-
-// Writes tiles of the forward result (rows: output channels, columns: output
-// pixels) into the NCHW output: output = tile + beta * output on the first
-// depth block (output not read when beta == 0), output += tile on the others.
-template <class T>
-struct nchw_store {
-    convolution_shape shape;
-    T* output;
-    T beta;
-
-    void operator()(std::size_t i0, std::size_t j0, std::size_t rows, std::size_t columns, const T* tile,
-                    bool first) const
-    {
-        constexpr std::size_t nr = gemm_blocking<T>::nr;
-        const std::size_t pixels = shape.output_pixels();
-        for_each_image_span(pixels, j0, columns, [&](std::size_t image, std::size_t pixel, std::size_t length,
-                                                     std::size_t offset) {
-            for (std::size_t r = 0; r < rows; ++r) {
-                T* out = output + (image * shape.out_channels + i0 + r) * pixels + pixel;
-                const T* in = tile + r * nr + offset;
-                if (first && beta == T(0)) {
-                    for (std::size_t t = 0; t < length; ++t) out[t] = in[t];
-                } else {
-                    const T scale = first ? beta : T(1);
-                    for (std::size_t t = 0; t < length; ++t) out[t] = in[t] + scale * out[t];
-                }
-            }
-        });
-    }
-};
-
 // B operand of the input gradient: B(co, j) = grad_output of channel co at
 // output pixel j; contiguous within an image.
 template <class T>
@@ -340,15 +246,19 @@ struct output_gradient_packer {
     {
         constexpr std::size_t nr = gemm_blocking<T>::nr;
         const std::size_t pixels = shape.output_pixels();
-        pack_b_slivers(depth, columns, destination, [&](std::size_t first, std::size_t width, T* sliver) {
+        for (std::size_t first = 0; first < columns; first += nr) {
+            const std::size_t width = std::min(nr, columns - first);
             for (std::size_t d = 0; d < depth; ++d) {
+                T* row = destination + d * nr;
                 for_each_image_span(pixels, j0 + first, width, [&](std::size_t image, std::size_t pixel,
                                                                    std::size_t length, std::size_t offset) {
                     const T* source = grad_output + (image * shape.out_channels + c0 + d) * pixels + pixel;
-                    std::memcpy(sliver + d * nr + offset, source, length * sizeof(T));
+                    std::memcpy(row + offset, source, length * sizeof(T));
                 });
+                std::fill(row + width, row + nr, T(0));
             }
-        });
+            destination += depth * nr;
+        }
     }
 };
 
@@ -524,15 +434,63 @@ void scale_in_place(T* values, std::size_t count, T beta)
     }
 }
 
+struct direct_weights_tag {};
+struct tap_offsets_tag {};
+
 // output = convolution(input, weights) + beta * output, for a validated shape
-// with a non-empty batch.
+// with a non-empty batch (output not read when beta == 0).
+//
+// A direct convolution on the GEMM micro-kernel: A is the weights, packed
+// once; B is never packed. Output pixels of an image are indexed over the
+// width of a phase plane, j = oh * phase_width + ow, so that row q of B (what
+// tap q reads for pixels j, j + 1, ...) is a contiguous slice of the phased
+// input and the micro-kernel loads it in place. Columns with ow >= out_width
+// are computed from real (finite) input values and not stored: 2 / out_width
+// of the work for a 3x3 kernel with padding 1.
 template <class T>
 void forward_accumulate(const convolution_shape& shape, const T* input, const T* weights, T* output, T beta)
 {
-    const std::size_t patch = shape.patch_size();
-    packed_gemm<T>(shape.out_channels, shape.batch * shape.output_pixels(), patch,
-                   matrix_a_packer<T>{weights, matrix_strides(patch, transpose::no)},
-                   im2col_packer<T>{shape, prepare_input(shape, input)}, nchw_store<T>{shape, output, beta});
+    using blocking = gemm_blocking<T>;
+    constexpr std::size_t mr = blocking::mr, nr = blocking::nr;
+    const phased_input<T> phased = prepare_input(shape, input);
+    const std::size_t taps = shape.patch_size(), channels = shape.out_channels;
+    T* packed_weights = thread_scratch<direct_weights_tag, T>((channels + mr - 1) / mr * mr * taps);
+    pack_slivers<mr>(weights, taps, 1, channels, taps, packed_weights, taps * mr);
+    std::size_t* offsets = thread_scratch<tap_offsets_tag, std::size_t>(taps);
+    for (std::size_t q = 0; q < taps; ++q) {
+        offsets[q] = static_cast<std::size_t>(phased.tap_origin(tap_of(shape, q)) - phased.data);
+    }
+    const std::size_t out_width = shape.out_width(), row_width = phased.width, pixels = shape.output_pixels();
+    const std::size_t wide_pixels = shape.out_height() * row_width;
+    alignas(buffer_alignment) T tile[mr * nr];
+    for (std::size_t image = 0; image < shape.batch; ++image) {
+        const T* source = phased.data + image * phased.image_stride();
+        T* image_output = output + image * channels * pixels;
+        for (std::size_t j = 0; j < wide_pixels; j += nr) {
+            const std::size_t columns = std::min(nr, wide_pixels - j);
+            for (std::size_t c0 = 0; c0 < channels; c0 += mr) {
+                const std::size_t rows = std::min(mr, channels - c0);
+                micro_kernel_for_columns<T, mr, blocking::vectors_per_row>(
+                    columns, taps, packed_weights + c0 * taps, offset_rows<T>{source + j, offsets}, tile);
+                // Store the columns that are real pixels, one output row at a time.
+                for (std::size_t column = j; column < j + columns;) {
+                    const std::size_t row = column / row_width, first = column % row_width;
+                    const std::size_t row_end = std::min(j + columns, (row + 1) * row_width);
+                    const std::size_t length = first < out_width ? std::min(out_width - first, row_end - column) : 0;
+                    for (std::size_t r = 0; r < rows && length > 0; ++r) {
+                        T* out = image_output + (c0 + r) * pixels + row * out_width + first;
+                        const T* in = tile + r * nr + (column - j);
+                        if (beta == T(0)) {
+                            for (std::size_t t = 0; t < length; ++t) out[t] = in[t];
+                        } else {
+                            for (std::size_t t = 0; t < length; ++t) out[t] = in[t] + beta * out[t];
+                        }
+                    }
+                    column = row_end;
+                }
+            }
+        }
+    }
 }
 
 struct flipped_weights_tag {};

@@ -89,14 +89,33 @@ void pack_slivers(const T* source, std::size_t lane_stride, std::size_t depth_st
     }
 }
 
-// tile[mr][nr] = sum over kc of a_sliver (kc x mr, packed) times b_sliver
-// (kc x nr, packed), for the first UsedVectors vectors of each tile row only:
-// a sliver at the right edge of B runs the narrower kernel instead of
-// multiplying its zero padding. Both slivers and the tile are
+// Where the micro-kernel finds row d of its B operand: in a packed sliver
+// (row d at sliver + d * nr, aligned), or in place in a caller's buffer (row
+// d at source + offsets[d], any alignment; see convolution.hpp).
+template <class T, std::size_t NR>
+struct packed_rows {
+    static constexpr bool aligned = true;
+    const T* sliver;
+
+    const T* operator()(std::size_t d) const { return sliver + d * NR; }
+};
+
+template <class T>
+struct offset_rows {
+    static constexpr bool aligned = false;
+    const T* source;
+    const std::size_t* offsets;
+
+    const T* operator()(std::size_t d) const { return source + offsets[d]; }
+};
+
+// tile[mr][nr] = sum over d < kc of a_sliver (kc x mr, packed) times row d of
+// B (nr wide, from b_rows), for the first UsedVectors vectors of each tile row
+// only: a sliver at the right edge of B runs the narrower kernel instead of
+// multiplying its zero padding. The A sliver and the tile are
 // buffer_alignment-aligned.
-template <class T, std::size_t MR, std::size_t VectorsPerRow, std::size_t UsedVectors>
-inline void micro_kernel(std::size_t kc, const T* __restrict a_sliver, const T* __restrict b_sliver,
-                         T* __restrict tile)
+template <class T, std::size_t MR, std::size_t VectorsPerRow, std::size_t UsedVectors, class Rows>
+inline void micro_kernel(std::size_t kc, const T* __restrict a_sliver, const Rows& b_rows, T* __restrict tile)
 {
     using vector = simd<T>;
     constexpr std::size_t width = vector::size;
@@ -108,9 +127,16 @@ inline void micro_kernel(std::size_t kc, const T* __restrict a_sliver, const T* 
         for (std::size_t v = 0; v < UsedVectors; ++v) accumulator[r][v] = vector(T(0));
     }
     for (std::size_t d = 0; d < kc; ++d) {
+        const T* __restrict row = b_rows(d);
         vector b[UsedVectors];
 #pragma GCC unroll 4
-        for (std::size_t v = 0; v < UsedVectors; ++v) b[v] = vector::load_aligned(b_sliver + v * width);
+        for (std::size_t v = 0; v < UsedVectors; ++v) {
+            if constexpr (Rows::aligned) {
+                b[v] = vector::load_aligned(row + v * width);
+            } else {
+                b[v] = vector::load_unaligned(row + v * width);
+            }
+        }
 #pragma GCC unroll 16
         for (std::size_t r = 0; r < MR; ++r) {
             const vector a(a_sliver[r]);
@@ -120,7 +146,6 @@ inline void micro_kernel(std::size_t kc, const T* __restrict a_sliver, const T* 
             }
         }
         a_sliver += MR;
-        b_sliver += nr;
     }
 #pragma GCC unroll 16
     for (std::size_t r = 0; r < MR; ++r) {
@@ -132,16 +157,15 @@ inline void micro_kernel(std::size_t kc, const T* __restrict a_sliver, const T* 
 }
 
 // Runs the micro-kernel with as many vectors per row as `columns` needs.
-template <class T, std::size_t MR, std::size_t VectorsPerRow>
-inline void micro_kernel_for_columns(std::size_t columns, std::size_t kc, const T* a_sliver, const T* b_sliver,
+template <class T, std::size_t MR, std::size_t VectorsPerRow, class Rows>
+inline void micro_kernel_for_columns(std::size_t columns, std::size_t kc, const T* a_sliver, const Rows& b_rows,
                                      T* tile)
 {
     constexpr std::size_t width = simd_width<T>;
     const std::size_t vectors = (columns + width - 1) / width;
     [&]<std::size_t... Used>(std::index_sequence<Used...>) {
         // Exactly one alternative matches: the one with Used + 1 == vectors.
-        ((vectors == Used + 1 ? micro_kernel<T, MR, VectorsPerRow, Used + 1>(kc, a_sliver, b_sliver, tile)
-                              : void()),
+        ((vectors == Used + 1 ? micro_kernel<T, MR, VectorsPerRow, Used + 1>(kc, a_sliver, b_rows, tile) : void()),
          ...);
     }(std::make_index_sequence<VectorsPerRow>{});
 }
@@ -164,10 +188,6 @@ struct gemm_packed_b_tag {};
 //       block of that tile and false for the ones that follow, so that a
 //       store can overwrite, then accumulate.
 //
-// Packers may write up to simd_width<T> elements past the end of the block
-// they were asked for (the buffers have that slack), which lets them copy
-// short runs in whole vectors; what they write there is overwritten or unused.
-//
 // Precondition: k > 0 (with k == 0 no tile is produced).
 template <class T, class PackA, class PackB, class Store>
 void packed_gemm(std::size_t m, std::size_t n, std::size_t k, PackA&& pack_a, PackB&& pack_b,
@@ -176,12 +196,11 @@ void packed_gemm(std::size_t m, std::size_t n, std::size_t k, PackA&& pack_a, Pa
     using blocking = gemm_blocking<T>;
     constexpr std::size_t mr = blocking::mr;
     constexpr std::size_t nr = blocking::nr;
-    constexpr std::size_t slack = simd_width<T>;
     const std::size_t kc_max = std::min(blocking::kc, k);
     const std::size_t mc_max = std::min(blocking::mc, (m + mr - 1) / mr * mr);
     const std::size_t nc_max = std::min(blocking::nc, (n + nr - 1) / nr * nr);
-    T* packed_a = thread_scratch<detail::gemm_packed_a_tag, T>(mc_max * kc_max + slack);
-    T* packed_b = thread_scratch<detail::gemm_packed_b_tag, T>(nc_max * kc_max + slack);
+    T* packed_a = thread_scratch<detail::gemm_packed_a_tag, T>(mc_max * kc_max);
+    T* packed_b = thread_scratch<detail::gemm_packed_b_tag, T>(nc_max * kc_max);
     alignas(buffer_alignment) T tile[mr * nr];
 
     for (std::size_t ic = 0; ic < m; ic += blocking::mc) {
@@ -198,7 +217,7 @@ void packed_gemm(std::size_t m, std::size_t n, std::size_t k, PackA&& pack_a, Pa
                     for (std::size_t jr = 0; jr < nc; jr += nr) {
                         const std::size_t columns = std::min(nr, nc - jr);
                         detail::micro_kernel_for_columns<T, mr, blocking::vectors_per_row>(
-                            columns, kc, packed_a + ir * kc, packed_b + jr * kc, tile);
+                            columns, kc, packed_a + ir * kc, detail::packed_rows<T, nr>{packed_b + jr * kc}, tile);
                         store(ic + ir, jc + jr, rows, columns, static_cast<const T*>(tile), first);
                     }
                 }
