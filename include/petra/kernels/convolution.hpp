@@ -2,15 +2,18 @@
 // 2, zero padding): forward, gradient with respect to the input and gradient
 // with respect to the weights.
 //
-// All three run on the packed GEMM engine of gemm.hpp. Rather than building an
-// im2col matrix and packing it again, the convolution supplies packers that
-// read the image directly into the engine's slivers, and stores that write
-// (or scatter-add) tiles straight into NCHW tensors: one pass over the data.
+// No im2col matrix is ever built. The input (or, for the input gradient, the
+// output gradient) is copied once with its zero border into stride x stride
+// phase planes, where every weight tap reads consecutive memory for
+// consecutive output pixels. Forward and input gradient are then direct
+// correlations on the GEMM micro-kernel, which loads those slices in place
+// and multiplies them by the packed weights; the weight gradient takes dot
+// products of the same slices with the output gradient.
 //
-// Index names: the batch is N, a result column j stands for one output pixel
-// (image n, row oh, column ow) of all images in a row, j = (n * OH + oh) * OW + ow,
-// and a patch index q stands for one weight tap (ci, kh, kw),
-// q = (ci * K + kh) * K + kw.
+// Index names: a tap index q stands for one weight tap (ci, kh, kw),
+// q = (ci * K + kh) * K + kw; a "wide" pixel index j = row * plane_width +
+// column runs over the full width of a phase plane, whose columns past the
+// output width are computed or summed with zeros, never stored.
 #pragma once
 
 #include <algorithm>
@@ -74,58 +77,9 @@ inline void validate(const convolution_shape& shape)
 
 namespace detail {
 
-// A run of consecutive output pixels within one output row: columns
-// [column, column + length) of row `row` of image `image`; `offset` is the
-// position of its first pixel in the span of result columns being visited.
-struct output_run {
-    std::size_t image;
-    std::size_t row;
-    std::size_t column;
-    std::size_t length;
-    std::size_t offset;
-};
-
-// Calls visit(run) for the runs that cover result columns [j0, j0 + count).
-template <class Visit>
-void for_each_output_run(const convolution_shape& shape, std::size_t j0, std::size_t count, Visit&& visit)
-{
-    const std::size_t width = shape.out_width();
-    const std::size_t pixels = shape.output_pixels();
-    std::size_t image = j0 / pixels;
-    std::size_t row = (j0 % pixels) / width;
-    std::size_t column = j0 % width;
-    for (std::size_t offset = 0; offset < count;) {
-        const std::size_t length = std::min(width - column, count - offset);
-        visit(output_run{image, row, column, length, offset});
-        offset += length;
-        column = 0;
-        if (++row == shape.out_height()) {
-            row = 0;
-            ++image;
-        }
-    }
-}
-
-// Calls visit(image, first_pixel, length, offset) for the pieces of result
-// columns [j0, j0 + count) that lie within one image.
-template <class Visit>
-void for_each_image_span(std::size_t pixels, std::size_t j0, std::size_t count, Visit&& visit)
-{
-    std::size_t image = j0 / pixels;
-    std::size_t pixel = j0 % pixels;
-    for (std::size_t offset = 0; offset < count;) {
-        const std::size_t length = std::min(pixels - pixel, count - offset);
-        visit(image, pixel, length, offset);
-        offset += length;
-        pixel = 0;
-        ++image;
-    }
-}
-
-// The input coordinates that output positions first .. first + length - 1
-// (stride apart) read along one axis are origin + t * stride for t in
-// [0, length), where origin = first * stride + tap - padding may be negative.
-// Returns the range [begin, end) of t whose coordinate lies in [0, extent).
+// Positions origin + t * stride along one axis, for t in [0, length), with
+// origin possibly negative: returns the range [begin, end) of t whose
+// position lies in [0, extent).
 struct tap_range {
     std::size_t begin;
     std::size_t end;
@@ -234,68 +188,6 @@ phased_input<T> prepare_input(const convolution_shape& shape, const T* input)
     }
     return {phased, stride, shape.in_channels, height, width};
 }
-
-// B operand of the input gradient: B(co, j) = grad_output of channel co at
-// output pixel j; contiguous within an image.
-template <class T>
-struct output_gradient_packer {
-    convolution_shape shape;
-    const T* grad_output;
-
-    void operator()(std::size_t c0, std::size_t depth, std::size_t j0, std::size_t columns, T* destination) const
-    {
-        constexpr std::size_t nr = gemm_blocking<T>::nr;
-        const std::size_t pixels = shape.output_pixels();
-        for (std::size_t first = 0; first < columns; first += nr) {
-            const std::size_t width = std::min(nr, columns - first);
-            for (std::size_t d = 0; d < depth; ++d) {
-                T* row = destination + d * nr;
-                for_each_image_span(pixels, j0 + first, width, [&](std::size_t image, std::size_t pixel,
-                                                                   std::size_t length, std::size_t offset) {
-                    const T* source = grad_output + (image * shape.out_channels + c0 + d) * pixels + pixel;
-                    std::memcpy(row + offset, source, length * sizeof(T));
-                });
-                std::fill(row + width, row + nr, T(0));
-            }
-            destination += depth * nr;
-        }
-    }
-};
-
-// col2im: adds tiles of the patch-gradient matrix (rows: taps q, columns:
-// output pixels j) to the input gradient at the input position each tap read.
-template <class T>
-struct col2im_store {
-    convolution_shape shape;
-    T* grad_input;
-
-    void operator()(std::size_t q0, std::size_t j0, std::size_t rows, std::size_t columns, const T* tile,
-                    bool /*first*/) const
-    {
-        constexpr std::size_t nr = gemm_blocking<T>::nr;
-        for_each_output_run(shape, j0, columns, [&](const output_run& run) {
-            for (std::size_t r = 0; r < rows; ++r) {
-                const tap k = tap_of(shape, q0 + r);
-                const auto input_row = static_cast<std::ptrdiff_t>(run.row * shape.stride + k.row) -
-                                       static_cast<std::ptrdiff_t>(shape.padding);
-                if (input_row < 0 || input_row >= static_cast<std::ptrdiff_t>(shape.in_height)) continue;
-                T* target = grad_input +
-                            ((run.image * shape.in_channels + k.channel) * shape.in_height +
-                             static_cast<std::size_t>(input_row)) *
-                                shape.in_width;
-                const std::ptrdiff_t origin = static_cast<std::ptrdiff_t>(run.column * shape.stride + k.column) -
-                                              static_cast<std::ptrdiff_t>(shape.padding);
-                const tap_range valid = valid_taps(origin, shape.stride, run.length, shape.in_width);
-                if (valid.begin == valid.end) continue;
-                T* out = target + (origin + static_cast<std::ptrdiff_t>(valid.begin * shape.stride));
-                const T* in = tile + r * nr + run.offset;
-                for (std::size_t t = valid.begin; t < valid.end; ++t) {
-                    out[(t - valid.begin) * shape.stride] += in[t];
-                }
-            }
-        });
-    }
-};
 
 // c[r][s] += sum over images i and d < depth of a_i[r][d] * b_i[s][d], for
 // r < RowsA and s < RowsB: dot products of rows that are contiguous along the
@@ -434,24 +326,85 @@ void scale_in_place(T* values, std::size_t count, T beta)
     }
 }
 
+// Calls visit(row, column, length, offset) for the pieces of wide pixels
+// [j0, j0 + count), indexed j = row * row_width + column, that lie within one
+// row; offset is the position of the piece's first pixel in the span.
+template <class Visit>
+void for_each_wide_row(std::size_t row_width, std::size_t j0, std::size_t count, Visit&& visit)
+{
+    for (std::size_t j = j0; j < j0 + count;) {
+        const std::size_t row = j / row_width, column = j % row_width;
+        const std::size_t length = std::min(row_width - column, j0 + count - j);
+        visit(row, column, length, j - j0);
+        j += length;
+    }
+}
+
+// A correlation read in place, on the GEMM micro-kernel: for every image n,
+// result channel c < channels and wide pixel j < wide_pixels,
+//   result(n, c, j) = sum over taps t < taps of weights(c, t)
+//                     * source[n * image_stride + offsets[t] + j],
+// with the weights packed as mr-row slivers over the taps. Each mr x nr tile
+// goes to store(image, c0, rows, j0, columns, tile) (tile row stride nr),
+// for result channels [c0, c0 + rows) and wide pixels [j0, j0 + columns).
+// The micro-kernel loads whole vectors, so source must stay readable
+// simd_width - 1 elements past the last pixel it is asked for.
+template <class T, class Store>
+void direct_correlation(std::size_t images, const T* source, std::size_t image_stride, const std::size_t* offsets,
+                        std::size_t taps, const T* packed_weights, std::size_t channels, std::size_t wide_pixels,
+                        Store&& store)
+{
+    using blocking = gemm_blocking<T>;
+    constexpr std::size_t mr = blocking::mr, nr = blocking::nr;
+    alignas(buffer_alignment) T tile[mr * nr];
+    for (std::size_t image = 0; image < images; ++image) {
+        const T* image_source = source + image * image_stride;
+        for (std::size_t j = 0; j < wide_pixels; j += nr) {
+            const std::size_t columns = std::min(nr, wide_pixels - j);
+            for (std::size_t c0 = 0; c0 < channels; c0 += mr) {
+                micro_kernel_for_columns<T, mr, blocking::vectors_per_row>(
+                    columns, taps, packed_weights + c0 * taps, offset_rows<T>{image_source + j, offsets}, tile);
+                store(image, c0, std::min(mr, channels - c0), j, columns, static_cast<const T*>(tile));
+            }
+        }
+    }
+}
+
+// out[t] = in[t] + beta * out[t] for t < count (out not read when beta == 0),
+// in whole vectors with a scalar tail.
+template <class T>
+inline void store_row(std::size_t count, const T* in, T* out, T beta)
+{
+    using vector = simd<T>;
+    std::size_t t = 0;
+    if (beta == T(0)) {
+        for (; t + vector::size <= count; t += vector::size) vector::load_unaligned(in + t).store_unaligned(out + t);
+        for (; t < count; ++t) out[t] = in[t];
+    } else {
+        const vector scale(beta);
+        for (; t + vector::size <= count; t += vector::size) {
+            xsimd::fma(scale, vector::load_unaligned(out + t), vector::load_unaligned(in + t)).store_unaligned(out + t);
+        }
+        for (; t < count; ++t) out[t] = xsimd::fma(beta, out[t], in[t]);
+    }
+}
+
 struct direct_weights_tag {};
 struct tap_offsets_tag {};
 
 // output = convolution(input, weights) + beta * output, for a validated shape
 // with a non-empty batch (output not read when beta == 0).
 //
-// A direct convolution on the GEMM micro-kernel: A is the weights, packed
-// once; B is never packed. Output pixels of an image are indexed over the
-// width of a phase plane, j = oh * phase_width + ow, so that row q of B (what
-// tap q reads for pixels j, j + 1, ...) is a contiguous slice of the phased
-// input and the micro-kernel loads it in place. Columns with ow >= out_width
-// are computed from real (finite) input values and not stored: 2 / out_width
-// of the work for a 3x3 kernel with padding 1.
+// A direct convolution: output pixels of an image are indexed over the width
+// of a phase plane, j = oh * phase_width + ow, so that what tap q reads for
+// pixels j, j + 1, ... is a contiguous slice of the phased input, at the
+// tap's origin; only the weights are packed. Columns with ow >= out_width are
+// computed from real (finite) input values and not stored: 2 / out_width of
+// the work for a 3x3 kernel with padding 1.
 template <class T>
 void forward_accumulate(const convolution_shape& shape, const T* input, const T* weights, T* output, T beta)
 {
-    using blocking = gemm_blocking<T>;
-    constexpr std::size_t mr = blocking::mr, nr = blocking::nr;
+    constexpr std::size_t mr = gemm_blocking<T>::mr, nr = gemm_blocking<T>::nr;
     const phased_input<T> phased = prepare_input(shape, input);
     const std::size_t taps = shape.patch_size(), channels = shape.out_channels;
     T* packed_weights = thread_scratch<direct_weights_tag, T>((channels + mr - 1) / mr * mr * taps);
@@ -460,40 +413,144 @@ void forward_accumulate(const convolution_shape& shape, const T* input, const T*
     for (std::size_t q = 0; q < taps; ++q) {
         offsets[q] = static_cast<std::size_t>(phased.tap_origin(tap_of(shape, q)) - phased.data);
     }
-    const std::size_t out_width = shape.out_width(), row_width = phased.width, pixels = shape.output_pixels();
-    const std::size_t wide_pixels = shape.out_height() * row_width;
-    alignas(buffer_alignment) T tile[mr * nr];
-    for (std::size_t image = 0; image < shape.batch; ++image) {
-        const T* source = phased.data + image * phased.image_stride();
-        T* image_output = output + image * channels * pixels;
-        for (std::size_t j = 0; j < wide_pixels; j += nr) {
-            const std::size_t columns = std::min(nr, wide_pixels - j);
-            for (std::size_t c0 = 0; c0 < channels; c0 += mr) {
-                const std::size_t rows = std::min(mr, channels - c0);
-                micro_kernel_for_columns<T, mr, blocking::vectors_per_row>(
-                    columns, taps, packed_weights + c0 * taps, offset_rows<T>{source + j, offsets}, tile);
-                // Store the columns that are real pixels, one output row at a time.
-                for (std::size_t column = j; column < j + columns;) {
-                    const std::size_t row = column / row_width, first = column % row_width;
-                    const std::size_t row_end = std::min(j + columns, (row + 1) * row_width);
-                    const std::size_t length = first < out_width ? std::min(out_width - first, row_end - column) : 0;
-                    for (std::size_t r = 0; r < rows && length > 0; ++r) {
-                        T* out = image_output + (c0 + r) * pixels + row * out_width + first;
-                        const T* in = tile + r * nr + (column - j);
-                        if (beta == T(0)) {
-                            for (std::size_t t = 0; t < length; ++t) out[t] = in[t];
-                        } else {
-                            for (std::size_t t = 0; t < length; ++t) out[t] = in[t] + beta * out[t];
+    const std::size_t out_width = shape.out_width(), pixels = shape.output_pixels();
+    direct_correlation(
+        shape.batch, phased.data, phased.image_stride(), offsets, taps, static_cast<const T*>(packed_weights),
+        channels, shape.out_height() * phased.width,
+        [&](std::size_t image, std::size_t c0, std::size_t rows, std::size_t j0, std::size_t columns, const T* tile) {
+            for_each_wide_row(phased.width, j0, columns, [&](std::size_t row, std::size_t column, std::size_t length,
+                                                             std::size_t offset) {
+                if (column >= out_width) return;
+                length = std::min(length, out_width - column);
+                for (std::size_t r = 0; r < rows; ++r) {
+                    store_row(length, tile + r * nr + offset,
+                              output + ((image * channels + c0 + r) * pixels + row * out_width + column), beta);
+                }
+            });
+        });
+}
+
+struct phase_source_tag {};
+struct phase_weights_tag {};
+
+// grad_input = input gradient of the convolution + beta * grad_input, for a
+// validated shape with a non-empty batch (grad_input not read when beta == 0).
+//
+// Input positions are split into the stride x stride phases of the padded
+// input: padded position (y, x) = (stride * r + a, stride * c + b) is reached
+// only through taps kh = a + stride * u, kw = b + stride * v, from output pixel
+// (r - u, c - v). So phase (a, b) of the input gradient is a stride-1
+// correlation of the output gradient with those taps, flipped:
+//   grad(stride r + a, stride c + b) = sum over co, u, v of
+//       weights[co][ci][a + stride u][b + stride v] * grad_output[co][r - u][c - v],
+// which direct_correlation computes in place from a copy of grad_output with
+// `border` zero rows and columns in front. With stride 1 this is the classic
+// convolution with transposed, flipped weights. Only phase rows that land
+// inside the image are computed.
+template <class T>
+void backward_input_by_phases(const convolution_shape& shape, const T* grad_output, const T* weights,
+                              T* grad_input, T beta)
+{
+    constexpr std::size_t mr = gemm_blocking<T>::mr, nr = gemm_blocking<T>::nr;
+    const std::size_t stride = shape.stride, kernel = shape.kernel, padding = shape.padding;
+    const std::size_t in_channels = shape.in_channels, out_channels = shape.out_channels;
+    const std::size_t height = shape.in_height, width = shape.in_width;
+    // Phase rows r whose input row stride * r + a - padding lies in
+    // [0, height) form [first(a), end(a)), and likewise for columns; all
+    // phases together need rows [first_row, end_row) and columns
+    // [first_column, end_column). The copy of grad_output has `border` zero
+    // rows and columns in front for the taps u, v <= border, so that result
+    // row r reads copy row r - first_row + border - u.
+    auto first_index = [&](std::size_t phase) {
+        return padding > phase ? (padding - phase + stride - 1) / stride : std::size_t(0);
+    };
+    auto end_index = [&](std::size_t phase, std::size_t extent) {
+        return (extent + padding - phase + stride - 1) / stride;
+    };
+    const std::size_t phases = std::min(stride, kernel);
+    const std::size_t first_row = first_index(phases - 1), end_row = end_index(0, height);
+    const std::size_t first_column = first_index(phases - 1), end_column = end_index(0, width);
+    const std::size_t border = (kernel + stride - 1) / stride - 1;
+    const std::size_t source_width = end_column - first_column + border;
+    const std::size_t source_plane = (end_row - first_row + border) * source_width;
+    const std::size_t out_height = shape.out_height(), out_width = shape.out_width();
+    T* source = thread_scratch<phase_source_tag, T>(shape.batch * out_channels * source_plane + 2 * simd_width<T>);
+    std::fill(source, source + shape.batch * out_channels * source_plane + 2 * simd_width<T>, T(0));
+    // Output pixel (oh, ow) lands at copy row oh + border - first_row and
+    // column ow + border - first_column. These are never negative: first_row
+    // and first_column are at most ceil((padding - stride + 1) / stride),
+    // which padding < kernel keeps within border.
+    for (std::size_t plane = 0; plane < shape.batch * out_channels; ++plane) {
+        for (std::size_t oh = 0; oh < out_height; ++oh) {
+            std::memcpy(source + plane * source_plane + (oh + border - first_row) * source_width + border - first_column,
+                        grad_output + (plane * out_height + oh) * out_width, out_width * sizeof(T));
+        }
+    }
+    // A kernel smaller than the stride (1x1, stride 2) leaves phases that no
+    // tap reaches: their gradient is zero, so scale everything first and
+    // accumulate the phases that have taps.
+    if (kernel < stride) {
+        scale_in_place(grad_input, shape.input_count(), beta);
+        beta = T(1);
+    }
+    const std::size_t max_taps = out_channels * (border + 1) * (border + 1);
+    T* matrix = thread_scratch<phase_weights_tag, T>(in_channels * max_taps + (in_channels + mr - 1) / mr * mr * max_taps);
+    T* packed = matrix + in_channels * max_taps;
+    std::size_t* offsets = thread_scratch<tap_offsets_tag, std::size_t>(max_taps);
+    for (std::size_t a = 0; a < std::min(stride, kernel); ++a) {
+        for (std::size_t b = 0; b < std::min(stride, kernel); ++b) {
+            const std::size_t taps_u = (kernel - a + stride - 1) / stride, taps_v = (kernel - b + stride - 1) / stride;
+            const std::size_t taps = out_channels * taps_u * taps_v;
+            // Tap (u, v) reads copy row (result row - first_row) + border - u.
+            for (std::size_t co = 0; co < out_channels; ++co) {
+                for (std::size_t u = 0; u < taps_u; ++u) {
+                    for (std::size_t v = 0; v < taps_v; ++v) {
+                        const std::size_t t = (co * taps_u + u) * taps_v + v;
+                        offsets[t] = co * source_plane + (border - u) * source_width + (border - v);
+                        for (std::size_t ci = 0; ci < in_channels; ++ci) {
+                            matrix[ci * taps + t] =
+                                weights[((co * in_channels + ci) * kernel + a + stride * u) * kernel + b + stride * v];
                         }
                     }
-                    column = row_end;
                 }
             }
+            pack_slivers<mr>(static_cast<const T*>(matrix), taps, 1, in_channels, taps, packed, taps * mr);
+            const std::size_t phase_first_row = first_index(a), phase_end_row = end_index(a, height);
+            if (phase_first_row >= phase_end_row) continue;
+            // Wide pixel (row, column) of this phase is result row
+            // phase_first_row + row, result column first_column + column.
+            direct_correlation(
+                shape.batch, static_cast<const T*>(source + (phase_first_row - first_row) * source_width),
+                out_channels * source_plane, offsets, taps, static_cast<const T*>(packed), in_channels,
+                (phase_end_row - phase_first_row) * source_width,
+                [&](std::size_t image, std::size_t c0, std::size_t rows, std::size_t j0, std::size_t columns,
+                    const T* tile) {
+                    for_each_wide_row(source_width, j0, columns, [&](std::size_t row, std::size_t column,
+                                                                     std::size_t length, std::size_t offset) {
+                        const std::size_t y = (phase_first_row + row) * stride + a - padding;
+                        const std::ptrdiff_t origin = static_cast<std::ptrdiff_t>((first_column + column) * stride + b) -
+                                                      static_cast<std::ptrdiff_t>(padding);
+                        const tap_range valid = valid_taps(origin, stride, length, width);
+                        if (valid.begin == valid.end) return;
+                        const std::size_t count = valid.end - valid.begin;
+                        const std::size_t x = static_cast<std::size_t>(origin + static_cast<std::ptrdiff_t>(valid.begin * stride));
+                        for (std::size_t r = 0; r < rows; ++r) {
+                            T* out = grad_input + ((image * in_channels + c0 + r) * height + y) * width + x;
+                            const T* in = tile + r * nr + offset + valid.begin;
+                            if (stride == 1) {
+                                store_row(count, in, out, beta);
+                            } else {
+                                for (std::size_t t = 0; t < count; ++t) {
+                                    T& target = out[t * stride];
+                                    target = beta == T(0) ? in[t] : in[t] + beta * target;
+                                }
+                            }
+                        }
+                    });
+                });
         }
     }
 }
-
-struct flipped_weights_tag {};
 
 } // namespace detail
 
@@ -512,41 +569,15 @@ void convolution_forward(const convolution_shape& shape, const T* input, const T
 
 // grad_input = (gradient of the forward pass with respect to its input,
 // applied to grad_output) + beta * grad_input. With beta == 0, grad_input is
-// not read on entry.
-//
-// With stride 1 the input gradient is itself a stride-1 convolution: of
-// grad_output, with the weights transposed (input and output channels
-// swapped) and flipped (kernel rows and columns reversed), and padding
-// kernel - 1 - padding. It then runs on the forward path. With stride 2, or
-// with fewer input channels than the GEMM tile has rows (the stem), the patch
-// gradients are computed by GEMM and scattered back (col2im).
+// not read on entry. Computed phase by phase as stride-1 correlations of
+// grad_output (see detail::backward_input_by_phases).
 template <class T>
 void convolution_backward_input(const convolution_shape& shape, const T* grad_output, const T* weights,
                                 T* grad_input, T beta = T(0))
 {
     validate(shape);
     if (shape.batch == 0) return;
-    const std::size_t patch = shape.patch_size();
-    if (shape.stride == 1 && shape.in_channels >= gemm_blocking<T>::mr) {
-        const std::size_t k = shape.kernel;
-        T* flipped = thread_scratch<detail::flipped_weights_tag, T>(shape.weight_count());
-        for (std::size_t co = 0; co < shape.out_channels; ++co)
-            for (std::size_t ci = 0; ci < shape.in_channels; ++ci)
-                for (std::size_t kh = 0; kh < k; ++kh)
-                    for (std::size_t kw = 0; kw < k; ++kw) {
-                        flipped[((ci * shape.out_channels + co) * k + (k - 1 - kh)) * k + (k - 1 - kw)] =
-                            weights[((co * shape.in_channels + ci) * k + kh) * k + kw];
-                    }
-        const convolution_shape transposed{shape.batch,       shape.out_channels, shape.out_height(),
-                                           shape.out_width(), shape.in_channels,  k,
-                                           1,                 k - 1 - shape.padding};
-        detail::forward_accumulate(transposed, grad_output, static_cast<const T*>(flipped), grad_input, beta);
-        return;
-    }
-    detail::scale_in_place(grad_input, shape.input_count(), beta);
-    packed_gemm<T>(patch, shape.batch * shape.output_pixels(), shape.out_channels,
-                   matrix_a_packer<T>{weights, matrix_strides(patch, transpose::yes)},
-                   detail::output_gradient_packer<T>{shape, grad_output}, detail::col2im_store<T>{shape, grad_input});
+    detail::backward_input_by_phases(shape, grad_output, weights, grad_input, beta);
 }
 
 // grad_weights = (gradient of the forward pass with respect to its weights,
