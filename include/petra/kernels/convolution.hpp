@@ -408,7 +408,7 @@ void forward_accumulate(const convolution_shape& shape, const T* input, const T*
     const phased_input<T> phased = prepare_input(shape, input);
     const std::size_t taps = shape.patch_size(), channels = shape.out_channels;
     T* packed_weights = thread_scratch<direct_weights_tag, T>((channels + mr - 1) / mr * mr * taps);
-    pack_slivers<mr>(weights, taps, 1, channels, taps, packed_weights, taps * mr);
+    pack_slivers<mr>(weights, taps, 1, channels, taps, packed_weights);
     std::size_t* offsets = thread_scratch<tap_offsets_tag, std::size_t>(taps);
     for (std::size_t q = 0; q < taps; ++q) {
         offsets[q] = static_cast<std::size_t>(phased.tap_origin(tap_of(shape, q)) - phased.data);
@@ -514,7 +514,7 @@ void backward_input_by_phases(const convolution_shape& shape, const T* grad_outp
                     }
                 }
             }
-            pack_slivers<mr>(static_cast<const T*>(matrix), taps, 1, in_channels, taps, packed, taps * mr);
+            pack_slivers<mr>(static_cast<const T*>(matrix), taps, 1, in_channels, taps, packed);
             const std::size_t phase_first_row = first_index(a), phase_end_row = end_index(a, height);
             if (phase_first_row >= phase_end_row) continue;
             // Wide pixel (row, column) of this phase is result row
@@ -588,12 +588,8 @@ void convolution_backward_weights(const convolution_shape& shape, const T* input
                                   T* grad_weights, T beta = T(0))
 {
     validate(shape);
-    const std::size_t pixels = shape.batch * shape.output_pixels();
-    if (pixels == 0) {
-        detail::scale_in_place(grad_weights, shape.weight_count(), beta);
-        return;
-    }
     detail::scale_in_place(grad_weights, shape.weight_count(), beta);
+    if (shape.batch == 0) return;
     detail::weight_gradient(shape, detail::prepare_input(shape, input), grad_output, grad_weights);
 }
 

@@ -48,15 +48,14 @@ struct gemm_blocking {
 namespace detail {
 
 // Packs lanes x depth elements of a strided operand into ceil(lanes / W)
-// slivers of depth x W, element (lane, d) going to sliver lane / W at
-// d * W + lane % W; lanes past `lanes` are zero so the micro-kernel can always
-// run a full tile. Element (lane, d) of the source is
-// source[lane * lane_stride + d * depth_stride]. Consecutive slivers start
-// sliver_stride elements apart (depth * W when the whole depth is packed at
-// once; more when a caller packs the depth in pieces).
+// consecutive slivers of depth x W, element (lane, d) going to sliver lane / W
+// at d * W + lane % W. Element (lane, d) of the source is
+// source[lane * lane_stride + d * depth_stride]. Lanes past `lanes` are zero:
+// the micro-kernel computes whole tiles and their results are never stored,
+// but zeros keep NaN and slow denormal garbage out of its registers.
 template <std::size_t W, class T>
 void pack_slivers(const T* source, std::size_t lane_stride, std::size_t depth_stride, std::size_t lanes,
-                  std::size_t depth, T* destination, std::size_t sliver_stride)
+                  std::size_t depth, T* destination)
 {
     for (std::size_t first = 0; first < lanes; first += W) {
         const std::size_t width = std::min(W, lanes - first);
@@ -85,7 +84,7 @@ void pack_slivers(const T* source, std::size_t lane_stride, std::size_t depth_st
                 for (; lane < W; ++lane) out[lane] = T(0);
             }
         }
-        destination += sliver_stride;
+        destination += depth * W;
     }
 }
 
@@ -247,8 +246,7 @@ struct matrix_a_packer {
     void operator()(std::size_t i0, std::size_t rows, std::size_t d0, std::size_t depth, T* destination) const
     {
         detail::pack_slivers<gemm_blocking<T>::mr>(data + i0 * strides.row + d0 * strides.column, strides.row,
-                                                   strides.column, rows, depth, destination,
-                                                   depth * gemm_blocking<T>::mr);
+                                                   strides.column, rows, depth, destination);
     }
 };
 
@@ -262,8 +260,7 @@ struct matrix_b_packer {
     void operator()(std::size_t d0, std::size_t depth, std::size_t j0, std::size_t columns, T* destination) const
     {
         detail::pack_slivers<gemm_blocking<T>::nr>(data + d0 * strides.row + j0 * strides.column, strides.column,
-                                                   strides.row, columns, depth, destination,
-                                                   depth * gemm_blocking<T>::nr);
+                                                   strides.row, columns, depth, destination);
     }
 };
 
