@@ -8,11 +8,11 @@ import sys
 def main(path):
     with open(path) as handle:
         report = json.load(handle)
-    medians = {}
-    for run in report["benchmarks"]:
-        if run.get("aggregate_name") != "median":
-            continue
-        medians[run["run_name"]] = run
+    # Repetitions run interleaved in random order; list the benchmarks in the
+    # order the binary registers them.
+    runs = [run for run in report["benchmarks"] if run.get("aggregate_name") == "median"]
+    runs.sort(key=lambda run: (run["family_index"], run["per_family_instance_index"]))
+    medians = {run["run_name"]: run for run in runs}
     context = report["context"]
     print(f"\nopenblas_core={context.get('openblas_core')} petra_simd={context.get('petra_simd')} "
           f"date={context.get('date')}\n")
