@@ -3,4 +3,5 @@
 #pragma once
 
 #include <petra/kernels.hpp>
+#include <petra/layers.hpp>
 #include <petra/version.hpp>

@@ -1,0 +1,133 @@
+// Batch normalisation over Channels channels of any spatial size:
+//   y = gamma * (x - mean) / sqrt(variance + epsilon) + beta, per channel,
+// with the mean and (biased) variance of the batch in training and
+// recomputation passes, and the running statistics in inference. Parameters:
+// gamma[C] then beta[C]. State: running mean[C] then running variance[C],
+// updated by training passes only (running = (1 - momentum) running +
+// momentum batch, the variance unbiased), so that a reconstruction, which
+// recomputes a forward already counted, leaves them as they were.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <random>
+#include <stdexcept>
+
+#include <petra/kernels/reduction.hpp>
+#include <petra/layers/layer.hpp>
+
+namespace petra {
+
+template <std::size_t Channels>
+struct batch_norm {
+    static_assert(Channels > 0, "batch_norm needs at least one channel.");
+    static constexpr double epsilon = 1e-5;
+    static constexpr double momentum = 0.1;
+
+    template <class Input>
+    struct bind {
+        static_assert(Input::channels == Channels,
+                      "batch_norm: the input does not have the number of channels the layer expects.");
+        using input = Input;
+        using output = Input;
+        static constexpr std::size_t pixels = Input::pixels;
+        static constexpr std::size_t parameter_count = 2 * Channels;
+        static constexpr std::size_t state_count = 2 * Channels;
+        // The batch mean and inverse standard deviation of each channel.
+        static constexpr std::size_t cache_count = 2 * Channels;
+        static constexpr std::size_t forward_flops = 4 * Input::size;
+        static constexpr std::size_t backward_flops = 8 * Input::size;
+
+        // gamma = 1, beta = 0; running mean 0, running variance 1.
+        template <class T>
+        static void initialize(T* parameters, T* state, std::mt19937_64& /*generator*/)
+        {
+            std::fill(parameters, parameters + Channels, T(1));
+            std::fill(parameters + Channels, parameters + 2 * Channels, T(0));
+            std::fill(state, state + Channels, T(0));
+            std::fill(state + Channels, state + 2 * Channels, T(1));
+        }
+
+        template <class T>
+        static void forward(pass mode, std::size_t batch, const T* parameters, T* state, const T* x, T* y, T* cache)
+        {
+            const T* gamma = parameters;
+            const T* beta = parameters + Channels;
+            T* mean = cache;
+            T* inverse_deviation = cache + Channels;
+            if (mode == pass::inference) {
+                for (std::size_t c = 0; c < Channels; ++c) {
+                    mean[c] = state[c];
+                    inverse_deviation[c] = T(1) / std::sqrt(state[Channels + c] + T(epsilon));
+                }
+            } else {
+                if (batch * pixels < 2) {
+                    throw std::invalid_argument(
+                        "batch_norm: training needs at least two values per channel in a batch");
+                }
+                T* variance = inverse_deviation;
+                kernels::channel_mean_variance(batch, Channels, pixels, x, mean, variance);
+                if (mode == pass::training) {
+                    const T unbiased = T(batch * pixels) / T(batch * pixels - 1);
+                    for (std::size_t c = 0; c < Channels; ++c) {
+                        state[c] = T(1 - momentum) * state[c] + T(momentum) * mean[c];
+                        state[Channels + c] =
+                            T(1 - momentum) * state[Channels + c] + T(momentum) * unbiased * variance[c];
+                    }
+                }
+                for (std::size_t c = 0; c < Channels; ++c) inverse_deviation[c] = T(1) / std::sqrt(variance[c] + T(epsilon));
+            }
+            for (std::size_t n = 0; n < batch; ++n) {
+                for (std::size_t c = 0; c < Channels; ++c) {
+                    const T scale = gamma[c] * inverse_deviation[c];
+                    const T shift = beta[c] - scale * mean[c];
+                    const T* in = x + (n * Channels + c) * pixels;
+                    T* out = y + (n * Channels + c) * pixels;
+                    for (std::size_t p = 0; p < pixels; ++p) out[p] = scale * in[p] + shift;
+                }
+            }
+        }
+
+        // The gradient of a training (or recomputation) pass, where mean and
+        // variance depend on x: with x_hat = (x - mean) * inverse_deviation
+        // and count = batch * pixels, per channel
+        //   grad_beta  += sum grad_y,   grad_gamma += sum grad_y * x_hat,
+        //   grad_x = gamma * inverse_deviation / count
+        //            * (count * grad_y - sum grad_y - x_hat * sum grad_y * x_hat).
+        template <class T>
+        static void backward(std::size_t batch, const T* parameters, const T* x, const T* cache, const T* grad_y,
+                             T* grad_x, T* grad_parameters)
+        {
+            const T* gamma = parameters;
+            const T* mean = cache;
+            const T* inverse_deviation = cache + Channels;
+            const T count = static_cast<T>(batch * pixels);
+            for (std::size_t c = 0; c < Channels; ++c) {
+                T sum_grad = T(0), sum_grad_x_hat = T(0);
+                for (std::size_t n = 0; n < batch; ++n) {
+                    const T* in = x + (n * Channels + c) * pixels;
+                    const T* grad = grad_y + (n * Channels + c) * pixels;
+                    for (std::size_t p = 0; p < pixels; ++p) {
+                        sum_grad += grad[p];
+                        sum_grad_x_hat += grad[p] * (in[p] - mean[c]) * inverse_deviation[c];
+                    }
+                }
+                grad_parameters[c] += sum_grad_x_hat;
+                grad_parameters[Channels + c] += sum_grad;
+                const T scale = gamma[c] * inverse_deviation[c] / count;
+                for (std::size_t n = 0; n < batch; ++n) {
+                    const T* in = x + (n * Channels + c) * pixels;
+                    const T* grad = grad_y + (n * Channels + c) * pixels;
+                    T* out = grad_x + (n * Channels + c) * pixels;
+                    for (std::size_t p = 0; p < pixels; ++p) {
+                        const T x_hat = (in[p] - mean[c]) * inverse_deviation[c];
+                        out[p] = scale * (count * grad[p] - sum_grad - x_hat * sum_grad_x_hat);
+                    }
+                }
+            }
+        }
+    };
+};
+
+} // namespace petra

@@ -1,0 +1,64 @@
+// What a layer is. A layer type (dense<16, 10>, relu, ...) describes an
+// operation; bound to the shape of its input with layer_for<Layer, Input>, it
+// becomes a type with everything fixed at compile time: output shape,
+// parameter count, FLOPs, and static forward and backward functions templated
+// on the value type. Networks and chains bind their layers one after another,
+// so that relu or batch_norm need not repeat the shape they see.
+//
+// A bound layer B provides:
+//   using input = shape<...>;  using output = shape<...>;
+//   static constexpr std::size_t parameter_count;  trained values
+//   static constexpr std::size_t state_count;      untrained buffers (running statistics)
+//   static constexpr std::size_t cache_count;      values forward leaves for backward, per call
+//   static constexpr std::size_t forward_flops;    per example
+//   static constexpr std::size_t backward_flops;   per example, input and parameter gradients
+//   template <class T> static void initialize(T* parameters, T* state, std::mt19937_64& generator);
+//   template <class T> static void forward(pass, std::size_t batch, const T* parameters, T* state,
+//                                          const T* x, T* y, T* cache);
+//   template <class T> static void backward(std::size_t batch, const T* parameters, const T* x,
+//                                           const T* cache, const T* grad_y, T* grad_x, T* grad_parameters);
+// x is batch * input::size values, y batch * output::size. backward receives
+// the x and cache of the forward call it differentiates; it overwrites grad_x
+// and ADDS to grad_parameters, so that gradients accumulate over micro-batches.
+#pragma once
+
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <random>
+
+#include <petra/shape.hpp>
+
+namespace petra {
+
+// What a forward call is for.
+enum class pass {
+    training,      // batch statistics; running statistics are updated
+    recomputation, // batch statistics, running statistics untouched: a
+                   // reconstruction recomputes a forward already counted
+    inference,     // running statistics
+};
+
+template <class Layer, class Input>
+using layer_for = typename Layer::template bind<Input>;
+
+template <class B>
+concept bound_layer = a_shape<typename B::input> && a_shape<typename B::output> && requires {
+    { B::parameter_count } -> std::convertible_to<std::size_t>;
+    { B::state_count } -> std::convertible_to<std::size_t>;
+    { B::cache_count } -> std::convertible_to<std::size_t>;
+    { B::forward_flops } -> std::convertible_to<std::size_t>;
+    { B::backward_flops } -> std::convertible_to<std::size_t>;
+};
+
+// He initialisation: count values drawn from a normal distribution of mean 0
+// and variance 2 / fan_in, the scale that keeps activations of a ReLU network
+// from growing or shrinking with depth.
+template <class T>
+void he_normal(T* values, std::size_t count, std::size_t fan_in, std::mt19937_64& generator)
+{
+    std::normal_distribution<double> distribution(0.0, std::sqrt(2.0 / static_cast<double>(fan_in)));
+    for (std::size_t i = 0; i < count; ++i) values[i] = static_cast<T>(distribution(generator));
+}
+
+} // namespace petra
