@@ -2,6 +2,7 @@
 #pragma once
 
 #include <petra/layers/batch_norm.hpp>
+#include <petra/layers/chain.hpp>
 #include <petra/layers/conv2d.hpp>
 #include <petra/layers/dense.hpp>
 #include <petra/layers/flatten.hpp>

@@ -59,9 +59,9 @@ void check_gradients(std::mt19937_64& generator, const gradient_check_options& o
     std::vector<double> direction(batch * output::size);
     for (double& value : direction) value = uniform(generator);
 
-    std::vector<double> y(batch * output::size), cache(Bound::cache_count + 1);
+    std::vector<double> y(batch * output::size), cache(Bound::cache_size(batch) + 1);
     auto objective = [&](const std::vector<double>& at_x, const std::vector<double>& at_parameters) {
-        std::vector<double> scratch_state = state, scratch_cache(Bound::cache_count + 1), out(y.size());
+        std::vector<double> scratch_state = state, scratch_cache(Bound::cache_size(batch) + 1), out(y.size());
         // Recomputation keeps the running statistics fixed across evaluations.
         const petra::pass mode = options.mode == petra::pass::training ? petra::pass::recomputation : options.mode;
         Bound::forward(mode, batch, at_parameters.data(), scratch_state.data(), at_x.data(), out.data(),

@@ -35,7 +35,7 @@ struct batch_norm {
         static constexpr std::size_t parameter_count = 2 * Channels;
         static constexpr std::size_t state_count = 2 * Channels;
         // The batch mean and inverse standard deviation of each channel.
-        static constexpr std::size_t cache_count = 2 * Channels;
+        static constexpr std::size_t cache_size(std::size_t /*batch*/) { return 2 * Channels; }
         static constexpr std::size_t forward_flops = 4 * Input::size;
         static constexpr std::size_t backward_flops = 8 * Input::size;
 
@@ -96,7 +96,7 @@ struct batch_norm {
         //   grad_x = gamma * inverse_deviation / count
         //            * (count * grad_y - sum grad_y - x_hat * sum grad_y * x_hat).
         template <class T>
-        static void backward(std::size_t batch, const T* parameters, const T* x, const T* cache, const T* grad_y,
+        static void backward(std::size_t batch, const T* parameters, const T* x, T* cache, const T* grad_y,
                              T* grad_x, T* grad_parameters)
         {
             const T* gamma = parameters;

@@ -31,7 +31,7 @@ struct conv2d {
                              (Input::width + 2 * Padding - Kernel) / Stride + 1>;
         static constexpr std::size_t parameter_count = OutChannels * InChannels * Kernel * Kernel;
         static constexpr std::size_t state_count = 0;
-        static constexpr std::size_t cache_count = 0;
+        static constexpr std::size_t cache_size(std::size_t /*batch*/) { return 0; }
         static constexpr std::size_t forward_flops = 2 * output::size * InChannels * Kernel * Kernel;
         static constexpr std::size_t backward_flops = 2 * forward_flops;
 
@@ -54,7 +54,7 @@ struct conv2d {
         }
 
         template <class T>
-        static void backward(std::size_t batch, const T* parameters, const T* x, const T* /*cache*/,
+        static void backward(std::size_t batch, const T* parameters, const T* x, T* /*cache*/,
                              const T* grad_y, T* grad_x, T* grad_parameters)
         {
             kernels::convolution_backward_input(geometry(batch), grad_y, parameters, grad_x);

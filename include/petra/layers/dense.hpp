@@ -25,7 +25,7 @@ struct dense {
         static constexpr std::size_t weight_count = Outputs * Inputs;
         static constexpr std::size_t parameter_count = weight_count + Outputs;
         static constexpr std::size_t state_count = 0;
-        static constexpr std::size_t cache_count = 0;
+        static constexpr std::size_t cache_size(std::size_t /*batch*/) { return 0; }
         static constexpr std::size_t forward_flops = 2 * Inputs * Outputs;
         static constexpr std::size_t backward_flops = 4 * Inputs * Outputs;
 
@@ -50,7 +50,7 @@ struct dense {
         }
 
         template <class T>
-        static void backward(std::size_t batch, const T* parameters, const T* x, const T* /*cache*/,
+        static void backward(std::size_t batch, const T* parameters, const T* x, T* /*cache*/,
                              const T* grad_y, T* grad_x, T* grad_parameters)
         {
             using kernels::transpose;

@@ -17,7 +17,7 @@ struct flatten {
         using output = shape<Input::size>;
         static constexpr std::size_t parameter_count = 0;
         static constexpr std::size_t state_count = 0;
-        static constexpr std::size_t cache_count = 0;
+        static constexpr std::size_t cache_size(std::size_t /*batch*/) { return 0; }
         static constexpr std::size_t forward_flops = 0;
         static constexpr std::size_t backward_flops = 0;
 
@@ -33,7 +33,7 @@ struct flatten {
         }
 
         template <class T>
-        static void backward(std::size_t batch, const T*, const T*, const T*, const T* grad_y, T* grad_x, T*)
+        static void backward(std::size_t batch, const T*, const T*, T*, const T* grad_y, T* grad_x, T*)
         {
             std::copy(grad_y, grad_y + batch * Input::size, grad_x);
         }

@@ -9,17 +9,20 @@
 //   using input = shape<...>;  using output = shape<...>;
 //   static constexpr std::size_t parameter_count;  trained values
 //   static constexpr std::size_t state_count;      untrained buffers (running statistics)
-//   static constexpr std::size_t cache_count;      values forward leaves for backward, per call
+//   static constexpr std::size_t cache_size(std::size_t batch);
+//                                                  values forward leaves for backward
 //   static constexpr std::size_t forward_flops;    per example
 //   static constexpr std::size_t backward_flops;   per example, input and parameter gradients
 //   template <class T> static void initialize(T* parameters, T* state, std::mt19937_64& generator);
 //   template <class T> static void forward(pass, std::size_t batch, const T* parameters, T* state,
 //                                          const T* x, T* y, T* cache);
 //   template <class T> static void backward(std::size_t batch, const T* parameters, const T* x,
-//                                           const T* cache, const T* grad_y, T* grad_x, T* grad_parameters);
+//                                           T* cache, const T* grad_y, T* grad_x, T* grad_parameters);
 // x is batch * input::size values, y batch * output::size. backward receives
-// the x and cache of the forward call it differentiates; it overwrites grad_x
-// and ADDS to grad_parameters, so that gradients accumulate over micro-batches.
+// the x and cache of the forward call it differentiates, and consumes the
+// cache (it may overwrite it: a chain keeps its backward scratch there); it
+// overwrites grad_x and ADDS to grad_parameters, so that gradients accumulate
+// over micro-batches.
 #pragma once
 
 #include <cmath>
@@ -46,7 +49,7 @@ template <class B>
 concept bound_layer = a_shape<typename B::input> && a_shape<typename B::output> && requires {
     { B::parameter_count } -> std::convertible_to<std::size_t>;
     { B::state_count } -> std::convertible_to<std::size_t>;
-    { B::cache_count } -> std::convertible_to<std::size_t>;
+    { B::cache_size(std::size_t{1}) } -> std::convertible_to<std::size_t>;
     { B::forward_flops } -> std::convertible_to<std::size_t>;
     { B::backward_flops } -> std::convertible_to<std::size_t>;
 };

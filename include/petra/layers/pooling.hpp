@@ -18,7 +18,7 @@ struct global_average_pool {
         using output = shape<Input::channels>;
         static constexpr std::size_t parameter_count = 0;
         static constexpr std::size_t state_count = 0;
-        static constexpr std::size_t cache_count = 0;
+        static constexpr std::size_t cache_size(std::size_t /*batch*/) { return 0; }
         static constexpr std::size_t forward_flops = Input::size;
         static constexpr std::size_t backward_flops = Input::size;
 
@@ -37,7 +37,7 @@ struct global_average_pool {
         }
 
         template <class T>
-        static void backward(std::size_t batch, const T*, const T*, const T*, const T* grad_y, T* grad_x, T*)
+        static void backward(std::size_t batch, const T*, const T*, T*, const T* grad_y, T* grad_x, T*)
         {
             const T scale = T(1) / T(Input::pixels);
             for (std::size_t i = 0; i < batch * Input::channels; ++i) {

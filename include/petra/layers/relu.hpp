@@ -16,7 +16,7 @@ struct relu {
         using output = Input;
         static constexpr std::size_t parameter_count = 0;
         static constexpr std::size_t state_count = 0;
-        static constexpr std::size_t cache_count = 0;
+        static constexpr std::size_t cache_size(std::size_t /*batch*/) { return 0; }
         static constexpr std::size_t forward_flops = Input::size;
         static constexpr std::size_t backward_flops = Input::size;
 
@@ -32,7 +32,7 @@ struct relu {
         }
 
         template <class T>
-        static void backward(std::size_t batch, const T*, const T* x, const T*, const T* grad_y, T* grad_x, T*)
+        static void backward(std::size_t batch, const T*, const T* x, T*, const T* grad_y, T* grad_x, T*)
         {
             kernels::relu_backward(batch * Input::size, x, grad_y, grad_x);
         }
