@@ -2,6 +2,7 @@
 // header: include it to get the whole library.
 #pragma once
 
+#include <petra/blocks.hpp>
 #include <petra/kernels.hpp>
 #include <petra/layers.hpp>
 #include <petra/version.hpp>

@@ -72,32 +72,45 @@ const T fused_tolerance = T(2) * std::numeric_limits<T>::epsilon();
 
 } // namespace
 
-TEST_CASE_TEMPLATE("add matches the reference", T, float, double)
+// A two-input kernel (add, subtract) against its reference: into a separate
+// output and in place over either input.
+template <class T, class Kernel, class Reference>
+void check_two_inputs(Kernel kernel, Reference reference, std::uint64_t seed)
 {
     for (std::size_t n : lengths) {
         for (std::size_t offset : offsets) {
             CAPTURE(n);
             CAPTURE(offset);
-            auto generator = generator_for(n, offset, 1);
+            auto generator = generator_for(n, offset, seed);
             const auto x = random_vector<T>(n, generator);
             const auto y = random_vector<T>(n, generator);
-            const auto expected = petra::reference::add(x, y);
+            const auto expected = reference(x, y);
 
             const auto x_buffer = shifted(x, offset);
             const auto y_buffer = shifted(y, offset);
             auto out = nan_vector<T>(n + offset);
-            petra::kernels::add(n, x_buffer.data() + offset, y_buffer.data() + offset, out.data() + offset);
+            kernel(n, x_buffer.data() + offset, y_buffer.data() + offset, out.data() + offset);
             check_close(unshifted(out, offset), expected, exact<T>);
 
             auto into_x = shifted(x, offset);
-            petra::kernels::add(n, into_x.data() + offset, y_buffer.data() + offset, into_x.data() + offset);
+            kernel(n, into_x.data() + offset, y_buffer.data() + offset, into_x.data() + offset);
             check_close(unshifted(into_x, offset), expected, exact<T>);
 
             auto into_y = shifted(y, offset);
-            petra::kernels::add(n, x_buffer.data() + offset, into_y.data() + offset, into_y.data() + offset);
+            kernel(n, x_buffer.data() + offset, into_y.data() + offset, into_y.data() + offset);
             check_close(unshifted(into_y, offset), expected, exact<T>);
         }
     }
+}
+
+TEST_CASE_TEMPLATE("add matches the reference", T, float, double)
+{
+    check_two_inputs<T>(petra::kernels::add<T>, petra::reference::add<T>, 1);
+}
+
+TEST_CASE_TEMPLATE("subtract matches the reference", T, float, double)
+{
+    check_two_inputs<T>(petra::kernels::subtract<T>, petra::reference::subtract<T>, 6);
 }
 
 TEST_CASE_TEMPLATE("axpy matches the reference", T, float, double)

@@ -15,6 +15,14 @@ std::vector<T> add(const std::vector<T>& x, const std::vector<T>& y)
     return out;
 }
 
+template <class T>
+std::vector<T> subtract(const std::vector<T>& x, const std::vector<T>& y)
+{
+    std::vector<T> out(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) out[i] = x[i] - y[i];
+    return out;
+}
+
 // y + alpha * x, with the product and the sum rounded separately.
 template <class T>
 std::vector<T> axpy(T alpha, const std::vector<T>& x, const std::vector<T>& y)

@@ -26,8 +26,12 @@ void map(std::size_t n, Expression&& expression, T* out, const Inputs*... inputs
 {
     using vector = simd<T>;
     constexpr std::size_t width = vector::size;
+    // The bound n - n % width, rather than i + width <= n, states the trip
+    // count without an addition that could wrap; g++ 12 otherwise reports a
+    // false "iteration ... invokes undefined behavior" when it inlines this.
+    const std::size_t vector_end = n - n % width;
     std::size_t i = 0;
-    for (; i + width <= n; i += width) expression(vector::load_unaligned(inputs + i)...).store_unaligned(out + i);
+    for (; i < vector_end; i += width) expression(vector::load_unaligned(inputs + i)...).store_unaligned(out + i);
     for (; i < n; ++i) out[i] = expression(inputs[i]...);
 }
 
@@ -55,6 +59,15 @@ void add(std::size_t n, const T* x, const T* y, T* out)
 {
     static_assert(std::is_floating_point_v<T>, "add is defined for float and double");
     detail::map(n, [](auto a, auto b) { return a + b; }, out, x, y);
+}
+
+// out[i] = x[i] - y[i] for i in [0, n), rounded once. out may be x or y
+// itself; any other overlap between out and an input is not allowed.
+template <class T>
+void subtract(std::size_t n, const T* x, const T* y, T* out)
+{
+    static_assert(std::is_floating_point_v<T>, "subtract is defined for float and double");
+    detail::map(n, [](auto a, auto b) { return a - b; }, out, x, y);
 }
 
 // y[i] += alpha * x[i] for i in [0, n), as a fused multiply-add (one

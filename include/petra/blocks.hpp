@@ -1,0 +1,5 @@
+// Every block (floor 4): the units a network is a list of.
+#pragma once
+
+#include <petra/blocks/additive_coupling.hpp>
+#include <petra/blocks/block.hpp>
