@@ -3,3 +3,4 @@
 
 #include <petra/blocks/additive_coupling.hpp>
 #include <petra/blocks/block.hpp>
+#include <petra/blocks/revnet_coupling.hpp>

@@ -1,4 +1,4 @@
-// The additive coupling: inverse(forward(x)) gives x back; the fused
+// Every reversible block: inverse(forward(x)) gives x back; the fused
 // reconstruct-and-backward gives the input back and the gradients of central
 // differences; with perturbed weights (PETRA's situation) the reconstruction
 // error grows smoothly with the perturbation.
@@ -9,7 +9,7 @@
 
 #include <doctest/doctest.h>
 
-#include <petra/blocks/additive_coupling.hpp>
+#include <petra/blocks.hpp>
 #include <petra/layers.hpp>
 
 #include "layers/gradient_check.hpp"
@@ -21,7 +21,9 @@ namespace {
 template <std::size_t C>
 using residual = chain<conv2d<C, C, 3>, batch_norm<C>, relu, conv2d<C, C, 3>, batch_norm<C>, relu>;
 
-using coupling = layer_for<additive_coupling<residual<4>>, halves<shape<4, 6, 6>>>;
+using block_input = halves<shape<4, 6, 6>>;
+using additive = layer_for<additive_coupling<residual<4>>, block_input>;
+using revnet = layer_for<revnet_coupling<residual<4>, residual<4>>, block_input>;
 
 template <class T>
 double relative_distance(const std::vector<T>& a, const std::vector<T>& b)
@@ -34,7 +36,7 @@ double relative_distance(const std::vector<T>& a, const std::vector<T>& b)
     return std::sqrt(difference / norm);
 }
 
-template <class T>
+template <class coupling, class T>
 struct coupling_setup {
     std::size_t batch;
     std::vector<T> parameters, state, x, y, workspace;
@@ -56,6 +58,7 @@ struct coupling_setup {
 // The block seen through the layer contract, so that the gradient check of
 // the layers applies: backward recomputes y, then runs the fused
 // reconstruct-and-backward and checks that it gave x back.
+template <class coupling>
 struct coupling_as_layer {
     using input = shape<coupling::input::size>;
     using output = shape<coupling::output::size>;
@@ -97,17 +100,18 @@ struct coupling_as_layer {
 
 } // namespace
 
-TEST_CASE("additive coupling: shapes and counts come from F")
+TEST_CASE("reversible blocks: shapes and counts come from their functions")
 {
-    static_assert(std::is_same_v<coupling::output, halves<shape<4, 6, 6>>>);
-    static_assert(coupling::parameter_count == 2 * (4 * 4 * 9) + 2 * 8);
-    static_assert(coupling::reversible);
+    static_assert(std::is_same_v<additive::output, block_input>);
+    static_assert(additive::parameter_count == 2 * (4 * 4 * 9) + 2 * 8);
+    static_assert(revnet::parameter_count == 2 * additive::parameter_count);
+    static_assert(additive::reversible && revnet::reversible);
 }
 
-TEST_CASE("additive coupling: inverse(forward(x)) == x in float")
+TEST_CASE_TEMPLATE("reversible blocks: inverse(forward(x)) == x in float", coupling, additive, revnet)
 {
     for (std::uint64_t seed : {1, 2, 3}) {
-        coupling_setup<float> setup(3, seed);
+        coupling_setup<coupling, float> setup(3, seed);
         std::vector<float> reconstructed(setup.x.size());
         coupling::inverse(setup.batch, setup.parameters.data(), setup.state.data(), setup.y.data(),
                           reconstructed.data(), setup.workspace.data());
@@ -117,15 +121,17 @@ TEST_CASE("additive coupling: inverse(forward(x)) == x in float")
     }
 }
 
-TEST_CASE("additive coupling: reconstruct-and-backward matches central differences")
+TEST_CASE_TEMPLATE("reversible blocks: reconstruct-and-backward matches central differences", coupling, additive,
+                   revnet)
 {
     std::mt19937_64 generator(4);
-    test::check_gradients<coupling_as_layer>(generator, {.batch = 2});
+    test::check_gradients<coupling_as_layer<coupling>>(generator, {.batch = 2});
 }
 
-TEST_CASE("additive coupling: reconstruction error grows smoothly with a weight perturbation")
+TEST_CASE_TEMPLATE("reversible blocks: reconstruction error grows smoothly with a weight perturbation", coupling,
+                   additive, revnet)
 {
-    coupling_setup<double> setup(3, 5);
+    coupling_setup<coupling, double> setup(3, 5);
     std::mt19937_64 generator(6);
     std::normal_distribution<double> noise(0.0, 1.0);
     std::vector<double> direction(setup.parameters.size());
