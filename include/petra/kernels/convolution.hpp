@@ -376,13 +376,14 @@ template <class T>
 inline void store_row(std::size_t count, const T* in, T* out, T beta)
 {
     using vector = simd<T>;
+    const std::size_t vector_end = count - count % vector::size; // see detail::map in elementwise.hpp
     std::size_t t = 0;
     if (beta == T(0)) {
-        for (; t + vector::size <= count; t += vector::size) vector::load_unaligned(in + t).store_unaligned(out + t);
+        for (; t < vector_end; t += vector::size) vector::load_unaligned(in + t).store_unaligned(out + t);
         for (; t < count; ++t) out[t] = in[t];
     } else {
         const vector scale(beta);
-        for (; t + vector::size <= count; t += vector::size) {
+        for (; t < vector_end; t += vector::size) {
             xsimd::fma(scale, vector::load_unaligned(out + t), vector::load_unaligned(in + t)).store_unaligned(out + t);
         }
         for (; t < count; ++t) out[t] = xsimd::fma(beta, out[t], in[t]);

@@ -287,12 +287,12 @@ struct matrix_store {
             const T* in = tile + r * nr;
             std::size_t j = 0;
             if (scale == T(0)) {
-                for (; j + width <= columns; j += width) {
+                for (; j < columns - columns % width; j += width) {
                     (alpha_v * vector::load_aligned(in + j)).store_unaligned(out + j);
                 }
                 for (; j < columns; ++j) out[j] = alpha * in[j];
             } else {
-                for (; j + width <= columns; j += width) {
+                for (; j < columns - columns % width; j += width) {
                     xsimd::fma(alpha_v, vector::load_aligned(in + j), scale_v * vector::load_unaligned(out + j))
                         .store_unaligned(out + j);
                 }

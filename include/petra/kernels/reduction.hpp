@@ -49,13 +49,15 @@ T row_accumulate(std::size_t S, const T* row, Step&& step)
     vector accumulator[reduction_accumulators];
     for (auto& partial : accumulator) partial = vector(T(0));
     std::size_t s = 0;
-    for (; s + block <= S; s += block) {
+    // Bounds written as S - S % step, not s + step <= S: see detail::map in
+    // elementwise.hpp.
+    for (; s < S - S % block; s += block) {
 #pragma GCC unroll 4
         for (std::size_t a = 0; a < reduction_accumulators; ++a) {
             accumulator[a] = step(accumulator[a], vector::load_unaligned(row + s + a * width));
         }
     }
-    for (; s + width <= S; s += width) accumulator[0] = step(accumulator[0], vector::load_unaligned(row + s));
+    for (; s < S - S % width; s += width) accumulator[0] = step(accumulator[0], vector::load_unaligned(row + s));
     T total = detail::horizontal_sum(accumulator);
     for (; s < S; ++s) total = step(total, row[s]);
     return total;

@@ -41,7 +41,7 @@ T row_max(std::size_t classes, const T* row)
     std::size_t j = 0;
     if (classes >= width) {
         vector largest_v = vector::load_unaligned(row);
-        for (j = width; j + width <= classes; j += width) {
+        for (j = width; j < classes - classes % width; j += width) {
             // A select rather than xsimd::max, whose AVX-512 form draws the
             // same false warning as the vector exp (see
             // shifted_exponential_sum).
@@ -85,7 +85,7 @@ void divide_row(std::size_t classes, T* values, T divisor)
     constexpr std::size_t width = vector::size;
     const vector divisor_v(divisor);
     std::size_t j = 0;
-    for (; j + width <= classes; j += width) {
+    for (; j < classes - classes % width; j += width) {
         (vector::load_unaligned(values + j) / divisor_v).store_unaligned(values + j);
     }
     for (; j < classes; ++j) values[j] /= divisor;
