@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <random>
 
 #include <petra/layers/layer.hpp>
 
@@ -12,19 +11,11 @@ namespace petra {
 // Reinterprets shape<C, H, W> as shape<C * H * W>: the values stay where they are.
 struct flatten {
     template <class Input>
-    struct bind {
+    struct bind : parameter_free {
         using input = Input;
         using output = shape<Input::size>;
-        static constexpr std::size_t parameter_count = 0;
-        static constexpr std::size_t state_count = 0;
-        static constexpr std::size_t cache_size(std::size_t /*batch*/) { return 0; }
         static constexpr std::size_t forward_flops = 0;
         static constexpr std::size_t backward_flops = 0;
-
-        template <class T>
-        static void initialize(T*, T*, std::mt19937_64&)
-        {
-        }
 
         template <class T>
         static void forward(pass, std::size_t batch, const T*, T*, const T* x, T* y, T*)

@@ -54,6 +54,19 @@ concept bound_layer = a_shape<typename B::input> && a_shape<typename B::output> 
     { B::backward_flops } -> std::convertible_to<std::size_t>;
 };
 
+// Base of the bound layers that have no parameters, no state and no cache
+// (relu, pooling, flatten): the zero counts and the empty initialisation.
+struct parameter_free {
+    static constexpr std::size_t parameter_count = 0;
+    static constexpr std::size_t state_count = 0;
+    static constexpr std::size_t cache_size(std::size_t /*batch*/) { return 0; }
+
+    template <class T>
+    static void initialize(T* /*parameters*/, T* /*state*/, std::mt19937_64& /*generator*/)
+    {
+    }
+};
+
 // He initialisation: count values drawn from a normal distribution of mean 0
 // and variance 2 / fan_in, the scale that keeps activations of a ReLU network
 // from growing or shrinking with depth.

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <random>
 
 #include <petra/kernels/reduction.hpp>
 #include <petra/layers/layer.hpp>
@@ -13,19 +12,11 @@ namespace petra {
 
 struct global_average_pool {
     template <class Input>
-    struct bind {
+    struct bind : parameter_free {
         using input = Input;
         using output = shape<Input::channels>;
-        static constexpr std::size_t parameter_count = 0;
-        static constexpr std::size_t state_count = 0;
-        static constexpr std::size_t cache_size(std::size_t /*batch*/) { return 0; }
         static constexpr std::size_t forward_flops = Input::size;
         static constexpr std::size_t backward_flops = Input::size;
-
-        template <class T>
-        static void initialize(T*, T*, std::mt19937_64&)
-        {
-        }
 
         template <class T>
         static void forward(pass, std::size_t batch, const T*, T*, const T* x, T* y, T*)
