@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -137,49 +138,48 @@ TEST_CASE_TEMPLATE("axpy matches the reference", T, float, double)
     }
 }
 
-TEST_CASE_TEMPLATE("scale matches the reference", T, float, double)
+// A one-input kernel (scale, relu_forward) against its reference: into a
+// separate output and in place. setup(n, generator) returns the input, the
+// kernel to call as kernel(n, in, out), and the expected result.
+template <class T, class Setup>
+void check_one_input(std::uint64_t seed, Setup setup)
 {
     for (std::size_t n : lengths) {
         for (std::size_t offset : offsets) {
             CAPTURE(n);
             CAPTURE(offset);
-            auto generator = generator_for(n, offset, 3);
-            const T alpha = random_vector<T>(1, generator, T(-2), T(2))[0];
-            const auto x = random_vector<T>(n, generator);
-            const auto expected = petra::reference::scale(alpha, x);
+            auto generator = generator_for(n, offset, seed);
+            const auto [x, kernel, expected] = setup(n, generator);
 
             const auto x_buffer = shifted(x, offset);
             auto out = nan_vector<T>(n + offset);
-            petra::kernels::scale(n, alpha, x_buffer.data() + offset, out.data() + offset);
+            kernel(n, x_buffer.data() + offset, out.data() + offset);
             check_close(unshifted(out, offset), expected, exact<T>);
 
             auto in_place = shifted(x, offset);
-            petra::kernels::scale(n, alpha, in_place.data() + offset, in_place.data() + offset);
+            kernel(n, in_place.data() + offset, in_place.data() + offset);
             check_close(unshifted(in_place, offset), expected, exact<T>);
         }
     }
 }
 
+TEST_CASE_TEMPLATE("scale matches the reference", T, float, double)
+{
+    check_one_input<T>(3, [](std::size_t n, std::mt19937_64& generator) {
+        const T alpha = random_vector<T>(1, generator, T(-2), T(2))[0];
+        const auto x = random_vector<T>(n, generator);
+        auto kernel = [alpha](std::size_t count, const T* in, T* out) { petra::kernels::scale(count, alpha, in, out); };
+        return std::tuple{x, kernel, petra::reference::scale(alpha, x)};
+    });
+}
+
 TEST_CASE_TEMPLATE("relu_forward matches the reference", T, float, double)
 {
-    for (std::size_t n : lengths) {
-        for (std::size_t offset : offsets) {
-            CAPTURE(n);
-            CAPTURE(offset);
-            auto generator = generator_for(n, offset, 4);
-            const auto x = nonzero_vector<T>(n, generator);
-            const auto expected = petra::reference::relu_forward(x);
-
-            const auto x_buffer = shifted(x, offset);
-            auto out = nan_vector<T>(n + offset);
-            petra::kernels::relu_forward(n, x_buffer.data() + offset, out.data() + offset);
-            check_close(unshifted(out, offset), expected, exact<T>);
-
-            auto in_place = shifted(x, offset);
-            petra::kernels::relu_forward(n, in_place.data() + offset, in_place.data() + offset);
-            check_close(unshifted(in_place, offset), expected, exact<T>);
-        }
-    }
+    check_one_input<T>(4, [](std::size_t n, std::mt19937_64& generator) {
+        const auto x = nonzero_vector<T>(n, generator);
+        auto kernel = [](std::size_t count, const T* in, T* out) { petra::kernels::relu_forward(count, in, out); };
+        return std::tuple{x, kernel, petra::reference::relu_forward(x)};
+    });
 }
 
 TEST_CASE_TEMPLATE("relu_backward matches the reference", T, float, double)
