@@ -3,4 +3,7 @@
 
 #include <petra/blocks/additive_coupling.hpp>
 #include <petra/blocks/block.hpp>
+#include <petra/blocks/downsample.hpp>
+#include <petra/blocks/head.hpp>
 #include <petra/blocks/revnet_coupling.hpp>
+#include <petra/blocks/stem.hpp>

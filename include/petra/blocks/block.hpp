@@ -24,9 +24,21 @@
 // never touch running statistics (pass::recomputation). reconstruct_backward
 // writes the reconstructed input to x, the input gradient to grad_x, and adds
 // the parameter gradient to grad_parameters.
+//
+// A bound block that changes shape cannot be inverted; it keeps (through its
+// caller) the input of each forward and recomputes from it:
+//   static constexpr bool reversible = false;
+//   the same counts, workspace_size, initialize and forward, and
+//   template <class T> static void backward(std::size_t batch, const T* parameters, T* state,
+//                                           const T* x, const T* grad_y, T* grad_x,
+//                                           T* grad_parameters, T* workspace);
+// backward recomputes the forward from x (pass::recomputation), overwrites
+// grad_x and adds to grad_parameters.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+#include <type_traits>
 
 #include <petra/shape.hpp>
 
@@ -44,5 +56,26 @@ template <class T>
 struct is_halves : std::false_type {};
 template <class Half>
 struct is_halves<halves<Half>> : std::true_type {};
+
+// Between the NCHW layout of a batch with 2C channels per example and the
+// half-major layout of halves of C channels: channels [0, C) of every example
+// form the first half, channels [C, 2C) the second.
+template <class T>
+void split_into_halves(std::size_t batch, std::size_t half_size, const T* whole, T* pair)
+{
+    for (std::size_t n = 0; n < batch; ++n) {
+        std::copy(whole + 2 * n * half_size, whole + (2 * n + 1) * half_size, pair + n * half_size);
+        std::copy(whole + (2 * n + 1) * half_size, whole + (2 * n + 2) * half_size, pair + (batch + n) * half_size);
+    }
+}
+
+template <class T>
+void merge_halves(std::size_t batch, std::size_t half_size, const T* pair, T* whole)
+{
+    for (std::size_t n = 0; n < batch; ++n) {
+        std::copy(pair + n * half_size, pair + (n + 1) * half_size, whole + 2 * n * half_size);
+        std::copy(pair + (batch + n) * half_size, pair + (batch + n + 1) * half_size, whole + (2 * n + 1) * half_size);
+    }
+}
 
 } // namespace petra

@@ -1,0 +1,63 @@
+// The stem: the layer F (usually a chain) applied to the image, its 2C output
+// channels split into a pair of halves of C channels. Not reversible: it keeps
+// its input and recomputes from it.
+#pragma once
+
+#include <cstddef>
+#include <random>
+
+#include <petra/blocks/block.hpp>
+#include <petra/layers/layer.hpp>
+
+namespace petra {
+
+template <class F>
+struct stem {
+    template <class Input>
+    struct bind {
+        using function = layer_for<F, Input>;
+        using whole = typename function::output;
+        static_assert(whole::channels % 2 == 0, "stem: F must give an even number of channels to split in halves.");
+        using input = Input;
+        using output = halves<shape<whole::channels / 2, whole::height, whole::width>>;
+        static constexpr bool reversible = false;
+        static constexpr std::size_t parameter_count = function::parameter_count;
+        static constexpr std::size_t state_count = function::state_count;
+        static constexpr std::size_t forward_flops = function::forward_flops;
+        static constexpr std::size_t backward_flops = function::forward_flops + function::backward_flops;
+
+        // F's output (or its gradient) in NCHW, then F's cache.
+        static constexpr std::size_t workspace_size(std::size_t batch)
+        {
+            return batch * whole::size + function::cache_size(batch);
+        }
+
+        template <class T>
+        static void initialize(T* parameters, T* state, std::mt19937_64& generator)
+        {
+            function::initialize(parameters, state, generator);
+        }
+
+        template <class T>
+        static void forward(pass mode, std::size_t batch, const T* parameters, T* state, const T* x, T* y,
+                            T* workspace)
+        {
+            T* value = workspace;
+            function::forward(mode, batch, parameters, state, x, value, workspace + batch * whole::size);
+            split_into_halves(batch, output::half::size, static_cast<const T*>(value), y);
+        }
+
+        template <class T>
+        static void backward(std::size_t batch, const T* parameters, T* state, const T* x, const T* grad_y,
+                             T* grad_x, T* grad_parameters, T* workspace)
+        {
+            T* value = workspace;
+            T* cache = workspace + batch * whole::size;
+            function::forward(pass::recomputation, batch, parameters, state, x, value, cache);
+            merge_halves(batch, output::half::size, grad_y, value);
+            function::backward(batch, parameters, x, cache, static_cast<const T*>(value), grad_x, grad_parameters);
+        }
+    };
+};
+
+} // namespace petra
