@@ -1,6 +1,7 @@
 // The blocks that change shape (stem, downsampling, head): their shapes, and
 // their backward, which recomputes from the stored input, against central
 // differences in double.
+#include <cmath>
 #include <cstddef>
 #include <random>
 #include <vector>
@@ -10,33 +11,18 @@
 #include <petra/blocks.hpp>
 #include <petra/layers.hpp>
 
+#include "blocks/block_as_layer.hpp"
 #include "layers/gradient_check.hpp"
 
 using namespace petra;
 
 namespace {
 
-// A shape-changing block seen through the layer contract, so that the
-// gradient check of the layers applies; its cache is the block's workspace.
+// A shape-changing block as a layer: backward is the block's, which
+// recomputes from the stored input.
 template <class Block>
-struct block_as_layer {
-    using input = shape<Block::input::size>;
-    using output = shape<Block::output::size>;
-    static constexpr std::size_t parameter_count = Block::parameter_count;
-    static constexpr std::size_t state_count = Block::state_count;
+struct block_as_layer : test::block_as_layer_base<Block> {
     static constexpr std::size_t cache_size(std::size_t batch) { return Block::workspace_size(batch); }
-
-    template <class T>
-    static void initialize(T* parameters, T* state, std::mt19937_64& generator)
-    {
-        Block::initialize(parameters, state, generator);
-    }
-
-    template <class T>
-    static void forward(pass mode, std::size_t batch, const T* parameters, T* state, const T* x, T* y, T* cache)
-    {
-        Block::forward(mode, batch, parameters, state, x, y, cache);
-    }
 
     template <class T>
     static void backward(std::size_t batch, const T* parameters, const T* x, T* cache, const T* grad_y, T* grad_x,
@@ -82,4 +68,29 @@ TEST_CASE("shape-changing blocks: backward from the stored input matches central
     test::check_gradients<block_as_layer<stem_block>>(generator, {.batch = 2});
     test::check_gradients<block_as_layer<downsample_block>>(generator, {.batch = 2});
     test::check_gradients<block_as_layer<head_block>>(generator, {.batch = 3});
+}
+
+TEST_CASE("a block initialises each of its functions in its own place")
+{
+    // downsampling<4>: F = conv3x3 (4 -> 8), BN(8), ReLU; G = conv1x1 (4 -> 8), BN(8).
+    using F = downsample_block::first;
+    using G = downsample_block::second;
+    std::vector<float> parameters(downsample_block::parameter_count, std::nanf("")),
+        state(downsample_block::state_count, std::nanf(""));
+    std::mt19937_64 generator(12);
+    downsample_block::initialize(parameters.data(), state.data(), generator);
+    for (float value : parameters) CHECK(std::isfinite(value));
+    for (float value : state) CHECK(std::isfinite(value));
+    // Each function's batch norm: gamma 1 and beta 0 after its convolution's
+    // weights, running mean 0 and variance 1 in its part of the state.
+    const std::size_t f_conv = 8 * 4 * 9, g_conv = 8 * 4;
+    for (std::size_t c = 0; c < 8; ++c) {
+        CHECK(parameters[f_conv + c] == 1.0f);
+        CHECK(parameters[f_conv + 8 + c] == 0.0f);
+        CHECK(parameters[F::parameter_count + g_conv + c] == 1.0f);
+        CHECK(parameters[F::parameter_count + g_conv + 8 + c] == 0.0f);
+        CHECK(state[8 + c] == 1.0f);
+        CHECK(state[F::state_count + 8 + c] == 1.0f);
+    }
+    static_assert(G::parameter_count == g_conv + 16);
 }

@@ -12,6 +12,7 @@
 #include <petra/blocks.hpp>
 #include <petra/layers.hpp>
 
+#include "blocks/block_as_layer.hpp"
 #include "layers/gradient_check.hpp"
 
 using namespace petra;
@@ -55,30 +56,13 @@ struct coupling_setup {
     }
 };
 
-// The block seen through the layer contract, so that the gradient check of
-// the layers applies: backward recomputes y, then runs the fused
+// A reversible block as a layer: backward recomputes y, then runs the fused
 // reconstruct-and-backward and checks that it gave x back.
 template <class coupling>
-struct coupling_as_layer {
-    using input = shape<coupling::input::size>;
-    using output = shape<coupling::output::size>;
-    static constexpr std::size_t parameter_count = coupling::parameter_count;
-    static constexpr std::size_t state_count = coupling::state_count;
+struct coupling_as_layer : test::block_as_layer_base<coupling> {
     static constexpr std::size_t cache_size(std::size_t batch)
     {
         return coupling::workspace_size(batch) + 2 * batch * coupling::output::size;
-    }
-
-    template <class T>
-    static void initialize(T* parameters, T* state, std::mt19937_64& generator)
-    {
-        coupling::initialize(parameters, state, generator);
-    }
-
-    template <class T>
-    static void forward(pass mode, std::size_t batch, const T* parameters, T* state, const T* x, T* y, T* cache)
-    {
-        coupling::forward(mode, batch, parameters, state, x, y, cache);
     }
 
     template <class T>

@@ -19,17 +19,14 @@ namespace petra {
 template <class F>
 struct additive_coupling {
     template <class Input>
-    struct bind {
-        static_assert(is_halves<Input>::value, "additive_coupling: the input must be a pair of halves.");
-        using half = typename Input::half;
+    struct bind : made_of<layer_for<F, typename half_of<Input>::type>> {
+        using half = typename half_of<Input>::type;
         using function = layer_for<F, half>;
         static_assert(std::is_same_v<typename function::output, half>,
                       "additive_coupling: F must give an output of the same shape as its input.");
         using input = Input;
         using output = Input;
         static constexpr bool reversible = true;
-        static constexpr std::size_t parameter_count = function::parameter_count;
-        static constexpr std::size_t state_count = function::state_count;
         static constexpr std::size_t forward_flops = function::forward_flops + half::size;
         // Reconstruction (F once, a subtraction) and the backward of F.
         static constexpr std::size_t backward_flops =
@@ -39,12 +36,6 @@ struct additive_coupling {
         static constexpr std::size_t workspace_size(std::size_t batch)
         {
             return batch * half::size + function::cache_size(batch);
-        }
-
-        template <class T>
-        static void initialize(T* parameters, T* state, std::mt19937_64& generator)
-        {
-            function::initialize(parameters, state, generator);
         }
 
         template <class T>

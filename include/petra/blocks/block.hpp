@@ -38,6 +38,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <random>
 #include <type_traits>
 
 #include <petra/shape.hpp>
@@ -56,6 +57,41 @@ template <class T>
 struct is_halves : std::false_type {};
 template <class Half>
 struct is_halves<halves<Half>> : std::true_type {};
+
+// The shape of one half of a pair. Any other input is rejected with one
+// sentence, before anything else is read from it (a block names half_of in
+// its base clause, which the compiler instantiates first).
+template <class Input>
+struct half_of {
+    static_assert(is_halves<Input>::value, "This block's input must be a pair of halves, halves<shape<C, H, W>>.");
+    using type = shape<1>;
+};
+template <class Half>
+struct half_of<halves<Half>> {
+    using type = Half;
+};
+
+// The two halves side by side along the channels: one shape of 2C channels.
+template <class Input>
+using concatenated_halves =
+    shape<2 * half_of<Input>::type::channels, half_of<Input>::type::height, half_of<Input>::type::width>;
+
+// Base of a bound block that applies the bound layers Functions...: its
+// parameters and its state are theirs, in that order, end to end, and so is
+// its initialisation.
+template <class... Functions>
+struct made_of {
+    static constexpr std::size_t parameter_count = (Functions::parameter_count + ...);
+    static constexpr std::size_t state_count = (Functions::state_count + ...);
+
+    template <class T>
+    static void initialize(T* parameters, T* state, std::mt19937_64& generator)
+    {
+        ((Functions::initialize(parameters, state, generator), parameters += Functions::parameter_count,
+          state += Functions::state_count),
+         ...);
+    }
+};
 
 // Between the NCHW layout of a batch with 2C channels per example and the
 // half-major layout of halves of C channels: channels [0, C) of every example

@@ -23,17 +23,14 @@ namespace petra {
 template <class F, class G>
 struct downsample {
     template <class Input>
-    struct bind {
-        static_assert(is_halves<Input>::value, "downsample: the input must be a pair of halves.");
-        using first = layer_for<F, typename Input::half>;
-        using second = layer_for<G, typename Input::half>;
+    struct bind : made_of<layer_for<F, typename half_of<Input>::type>, layer_for<G, typename half_of<Input>::type>> {
+        using first = layer_for<F, typename half_of<Input>::type>;
+        using second = layer_for<G, typename half_of<Input>::type>;
         static_assert(std::is_same_v<typename first::output, typename second::output>,
                       "downsample: F and G must give outputs of the same shape.");
         using input = Input;
         using output = halves<typename first::output>;
         static constexpr bool reversible = false;
-        static constexpr std::size_t parameter_count = first::parameter_count + second::parameter_count;
-        static constexpr std::size_t state_count = first::state_count + second::state_count;
         static constexpr std::size_t forward_flops =
             first::forward_flops + second::forward_flops + output::half::size;
         static constexpr std::size_t backward_flops =
@@ -43,13 +40,6 @@ struct downsample {
         static constexpr std::size_t workspace_size(std::size_t batch)
         {
             return batch * output::half::size + first::cache_size(batch) + second::cache_size(batch);
-        }
-
-        template <class T>
-        static void initialize(T* parameters, T* state, std::mt19937_64& generator)
-        {
-            first::initialize(parameters, state, generator);
-            second::initialize(parameters + first::parameter_count, state + first::state_count, generator);
         }
 
         template <class T>

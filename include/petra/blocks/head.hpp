@@ -18,16 +18,13 @@ namespace petra {
 template <class F>
 struct head {
     template <class Input>
-    struct bind {
-        static_assert(is_halves<Input>::value, "head: the input must be a pair of halves.");
-        using half = typename Input::half;
-        using whole = shape<2 * half::channels, half::height, half::width>;
+    struct bind : made_of<layer_for<F, concatenated_halves<Input>>> {
+        using half = typename half_of<Input>::type;
+        using whole = concatenated_halves<Input>;
         using function = layer_for<F, whole>;
         using input = Input;
         using output = typename function::output;
         static constexpr bool reversible = false;
-        static constexpr std::size_t parameter_count = function::parameter_count;
-        static constexpr std::size_t state_count = function::state_count;
         static constexpr std::size_t forward_flops = function::forward_flops;
         static constexpr std::size_t backward_flops = function::forward_flops + function::backward_flops;
 
@@ -35,12 +32,6 @@ struct head {
         static constexpr std::size_t workspace_size(std::size_t batch)
         {
             return 2 * batch * whole::size + batch * output::size + function::cache_size(batch);
-        }
-
-        template <class T>
-        static void initialize(T* parameters, T* state, std::mt19937_64& generator)
-        {
-            function::initialize(parameters, state, generator);
         }
 
         template <class T>

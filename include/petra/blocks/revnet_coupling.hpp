@@ -18,9 +18,8 @@ namespace petra {
 template <class F, class G>
 struct revnet_coupling {
     template <class Input>
-    struct bind {
-        static_assert(is_halves<Input>::value, "revnet_coupling: the input must be a pair of halves.");
-        using half = typename Input::half;
+    struct bind : made_of<layer_for<F, typename half_of<Input>::type>, layer_for<G, typename half_of<Input>::type>> {
+        using half = typename half_of<Input>::type;
         using first = layer_for<F, half>;
         using second = layer_for<G, half>;
         static_assert(std::is_same_v<typename first::output, half>,
@@ -30,9 +29,6 @@ struct revnet_coupling {
         using input = Input;
         using output = Input;
         static constexpr bool reversible = true;
-        // Parameters and state: F's, then G's.
-        static constexpr std::size_t parameter_count = first::parameter_count + second::parameter_count;
-        static constexpr std::size_t state_count = first::state_count + second::state_count;
         static constexpr std::size_t forward_flops = first::forward_flops + second::forward_flops + 2 * half::size;
         static constexpr std::size_t backward_flops = forward_flops + first::backward_flops +
                                                       second::backward_flops + 4 * half::size;
@@ -41,13 +37,6 @@ struct revnet_coupling {
         static constexpr std::size_t workspace_size(std::size_t batch)
         {
             return batch * half::size + std::max(first::cache_size(batch), second::cache_size(batch));
-        }
-
-        template <class T>
-        static void initialize(T* parameters, T* state, std::mt19937_64& generator)
-        {
-            first::initialize(parameters, state, generator);
-            second::initialize(parameters + first::parameter_count, state + first::state_count, generator);
         }
 
         template <class T>

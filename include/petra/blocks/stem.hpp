@@ -14,15 +14,13 @@ namespace petra {
 template <class F>
 struct stem {
     template <class Input>
-    struct bind {
+    struct bind : made_of<layer_for<F, Input>> {
         using function = layer_for<F, Input>;
         using whole = typename function::output;
         static_assert(whole::channels % 2 == 0, "stem: F must give an even number of channels to split in halves.");
         using input = Input;
         using output = halves<shape<whole::channels / 2, whole::height, whole::width>>;
         static constexpr bool reversible = false;
-        static constexpr std::size_t parameter_count = function::parameter_count;
-        static constexpr std::size_t state_count = function::state_count;
         static constexpr std::size_t forward_flops = function::forward_flops;
         static constexpr std::size_t backward_flops = function::forward_flops + function::backward_flops;
 
@@ -30,12 +28,6 @@ struct stem {
         static constexpr std::size_t workspace_size(std::size_t batch)
         {
             return batch * whole::size + function::cache_size(batch);
-        }
-
-        template <class T>
-        static void initialize(T* parameters, T* state, std::mt19937_64& generator)
-        {
-            function::initialize(parameters, state, generator);
         }
 
         template <class T>
