@@ -49,7 +49,7 @@ int main()
 
     std::vector<float> grad_y(y.size()), grad_x(x.size()), grad_parameters(block::parameter_count, 0.0f);
     for (float& value : grad_y) value = normal(generator);
-    block::reconstruct_backward(batch, parameters.data(), state.data(), y.data(), grad_y.data(), rebuilt.data(),
+    reconstruct_backward<block>(batch, parameters.data(), state.data(), y.data(), grad_y.data(), rebuilt.data(),
                                 grad_x.data(), grad_parameters.data(), work.data());
     double norm = 0.0;
     for (float value : grad_parameters) norm += double(value) * value;

@@ -1,6 +1,6 @@
 // The blocks that change shape (stem, downsampling, head): their shapes, and
-// their backward, which recomputes from the stored input, against central
-// differences in double.
+// their backward, after a forward and recomputed from the stored input,
+// against central differences in double.
 #include <cmath>
 #include <cstddef>
 #include <random>
@@ -17,21 +17,6 @@
 using namespace petra;
 
 namespace {
-
-// A shape-changing block as a layer: backward is the block's, which
-// recomputes from the stored input.
-template <class Block>
-struct block_as_layer : test::block_as_layer_base<Block> {
-    static constexpr std::size_t cache_size(std::size_t batch) { return Block::workspace_size(batch); }
-
-    template <class T>
-    static void backward(std::size_t batch, const T* parameters, const T* x, T* cache, const T* grad_y, T* grad_x,
-                         T* grad_parameters)
-    {
-        std::vector<T> state(Block::state_count + 1);
-        Block::backward(batch, parameters, state.data(), x, grad_y, grad_x, grad_parameters, cache);
-    }
-};
 
 using image = shape<1, 6, 6>;
 using stem_block = layer_for<stem<chain<conv2d<1, 8, 3>, batch_norm<8>, relu>>, image>;
@@ -62,12 +47,18 @@ TEST_CASE("halves: splitting channels in two and merging them back is exact")
     CHECK(back == whole);
 }
 
-TEST_CASE("shape-changing blocks: backward from the stored input matches central differences")
+TEST_CASE_TEMPLATE("shape-changing blocks: backward after forward matches central differences", Block, stem_block,
+                   downsample_block, head_block)
 {
     std::mt19937_64 generator(11);
-    test::check_gradients<block_as_layer<stem_block>>(generator, {.batch = 2});
-    test::check_gradients<block_as_layer<downsample_block>>(generator, {.batch = 2});
-    test::check_gradients<block_as_layer<head_block>>(generator, {.batch = 3});
+    test::check_gradients<test::backward_after_forward<Block>>(generator, {.batch = 3});
+}
+
+TEST_CASE_TEMPLATE("shape-changing blocks: backward recomputed from the stored input matches central differences",
+                   Block, stem_block, downsample_block, head_block)
+{
+    std::mt19937_64 generator(13);
+    test::check_gradients<test::recompute_then_backward<Block>>(generator, {.batch = 3});
 }
 
 TEST_CASE("a block initialises each of its functions in its own place")

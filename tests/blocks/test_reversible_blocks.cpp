@@ -56,32 +56,6 @@ struct coupling_setup {
     }
 };
 
-// A reversible block as a layer: backward recomputes y, then runs the fused
-// reconstruct-and-backward and checks that it gave x back.
-template <class coupling>
-struct coupling_as_layer : test::block_as_layer_base<coupling> {
-    static constexpr std::size_t cache_size(std::size_t batch)
-    {
-        return coupling::workspace_size(batch) + 2 * batch * coupling::output::size;
-    }
-
-    template <class T>
-    static void backward(std::size_t batch, const T* parameters, const T* x, T* cache, const T* grad_y, T* grad_x,
-                         T* grad_parameters)
-    {
-        const std::size_t count = batch * coupling::output::size;
-        T* y = cache + coupling::workspace_size(batch);
-        T* reconstructed = y + count;
-        std::vector<T> state(coupling::state_count + 1);
-        coupling::forward(pass::recomputation, batch, parameters, state.data(), x, y, cache);
-        coupling::reconstruct_backward(batch, parameters, state.data(), static_cast<const T*>(y), grad_y,
-                                       reconstructed, grad_x, grad_parameters, cache);
-        double error = 0.0;
-        for (std::size_t i = 0; i < count; ++i) error = std::max(error, std::abs(double(reconstructed[i] - x[i])));
-        CHECK(error < 1e-12);
-    }
-};
-
 } // namespace
 
 TEST_CASE("reversible blocks: shapes and counts come from their functions")
@@ -109,7 +83,14 @@ TEST_CASE_TEMPLATE("reversible blocks: reconstruct-and-backward matches central 
                    revnet)
 {
     std::mt19937_64 generator(4);
-    test::check_gradients<coupling_as_layer<coupling>>(generator, {.batch = 2});
+    test::check_gradients<test::reconstruct_then_backward<coupling>>(generator, {.batch = 2});
+}
+
+TEST_CASE_TEMPLATE("reversible blocks: backward after forward matches central differences", coupling, additive,
+                   revnet)
+{
+    std::mt19937_64 generator(7);
+    test::check_gradients<test::backward_after_forward<coupling>>(generator, {.batch = 2});
 }
 
 TEST_CASE_TEMPLATE("reversible blocks: reconstruction error grows smoothly with a weight perturbation", coupling,

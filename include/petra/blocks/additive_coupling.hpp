@@ -17,7 +17,10 @@
 namespace petra {
 
 template <class F>
-struct additive_coupling {
+struct additive_coupling : block_kind {
+    template <class Input>
+    static constexpr bool accepts = halves_accepted_by<Input, F>();
+
     template <class Input>
     struct bind : made_of<layer_for<F, typename half_of<Input>::type>> {
         using half = typename half_of<Input>::type;
@@ -28,54 +31,41 @@ struct additive_coupling {
         using output = Input;
         static constexpr bool reversible = true;
         static constexpr std::size_t forward_flops = function::forward_flops + half::size;
-        // Reconstruction (F once, a subtraction) and the backward of F.
-        static constexpr std::size_t backward_flops =
-            function::forward_flops + function::backward_flops + 2 * half::size;
+        static constexpr std::size_t backward_flops = function::backward_flops + half::size;
 
-        // F's value for the batch, then F's cache.
-        static constexpr std::size_t workspace_size(std::size_t batch)
-        {
-            return batch * half::size + function::cache_size(batch);
-        }
+        // F's cache.
+        static constexpr std::size_t workspace_size(std::size_t batch) { return function::cache_size(batch); }
 
         template <class T>
         static void forward(pass mode, std::size_t batch, const T* parameters, T* state, const T* x, T* y,
                             T* workspace)
         {
             const std::size_t count = batch * half::size;
-            const T* first = x;
-            const T* second = x + count;
-            // y = x~ + F(x), written straight into the first output half.
-            function::forward(mode, batch, parameters, state, first, y, workspace + count);
-            kernels::add(count, y, second, y);
-            std::copy(first, first + count, y + count);
+            // y = x~ + F(x), F written straight into the first output half.
+            function::forward(mode, batch, parameters, state, x, y, workspace);
+            kernels::add(count, static_cast<const T*>(y), x + count, y);
+            std::copy(x, x + count, y + count);
         }
 
         template <class T>
         static void inverse(std::size_t batch, const T* parameters, T* state, const T* y, T* x, T* workspace)
         {
             const std::size_t count = batch * half::size;
-            T* value = workspace;
             std::copy(y + count, y + 2 * count, x);
-            function::forward(pass::recomputation, batch, parameters, state, x, value, workspace + count);
-            kernels::subtract(count, y, static_cast<const T*>(value), x + count); // x~ = y - F(y~)
+            // x~ = y - F(y~), F written straight into the second input half.
+            function::forward(pass::recomputation, batch, parameters, state, static_cast<const T*>(x), x + count,
+                              workspace);
+            kernels::subtract(count, y, static_cast<const T*>(x + count), x + count);
         }
 
-        // With x = y~ and x~ = y - F(x): dL/dx~ = dL/dy, and
-        // dL/dx = dL/dy~ + J_F(x)^T dL/dy; F is evaluated once, and its
-        // backward reuses the cache of that evaluation.
+        // With y = x~ + F(x) and y~ = x: dL/dx~ = dL/dy and
+        // dL/dx = dL/dy~ + J_F(x)^T dL/dy.
         template <class T>
-        static void reconstruct_backward(std::size_t batch, const T* parameters, T* state, const T* y,
-                                         const T* grad_y, T* x, T* grad_x, T* grad_parameters, T* workspace)
+        static void backward(std::size_t batch, const T* parameters, T* /*state*/, const T* x, const T* grad_y,
+                             T* grad_x, T* grad_parameters, T* workspace)
         {
             const std::size_t count = batch * half::size;
-            T* value = workspace;
-            T* cache = workspace + count;
-            std::copy(y + count, y + 2 * count, x);
-            function::forward(pass::recomputation, batch, parameters, state, x, value, cache);
-            kernels::subtract(count, y, static_cast<const T*>(value), x + count);
-            // grad_x (first half) = J_F^T grad_y, then + grad_y~.
-            function::backward(batch, parameters, static_cast<const T*>(x), cache, grad_y, grad_x, grad_parameters);
+            function::backward(batch, parameters, x, workspace, grad_y, grad_x, grad_parameters);
             kernels::add(count, static_cast<const T*>(grad_x), grad_y + count, grad_x);
             std::copy(grad_y, grad_y + count, grad_x + count);
         }

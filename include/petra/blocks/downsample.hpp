@@ -3,7 +3,7 @@
 // with F and G layers (usually chains) that map one half to the same new
 // shape, e.g. F = conv3x3 stride 2, batch norm, ReLU and G = conv1x1 stride 2,
 // batch norm (downsampling<C, 2C> below, the reference network's). Not
-// reversible: it keeps its input and recomputes from it.
+// reversible: it keeps its input and recomputes from it (see block.hpp).
 #pragma once
 
 #include <cstddef>
@@ -21,7 +21,10 @@
 namespace petra {
 
 template <class F, class G>
-struct downsample {
+struct downsample : block_kind {
+    template <class Input>
+    static constexpr bool accepts = halves_accepted_by<Input, F, G>();
+
     template <class Input>
     struct bind : made_of<layer_for<F, typename half_of<Input>::type>, layer_for<G, typename half_of<Input>::type>> {
         using first = layer_for<F, typename half_of<Input>::type>;
@@ -34,7 +37,7 @@ struct downsample {
         static constexpr std::size_t forward_flops =
             first::forward_flops + second::forward_flops + output::half::size;
         static constexpr std::size_t backward_flops =
-            forward_flops + first::backward_flops + second::backward_flops + output::half::size;
+            first::backward_flops + second::backward_flops + output::half::size;
 
         // A gradient of one output half, then F's cache, then G's.
         static constexpr std::size_t workspace_size(std::size_t batch)
@@ -57,18 +60,13 @@ struct downsample {
 
         // y~ depends on y, so F receives dL/dy + dL/dy~; G receives dL/dy~.
         template <class T>
-        static void backward(std::size_t batch, const T* parameters, T* state, const T* x, const T* grad_y,
+        static void backward(std::size_t batch, const T* parameters, T* /*state*/, const T* x, const T* grad_y,
                              T* grad_x, T* grad_parameters, T* workspace)
         {
             const std::size_t in_count = batch * input::half::size, out_count = batch * output::half::size;
             T* gradient = workspace;
             T* first_cache = workspace + out_count;
             T* second_cache = first_cache + first::cache_size(batch);
-            // The recomputed values are not needed, only the caches: they go
-            // to the gradient buffer, which is overwritten next.
-            first::forward(pass::recomputation, batch, parameters, state, x, gradient, first_cache);
-            second::forward(pass::recomputation, batch, parameters + first::parameter_count,
-                            state + first::state_count, x + in_count, gradient, second_cache);
             kernels::add(out_count, grad_y, grad_y + out_count, gradient);
             first::backward(batch, parameters, x, first_cache, static_cast<const T*>(gradient), grad_x,
                             grad_parameters);

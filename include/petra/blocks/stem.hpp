@@ -1,6 +1,6 @@
 // The stem: the layer F (usually a chain) applied to the image, its 2C output
 // channels split into a pair of halves of C channels. Not reversible: it keeps
-// its input and recomputes from it.
+// its input and recomputes from it (see block.hpp).
 #pragma once
 
 #include <cstddef>
@@ -12,7 +12,10 @@
 namespace petra {
 
 template <class F>
-struct stem {
+struct stem : block_kind {
+    template <class Input>
+    static constexpr bool accepts = layer_accepts<F, Input>();
+
     template <class Input>
     struct bind : made_of<layer_for<F, Input>> {
         using function = layer_for<F, Input>;
@@ -22,7 +25,7 @@ struct stem {
         using output = halves<shape<whole::channels / 2, whole::height, whole::width>>;
         static constexpr bool reversible = false;
         static constexpr std::size_t forward_flops = function::forward_flops;
-        static constexpr std::size_t backward_flops = function::forward_flops + function::backward_flops;
+        static constexpr std::size_t backward_flops = function::backward_flops;
 
         // F's output (or its gradient) in NCHW, then F's cache.
         static constexpr std::size_t workspace_size(std::size_t batch)
@@ -40,14 +43,14 @@ struct stem {
         }
 
         template <class T>
-        static void backward(std::size_t batch, const T* parameters, T* state, const T* x, const T* grad_y,
+        static void backward(std::size_t batch, const T* parameters, T* /*state*/, const T* x, const T* grad_y,
                              T* grad_x, T* grad_parameters, T* workspace)
         {
-            T* value = workspace;
+            T* gradient = workspace; // where forward kept F's output, no longer needed
             T* cache = workspace + batch * whole::size;
-            function::forward(pass::recomputation, batch, parameters, state, x, value, cache);
-            merge_halves(batch, output::half::size, grad_y, value);
-            function::backward(batch, parameters, x, cache, static_cast<const T*>(value), grad_x, grad_parameters);
+            merge_halves(batch, output::half::size, grad_y, gradient);
+            function::backward(batch, parameters, x, cache, static_cast<const T*>(gradient), grad_x,
+                               grad_parameters);
         }
     };
 };

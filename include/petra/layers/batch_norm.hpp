@@ -25,6 +25,10 @@ struct batch_norm {
     static constexpr double epsilon = 1e-5;
     static constexpr double momentum = 0.1;
 
+    // The inputs bind accepts (see layer_accepts).
+    template <class Input>
+    static constexpr bool accepts = Input::channels == Channels;
+
     template <class Input>
     struct bind {
         static_assert(Input::channels == Channels,

@@ -144,6 +144,19 @@ private:
     }
 };
 
+// Whether each layer accepts the output of the one before, the first Input.
+template <class Input, class First, class... Rest>
+constexpr bool chain_accepts()
+{
+    if constexpr (!layer_accepts<First, Input>()) {
+        return false;
+    } else if constexpr (sizeof...(Rest) == 0) {
+        return true;
+    } else {
+        return chain_accepts<typename layer_for<First, Input>::output, Rest...>();
+    }
+}
+
 template <class List>
 struct bound_chain_of;
 template <class... Bound>
@@ -156,6 +169,9 @@ struct bound_chain_of<type_list<Bound...>> {
 template <class... Layers>
 struct chain {
     static_assert(sizeof...(Layers) > 0, "A chain needs at least one layer.");
+
+    template <class Input>
+    static constexpr bool accepts = detail::chain_accepts<Input, Layers...>();
 
     template <class Input>
     using bind = typename detail::bound_chain_of<typename detail::bind_in_order<Input, Layers...>::type>::type;

@@ -20,6 +20,11 @@ struct conv2d {
     static_assert(Padding < Kernel, "conv2d needs a padding smaller than its kernel.");
     static_assert(InChannels > 0 && OutChannels > 0, "conv2d needs at least one input and one output channel.");
 
+    // The inputs bind accepts (see layer_accepts).
+    template <class Input>
+    static constexpr bool accepts = Input::channels == InChannels && Input::height + 2 * Padding >= Kernel &&
+                                    Input::width + 2 * Padding >= Kernel;
+
     template <class Input>
     struct bind {
         static_assert(Input::channels == InChannels,

@@ -17,6 +17,10 @@ template <std::size_t Inputs, std::size_t Outputs>
 struct dense {
     static_assert(Inputs > 0 && Outputs > 0, "A dense layer needs at least one input and one output.");
 
+    // The inputs bind accepts (see layer_accepts).
+    template <class Input>
+    static constexpr bool accepts = Input::size == Inputs;
+
     template <class Input>
     struct bind {
         static_assert(Input::size == Inputs, "dense: the input does not have the number of values the layer expects.");

@@ -45,6 +45,24 @@ enum class pass {
 template <class Layer, class Input>
 using layer_for = typename Layer::template bind<Input>;
 
+// Whether Layer can be bound to Input, decided without binding it, so without
+// setting off the layer's own static_assert: a network asks this of each
+// block before binding it, to report a mismatch between two blocks in one
+// sentence. A layer that constrains its input states it as
+//   template <class Input> static constexpr bool accepts = ...;
+// a layer that states nothing accepts every shape.
+template <class Layer, class Input>
+constexpr bool layer_accepts()
+{
+    if constexpr (!a_shape<Input>) {
+        return false;
+    } else if constexpr (requires { Layer::template accepts<Input>; }) {
+        return Layer::template accepts<Input>;
+    } else {
+        return true;
+    }
+}
+
 template <class B>
 concept bound_layer = a_shape<typename B::input> && a_shape<typename B::output> && requires {
     { B::parameter_count } -> std::convertible_to<std::size_t>;
