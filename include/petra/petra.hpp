@@ -5,4 +5,7 @@
 #include <petra/blocks.hpp>
 #include <petra/kernels.hpp>
 #include <petra/layers.hpp>
+#include <petra/models/reference_network.hpp>
+#include <petra/network.hpp>
+#include <petra/train.hpp>
 #include <petra/version.hpp>

@@ -1,0 +1,370 @@
+// network<input<C, H, W>, Block...>: a network is a type, a list of blocks
+// that reads like the architecture diagram:
+//
+//   using net = network<input<1, 28, 28>,
+//                       stem<chain<conv2d<1, 32>, batch_norm<32>, relu>>,
+//                       repeated<2, additive_coupling<residual<16>>>,
+//                       downsampling<16>,
+//                       classifier_head<64, 10>>;
+//
+// Each block is bound to the output of the one before (floor 5: blocks are
+// floor 4). A block that cannot take that output is reported by one
+// static_assert sentence whose template arguments name the two blocks. Every
+// figure a scheduler needs is a constexpr value: per block (profile[i]) the
+// parameter count, FLOPs per example and activation size, and in total.
+//
+// All parameters of a network live in one contiguous array, block after
+// block (parameter_offsets), and so do the untrained state values (running
+// statistics, state_offsets); network_parameters holds both, and any array
+// laid out like the parameters (a gradient, a momentum) is cut into block
+// views with parameters_of<I>.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include <boost/hana/tuple.hpp>
+#include <boost/hana/type.hpp>
+
+#include <petra/blocks/block.hpp>
+#include <petra/kernels/simd.hpp>
+#include <petra/layers/chain.hpp>
+#include <petra/layers/layer.hpp>
+#include <petra/shape.hpp>
+
+namespace petra {
+
+// The shape of a network's input, one example: channels, height, width.
+template <std::size_t Channels, std::size_t Height = 1, std::size_t Width = 1>
+using input = shape<Channels, Height, Width>;
+
+// Several consecutive blocks given as one element of a network.
+template <class... Blocks>
+struct block_sequence {};
+
+namespace detail {
+
+template <class Block, std::size_t>
+using repeat_block = Block;
+
+template <class Block, std::size_t... I>
+block_sequence<repeat_block<Block, I>...> repeat(std::index_sequence<I...>);
+
+} // namespace detail
+
+// Count copies of Block in a row (each with its own parameters).
+template <std::size_t Count, class Block>
+using repeated = decltype(detail::repeat<Block>(std::make_index_sequence<Count>{}));
+
+// What a block costs, per example, as a scheduler sees it.
+struct block_profile {
+    bool reversible;
+    std::size_t parameter_count;
+    std::size_t state_count;
+    std::size_t forward_flops;
+    std::size_t backward_flops; // the vector-Jacobian product alone
+    std::size_t input_values;   // activation entering the block
+    std::size_t output_values;  // activation leaving it
+
+    // One pipeline tick of PETRA spends a forward, a reconstruction (the
+    // inverse, or the forward again from a stored input: the same function
+    // evaluations) and a backward.
+    constexpr std::size_t tick_flops() const { return 2 * forward_flops + backward_flops; }
+    // Bytes of the activation leaving the block, for values of Value bytes.
+    constexpr std::size_t output_bytes(std::size_t value_bytes) const { return output_values * value_bytes; }
+};
+
+template <class Network, class T>
+class network_parameters;
+
+namespace detail {
+
+// The element check: names the offending element in its template argument.
+template <class Element>
+struct network_element {
+    static constexpr bool value = a_block<Element>;
+    static_assert(value, "Every element of a network after its input must be a block (a coupling, stem, "
+                         "downsample or head), not a layer.");
+};
+
+template <class... Blocks>
+struct sequence {};
+
+template <class... Left, class... Right>
+constexpr sequence<Left..., Right...> operator+(sequence<Left...>, sequence<Right...>)
+{
+    return {};
+}
+
+// An element of a network as a sequence of blocks (a block_sequence is
+// flattened); anything else is reported and becomes not_a_block, which stops
+// the binding.
+struct not_a_block {};
+
+template <class Element>
+struct as_sequence {
+    using type = sequence<std::conditional_t<network_element<Element>::value, Element, not_a_block>>;
+};
+template <class Block>
+    requires a_block<Block>
+struct as_sequence<Block> {
+    using type = sequence<Block>;
+};
+template <class... Blocks>
+struct as_sequence<block_sequence<Blocks...>> {
+    using type = decltype((sequence<>{} + ... + typename as_sequence<Blocks>::type{}));
+};
+
+// The binding checks: each names, in its template arguments, what disagrees.
+template <class Input, class FirstBlock>
+struct network_input_fits {
+    static constexpr bool value = block_accepts<FirstBlock, Input>();
+    static_assert(value, "The first block of the network cannot take the network's input shape.");
+};
+
+template <class Before, class After, class BeforeOutput>
+struct consecutive_blocks {
+    static constexpr bool value = block_accepts<After, BeforeOutput>();
+    static_assert(value, "A block cannot take the output of the block before it: their shapes do not match.");
+};
+
+// Whether Block can follow Last (void: Block comes first), instantiating the
+// one check that names the pair.
+template <class Last, class Block, class Output>
+constexpr bool link_fits()
+{
+    if constexpr (std::is_void_v<Last>) {
+        return network_input_fits<Output, Block>::value;
+    } else {
+        return consecutive_blocks<Last, Block, Output>::value;
+    }
+}
+
+// What follows a block that could not be bound: later blocks are neither
+// checked nor bound, so that the first error stays the only one.
+struct no_output {};
+
+// The state of the left fold that binds the blocks in order: the output so
+// far, the last unbound block (void before the first) and the bound blocks.
+template <class Output, class Last, class... Bound>
+struct binding {
+    using output = Output;
+    using blocks = std::tuple<Bound...>;
+};
+
+template <class Output, class Last, class... Bound, class Block>
+constexpr auto operator|(binding<Output, Last, Bound...>, std::type_identity<Block>)
+{
+    if constexpr (std::is_same_v<Output, no_output> || !a_block<Block>) {
+        return binding<no_output, Block, Bound...>{};
+    } else if constexpr (!link_fits<Last, Block, Output>()) {
+        return binding<no_output, Block, Bound...>{};
+    } else {
+        using bound = layer_for<Block, Output>;
+        return binding<typename bound::output, Block, Bound..., bound>{};
+    }
+}
+
+// Blocks bound in order from Input (if Input is a shape: otherwise that
+// error is reported on its own and nothing is bound).
+template <class Input, class... Blocks>
+auto bind_blocks(sequence<Blocks...>)
+    -> decltype((binding<std::conditional_t<a_shape<Input>, Input, no_output>, void>{} | ... |
+                 std::type_identity<Blocks>{}));
+
+template <class Tuple>
+struct bound_network;
+
+template <class... Bound>
+struct bound_network<std::tuple<Bound...>> {
+    static constexpr std::size_t block_count = sizeof...(Bound);
+    static constexpr auto hana_blocks = boost::hana::tuple_t<Bound...>;
+    static constexpr std::array<block_profile, block_count> profile{
+        block_profile{Bound::reversible, Bound::parameter_count, Bound::state_count, Bound::forward_flops,
+                      Bound::backward_flops, Bound::input::size, Bound::output::size}...};
+
+    static constexpr std::size_t largest_workspace(std::size_t batch)
+    {
+        return std::max({std::size_t{0}, Bound::workspace_size(batch)...});
+    }
+    static constexpr std::array<std::size_t (*)(std::size_t), block_count> workspace_sizes{
+        &Bound::workspace_size...};
+};
+
+} // namespace detail
+
+template <class Input, class... Elements>
+class network {
+    static_assert(a_shape<Input>, "A network begins with the shape of its input, input<C, H, W>.");
+    static_assert(sizeof...(Elements) > 0, "A network needs at least one block.");
+
+    using flat = decltype((detail::sequence<>{} + ... + typename detail::as_sequence<Elements>::type{}));
+    using binding = decltype(detail::bind_blocks<Input>(flat{}));
+    using bound = detail::bound_network<typename binding::blocks>;
+
+public:
+    using input = Input;
+    using output = typename binding::output;
+
+    static constexpr std::size_t block_count = bound::block_count;
+
+    // The bound blocks, as a type list and one by one.
+    static constexpr auto blocks = bound::hana_blocks;
+    template <std::size_t I>
+    using block = std::tuple_element_t<I, typename binding::blocks>;
+
+    static constexpr std::array<block_profile, block_count> profile = bound::profile;
+
+    template <std::size_t N>
+    static constexpr std::array<std::size_t, N> field(std::size_t block_profile::*member)
+    {
+        std::array<std::size_t, N> values{};
+        for (std::size_t i = 0; i < N; ++i) values[i] = profile[i].*member;
+        return values;
+    }
+
+    static constexpr auto parameter_offsets =
+        detail::prefix_sums<block_count>(field<block_count>(&block_profile::parameter_count));
+    static constexpr auto state_offsets =
+        detail::prefix_sums<block_count>(field<block_count>(&block_profile::state_count));
+    static constexpr std::size_t parameter_count = parameter_offsets[block_count];
+    static constexpr std::size_t state_count = state_offsets[block_count];
+
+    // Totals per example.
+    static constexpr std::size_t forward_flops = [] {
+        std::size_t total = 0;
+        for (const block_profile& p : profile) total += p.forward_flops;
+        return total;
+    }();
+    static constexpr std::size_t backward_flops = [] {
+        std::size_t total = 0;
+        for (const block_profile& p : profile) total += p.backward_flops;
+        return total;
+    }();
+    // The largest activation between (or around) blocks, values per example.
+    static constexpr std::size_t largest_activation = [] {
+        std::size_t largest = input::size;
+        for (const block_profile& p : profile) largest = std::max(largest, p.output_values);
+        return largest;
+    }();
+
+    // Workspace of block i for a batch, and the largest over all blocks.
+    static constexpr std::size_t workspace_size(std::size_t i, std::size_t batch)
+    {
+        return bound::workspace_sizes[i](batch);
+    }
+    static constexpr std::size_t largest_workspace(std::size_t batch) { return bound::largest_workspace(batch); }
+
+    // Block I's part of an array laid out like the parameters (values,
+    // gradients, optimizer state) or like the state.
+    template <std::size_t I, class T>
+    static std::span<T> parameters_of(std::span<T> all)
+    {
+        return all.subspan(parameter_offsets[I], profile[I].parameter_count);
+    }
+    template <std::size_t I, class T>
+    static std::span<T> state_of(std::span<T> all)
+    {
+        return all.subspan(state_offsets[I], profile[I].state_count);
+    }
+
+    // Parameters and state initialised block after block from one generator
+    // seeded with seed (He-normal weights, batch-norm scale 1 and shift 0).
+    template <class T>
+    static network_parameters<network, T> make_parameters(std::uint64_t seed)
+    {
+        return network_parameters<network, T>(seed);
+    }
+
+    // Calls visit(std::integral_constant<std::size_t, I>{}) for I = 0, 1, ...
+    // block_count - 1, in order.
+    template <class Visitor>
+    static void for_each_block(Visitor&& visit)
+    {
+        [&]<std::size_t... I>(std::index_sequence<I...>) {
+            (visit(std::integral_constant<std::size_t, I>{}), ...);
+        }(std::make_index_sequence<block_count>{});
+    }
+};
+
+template <class T>
+struct is_network : std::false_type {};
+template <class Input, class... Elements>
+struct is_network<network<Input, Elements...>> : std::true_type {};
+
+// The parameters (trained values) and state (running statistics) of a
+// network for value type T, each one contiguous aligned array.
+template <class Network, class T>
+class network_parameters {
+    static_assert(is_network<Network>::value, "network_parameters needs a network<input<C, H, W>, Block...>.");
+    static_assert(std::is_floating_point_v<T>, "Parameters are float or double.");
+
+public:
+    using network_type = Network;
+    using value_type = T;
+
+    explicit network_parameters(std::uint64_t seed) : values_(Network::parameter_count), state_(Network::state_count)
+    {
+        std::mt19937_64 generator(seed);
+        Network::for_each_block([&](auto index) {
+            constexpr std::size_t i = decltype(index)::value;
+            Network::template block<i>::initialize(values_.data() + Network::parameter_offsets[i],
+                                                   state_.data() + Network::state_offsets[i], generator);
+        });
+    }
+
+    std::span<T> values() { return values_; }
+    std::span<const T> values() const { return values_; }
+    std::span<T> state() { return state_; }
+    std::span<const T> state() const { return state_; }
+
+    template <std::size_t I>
+    std::span<T> block_values()
+    {
+        return Network::template parameters_of<I>(values());
+    }
+    template <std::size_t I>
+    std::span<T> block_state()
+    {
+        return Network::template state_of<I>(state());
+    }
+
+private:
+    kernels::aligned_vector<T> values_;
+    kernels::aligned_vector<T> state_;
+};
+
+// Inference on a batch: logits (batch * Network::output::size values) of
+// images (batch * Network::input::size values, NCHW), with the running
+// statistics of batch normalisation. Nothing is updated. Scratch memory is
+// per thread and grows once to the largest batch seen.
+template <class Network, class T>
+void predict(const network_parameters<Network, T>& parameters, std::size_t batch, const T* images, T* logits)
+{
+    if (batch == 0) return;
+    struct predict_scratch;
+    const std::size_t activation = batch * Network::largest_activation;
+    T* scratch = kernels::thread_scratch<predict_scratch, T>(2 * activation + Network::largest_workspace(batch));
+    T* workspace = scratch + 2 * activation;
+    // pass::inference reads the running statistics and never writes them.
+    T* state = const_cast<T*>(parameters.state().data());
+    const T* values = parameters.values().data();
+    Network::for_each_block([&](auto index) {
+        constexpr std::size_t i = decltype(index)::value;
+        const T* x = i == 0 ? images : scratch + ((i - 1) % 2) * activation;
+        T* y = i + 1 == Network::block_count ? logits : scratch + (i % 2) * activation;
+        Network::template block<i>::forward(pass::inference, batch, values + Network::parameter_offsets[i],
+                                            state + Network::state_offsets[i], x, y, workspace);
+    });
+}
+
+} // namespace petra

@@ -1,0 +1,7 @@
+// The trainers: exact backprop (stores activations) and reversible backprop
+// (reconstructs them), the baselines of PETRA.
+#pragma once
+
+#include <petra/train/classification.hpp>
+#include <petra/train/exact_backprop.hpp>
+#include <petra/train/reversible_backprop.hpp>

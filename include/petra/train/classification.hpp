@@ -1,0 +1,47 @@
+// What the trainers share: a network trained on class labels ends with one
+// logit per class and is scored by the softmax cross-entropy loss; the
+// arguments of a training step are checked the same way by every trainer.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+#include <petra/layers/softmax_cross_entropy_loss.hpp>
+#include <petra/network.hpp>
+#include <petra/shape.hpp>
+
+namespace petra {
+
+template <class Network>
+struct classification {
+    static_assert(is_network<Network>::value, "A trainer needs a network<input<C, H, W>, Block...>.");
+    static_assert(a_shape<typename Network::output>,
+                  "A network trained on class labels must end with a block that gives one logit per class, "
+                  "such as classifier_head.");
+    static constexpr std::size_t classes = Network::output::size;
+    using loss = layer_for<softmax_cross_entropy_loss<classes>, shape<classes>>;
+};
+
+namespace detail {
+
+// Throws std::invalid_argument, naming the trainer, for a batch it cannot
+// take or a gradient array of the wrong length.
+inline void check_step(const char* trainer, std::size_t batch, std::size_t capacity, std::size_t gradient_size,
+                       std::size_t parameter_count)
+{
+    if (batch == 0 || batch > capacity) {
+        throw std::invalid_argument(std::string(trainer) + ": batch of " + std::to_string(batch) +
+                                    " examples; this trainer takes 1 to " + std::to_string(capacity) + ".");
+    }
+    if (gradient_size != parameter_count) {
+        throw std::invalid_argument(std::string(trainer) + ": the gradient has " + std::to_string(gradient_size) +
+                                    " values; the network has " + std::to_string(parameter_count) +
+                                    " parameters.");
+    }
+}
+
+} // namespace detail
+
+} // namespace petra

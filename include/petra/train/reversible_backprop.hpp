@@ -1,0 +1,138 @@
+// Reversible backprop: the exact gradient without stored activations. The
+// forward keeps only the inputs of the blocks that are not reversible (stem,
+// downsampling, head) and the logits. The backward walks down the blocks: a
+// reversible block reconstructs its input from its output with the same
+// parameters and differentiates (reconstruct_backward, its function evaluated
+// once); a block that is not reversible recomputes from its stored input
+// (recompute_backward), which also restarts the reconstruction below it from
+// exact values. This is PETRA with one stage: the gradients equal exact
+// backprop's up to the rounding of the reconstructions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include <petra/blocks/block.hpp>
+#include <petra/kernels/simd.hpp>
+#include <petra/network.hpp>
+#include <petra/train/classification.hpp>
+
+namespace petra {
+
+template <class Network, class T = float>
+class reversible_backprop {
+    using task = classification<Network>;
+
+public:
+    // Memory for batches of up to max_batch examples, allocated once.
+    explicit reversible_backprop(std::size_t max_batch)
+        : capacity_(max_batch), stored_(stored_offset(Network::block_count + 1, max_batch)),
+          passing_(2 * max_batch * Network::largest_activation),
+          gradients_(2 * max_batch * Network::largest_activation),
+          recomputed_(max_batch * Network::largest_activation), workspace_(Network::largest_workspace(max_batch))
+    {
+    }
+
+    // As exact_backprop::accumulate_gradient: forward with batch statistics
+    // (running statistics updated once; reconstructions never update them),
+    // loss, backward; adds the gradient of the batch's mean loss to gradient
+    // and returns that mean loss.
+    T accumulate_gradient(network_parameters<Network, T>& parameters, std::size_t batch, const T* images,
+                          const std::int32_t* labels, std::span<T> gradient)
+    {
+        detail::check_step("reversible_backprop", batch, capacity_, gradient.size(), Network::parameter_count);
+        batch_ = batch;
+        T* values = parameters.values().data();
+        T* state = parameters.state().data();
+        Network::for_each_block([&](auto index) {
+            constexpr std::size_t i = decltype(index)::value;
+            const T* x = i == 0 ? images : activation_at(i);
+            Network::template block<i>::forward(pass::training, batch, values + Network::parameter_offsets[i],
+                                                state + Network::state_offsets[i], x, activation_at(i + 1),
+                                                workspace_.data());
+        });
+        const T loss = task::loss::evaluate(batch, static_cast<const T*>(activation_at(Network::block_count)),
+                                            labels, gradient_at(Network::block_count));
+        [&]<std::size_t... R>(std::index_sequence<R...>) {
+            (backward_block<Network::block_count - 1 - R>(values, state, images, gradient.data()), ...);
+        }(std::make_index_sequence<Network::block_count>{});
+        return loss;
+    }
+
+    std::span<const T> logits() const
+    {
+        return {stored_.data() + stored_offset(Network::block_count, batch_), batch_ * task::classes};
+    }
+
+    // Bytes held for stored inputs, the activations passed between blocks,
+    // gradients and scratch.
+    std::size_t memory_bytes() const
+    {
+        return (stored_.size() + passing_.size() + gradients_.size() + recomputed_.size() + workspace_.size()) *
+               sizeof(T);
+    }
+
+private:
+    template <std::size_t I>
+    void backward_block(const T* values, T* state, const T* images, T* gradient)
+    {
+        using block = typename Network::template block<I>;
+        const T* parameters = values + Network::parameter_offsets[I];
+        T* block_state = state + Network::state_offsets[I];
+        T* grad_parameters = gradient + Network::parameter_offsets[I];
+        if constexpr (block::reversible) {
+            // Block I's output is block I + 1's input: stored, or just
+            // reconstructed by block I + 1. Its input is not stored (for
+            // block 0, the images are not overwritten: boundary 0 is a
+            // passing buffer).
+            reconstruct_backward<block>(batch_, parameters, block_state, static_cast<const T*>(activation_at(I + 1)),
+                                        static_cast<const T*>(gradient_at(I + 1)), activation_at(I),
+                                        gradient_at(I), grad_parameters, workspace_.data());
+        } else {
+            const T* x = I == 0 ? images : activation_at(I);
+            recompute_backward<block>(batch_, parameters, block_state, x, static_cast<const T*>(gradient_at(I + 1)),
+                                      gradient_at(I), grad_parameters, workspace_.data(), recomputed_.data());
+        }
+    }
+
+    // Boundary b is block b's input and block b - 1's output. Stored
+    // boundaries: the input of every block that is not reversible (except
+    // the images, which the caller holds) and the logits (boundary
+    // block_count). The others live in one of two buffers by parity.
+    static constexpr bool stored_boundary(std::size_t boundary)
+    {
+        return boundary == Network::block_count || (boundary > 0 && !Network::profile[boundary].reversible);
+    }
+    static constexpr std::size_t boundary_values(std::size_t boundary)
+    {
+        return boundary == 0 ? Network::input::size : Network::profile[boundary - 1].output_values;
+    }
+    static constexpr std::size_t stored_offset(std::size_t boundary, std::size_t batch)
+    {
+        std::size_t offset = 0;
+        for (std::size_t b = 0; b < boundary; ++b) {
+            if (stored_boundary(b)) offset += batch * boundary_values(b);
+        }
+        return offset;
+    }
+    T* activation_at(std::size_t boundary)
+    {
+        if (stored_boundary(boundary)) return stored_.data() + stored_offset(boundary, batch_);
+        return passing_.data() + (boundary % 2) * capacity_ * Network::largest_activation;
+    }
+    T* gradient_at(std::size_t boundary)
+    {
+        return gradients_.data() + (boundary % 2) * capacity_ * Network::largest_activation;
+    }
+
+    std::size_t capacity_;
+    std::size_t batch_ = 0;
+    kernels::aligned_vector<T> stored_;
+    kernels::aligned_vector<T> passing_;
+    kernels::aligned_vector<T> gradients_;
+    kernels::aligned_vector<T> recomputed_;
+    kernels::aligned_vector<T> workspace_;
+};
+
+} // namespace petra

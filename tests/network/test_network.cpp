@@ -1,0 +1,284 @@
+// Networks as types: counts and profiles computed at compile time, the one
+// parameter array with its block views, inference, and the two baseline
+// trainers: exact backprop against central differences in double, and
+// reversible backprop against exact backprop.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <span>
+#include <stdexcept>
+#include <type_traits>
+#include <vector>
+
+#include <boost/hana/length.hpp>
+#include <doctest/doctest.h>
+
+#include <petra/petra.hpp>
+
+#include "layers/gradient_check.hpp"
+#include "support.hpp"
+
+using namespace petra;
+
+namespace {
+
+// At least two reversible blocks of each kind, a downsampling and a head.
+using small_network =
+    network<input<1, 6, 6>, stem<chain<conv2d<1, 8>, batch_norm<8>, relu>>,
+            repeated<2, additive_coupling<residual_function<4>>>, downsampling<4>,
+            revnet_coupling<residual_function<8>, residual_function<8>>, classifier_head<16, 3>>;
+
+using reference = reference_network<>;
+
+template <class T>
+std::vector<std::int32_t> random_labels(std::size_t batch, std::size_t classes, std::mt19937_64& generator)
+{
+    std::uniform_int_distribution<std::int32_t> label(0, std::int32_t(classes) - 1);
+    std::vector<std::int32_t> labels(batch);
+    for (auto& value : labels) value = label(generator);
+    return labels;
+}
+
+// Parameters moved off their initial values (batch-norm scales 1 and shifts 0
+// would hide mistakes in their gradients).
+template <class Network, class T>
+network_parameters<Network, T> perturbed_parameters(std::uint64_t seed)
+{
+    auto parameters = Network::template make_parameters<T>(seed);
+    std::mt19937_64 generator(seed + 100);
+    std::uniform_real_distribution<T> noise(T(-0.2), T(0.2));
+    for (T& value : parameters.values()) value += noise(generator);
+    return parameters;
+}
+
+double relative_distance(std::span<const float> a, std::span<const float> b)
+{
+    double difference = 0.0, norm = 0.0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        difference += (double(a[i]) - double(b[i])) * (double(a[i]) - double(b[i]));
+        norm += double(b[i]) * double(b[i]);
+    }
+    return std::sqrt(difference / norm);
+}
+
+} // namespace
+
+TEST_CASE("network: the reference network's counts are known at compile time")
+{
+    static_assert(reference::block_count == 10);
+    // stem 288 + 64; per coupling 2 convolutions and 2 batch norms of the
+    // width; downsampling conv3x3 + conv1x1 + 2 batch norms; dense 128 -> 10.
+    constexpr std::size_t stem = 1 * 32 * 9 + 64;
+    constexpr auto coupling = [](std::size_t c) { return 2 * (c * c * 9) + 4 * c; };
+    constexpr auto down = [](std::size_t c) { return 2 * c * c * 9 + 2 * c * c + 8 * c; };
+    constexpr std::size_t head = 128 * 10 + 10;
+    static_assert(reference::parameter_count ==
+                  stem + 2 * (coupling(16) + coupling(32) + coupling(64)) + down(16) + down(32) + head);
+    static_assert(reference::parameter_count == 222'058);
+    // About 48 MFLOP per example forward, twice that backward.
+    static_assert(reference::forward_flops > 48'000'000 && reference::forward_flops < 49'000'000);
+    static_assert(reference::backward_flops > 2 * reference::forward_flops - 1'000'000);
+
+    constexpr std::array<bool, 10> reversible{false, true, true, false, true, true, false, true, true, false};
+    for (std::size_t i = 0; i < reference::block_count; ++i) {
+        CAPTURE(i);
+        CHECK(reference::profile[i].reversible == reversible[i]);
+        CHECK(reference::parameter_offsets[i + 1] - reference::parameter_offsets[i] ==
+              reference::profile[i].parameter_count);
+        if (i > 0) CHECK(reference::profile[i].input_values == reference::profile[i - 1].output_values);
+    }
+    static_assert(reference::profile[0].input_values == 784);
+    static_assert(reference::profile[1].output_values == 32 * 28 * 28);
+    static_assert(reference::profile[4].output_values == 64 * 14 * 14);
+    static_assert(reference::profile[9].output_bytes(sizeof(float)) == 40);
+    static_assert(std::is_same_v<reference::output, shape<10>>);
+}
+
+TEST_CASE("network: repeated blocks are the same network as blocks written out")
+{
+    using written_out =
+        network<input<1, 6, 6>, stem<chain<conv2d<1, 8>, batch_norm<8>, relu>>,
+                additive_coupling<residual_function<4>>, additive_coupling<residual_function<4>>, downsampling<4>,
+                revnet_coupling<residual_function<8>, residual_function<8>>, classifier_head<16, 3>>;
+    static_assert(written_out::block_count == small_network::block_count);
+    static_assert(std::is_same_v<written_out::block<2>, small_network::block<2>>);
+    static_assert(written_out::parameter_count == small_network::parameter_count);
+    static_assert(decltype(boost::hana::length(small_network::blocks))::value == 6);
+}
+
+TEST_CASE("network parameters: one array, initialised block by block, with a view per block")
+{
+    auto parameters = small_network::make_parameters<double>(7);
+    CHECK(parameters.values().size() == small_network::parameter_count);
+    CHECK(parameters.state().size() == small_network::state_count);
+    // The same seed gives the same parameters; another seed others.
+    auto same = small_network::make_parameters<double>(7);
+    auto other = small_network::make_parameters<double>(8);
+    CHECK(std::equal(parameters.values().begin(), parameters.values().end(), same.values().begin()));
+    CHECK(!std::equal(parameters.values().begin(), parameters.values().end(), other.values().begin()));
+
+    // Each view is the block's part of the array, initialised as the block
+    // initialises itself, in order from the one generator.
+    std::mt19937_64 generator(7);
+    small_network::for_each_block([&](auto index) {
+        constexpr std::size_t i = decltype(index)::value;
+        using block = small_network::block<i>;
+        std::vector<double> values(block::parameter_count), state(block::state_count);
+        block::initialize(values.data(), state.data(), generator);
+        auto view = parameters.block_values<i>();
+        CAPTURE(i);
+        CHECK(view.data() == parameters.values().data() + small_network::parameter_offsets[i]);
+        CHECK(std::equal(values.begin(), values.end(), view.begin(), view.end()));
+        auto state_view = parameters.block_state<i>();
+        CHECK(std::equal(state.begin(), state.end(), state_view.begin(), state_view.end()));
+    });
+    CHECK(reinterpret_cast<std::uintptr_t>(parameters.values().data()) % kernels::buffer_alignment == 0);
+}
+
+TEST_CASE("predict: inference block by block, each example on its own, running statistics untouched")
+{
+    auto parameters = perturbed_parameters<small_network, float>(3);
+    std::mt19937_64 generator(4);
+    for (float& value : parameters.state()) value = std::abs(value) + 0.5f; // running means and variances
+    const std::size_t batch = 5;
+    const auto images = test::random_vector<float>(batch * 36, generator);
+    std::vector<float> logits(batch * 3);
+    const std::vector<float> state_before(parameters.state().begin(), parameters.state().end());
+    predict(parameters, batch, images.data(), logits.data());
+    CHECK(std::equal(state_before.begin(), state_before.end(), parameters.state().begin()));
+
+    // The same, by hand, block after block.
+    std::vector<float> x(images), state(state_before);
+    small_network::for_each_block([&](auto index) {
+        constexpr std::size_t i = decltype(index)::value;
+        using block = small_network::block<i>;
+        std::vector<float> y(batch * block::output::size), workspace(block::workspace_size(batch));
+        block::forward(pass::inference, batch, parameters.values().data() + small_network::parameter_offsets[i],
+                       state.data() + small_network::state_offsets[i], x.data(), y.data(), workspace.data());
+        x = y;
+    });
+    CHECK(x == logits);
+
+    // Inference treats examples independently.
+    for (std::size_t n = 0; n < batch; ++n) {
+        std::vector<float> alone(3);
+        predict(parameters, 1, images.data() + n * 36, alone.data());
+        for (std::size_t k = 0; k < 3; ++k) CHECK(alone[k] == doctest::Approx(logits[n * 3 + k]).epsilon(1e-5));
+    }
+}
+
+TEST_CASE("exact backprop: the gradient of the mean loss matches central differences (double)")
+{
+    auto parameters = perturbed_parameters<small_network, double>(11);
+    std::mt19937_64 generator(12);
+    const std::size_t batch = 4;
+    const auto images = test::random_vector<double>(batch * 36, generator);
+    const auto labels = random_labels<double>(batch, 3, generator);
+    exact_backprop<small_network, double> trainer(batch);
+    std::vector<double> gradient(small_network::parameter_count, 0.0), unused(gradient.size());
+    trainer.accumulate_gradient(parameters, batch, images.data(), labels.data(), gradient);
+
+    auto loss_at = [&](const std::vector<double>& values) {
+        auto moved = parameters;
+        std::copy(values.begin(), values.end(), moved.values().begin());
+        return trainer.accumulate_gradient(moved, batch, images.data(), labels.data(), unused);
+    };
+    const std::vector<double> base(parameters.values().begin(), parameters.values().end());
+    // Every parameter of every block of the small network, one at a time.
+    std::vector<double> numeric(gradient.size());
+    const double step = 1e-5;
+    for (std::size_t p = 0; p < base.size(); ++p) {
+        auto plus = base, minus = base;
+        plus[p] += step;
+        minus[p] -= step;
+        numeric[p] = (loss_at(plus) - loss_at(minus)) / (2 * step);
+    }
+    small_network::for_each_block([&](auto index) {
+        constexpr std::size_t i = decltype(index)::value;
+        const std::size_t begin = small_network::parameter_offsets[i], end = small_network::parameter_offsets[i + 1];
+        const double error = test::relative_error(std::vector<double>(gradient.begin() + begin, gradient.begin() + end),
+                                                  std::vector<double>(numeric.begin() + begin, numeric.begin() + end));
+        INFO("block " << i << ": relative error " << error);
+        CHECK(error < 1e-6);
+    });
+}
+
+TEST_CASE("exact backprop: gradients accumulate over calls")
+{
+    auto parameters = perturbed_parameters<small_network, double>(13);
+    std::mt19937_64 generator(14);
+    const auto images = test::random_vector<double>(2 * 36, generator);
+    const auto labels = random_labels<double>(2, 3, generator);
+    exact_backprop<small_network, double> trainer(2);
+    std::vector<double> once(small_network::parameter_count, 0.0), twice(once.size(), 0.0);
+    trainer.accumulate_gradient(parameters, 2, images.data(), labels.data(), once);
+    trainer.accumulate_gradient(parameters, 2, images.data(), labels.data(), twice);
+    trainer.accumulate_gradient(parameters, 2, images.data(), labels.data(), twice);
+    for (std::size_t p = 0; p < once.size(); ++p) CHECK(twice[p] == doctest::Approx(2 * once[p]).epsilon(1e-12));
+}
+
+template <class Network>
+void check_reversible_equals_exact(std::size_t batch, std::size_t image_size, std::uint64_t seed)
+{
+    std::mt19937_64 generator(seed);
+    auto exact_parameters = perturbed_parameters<Network, float>(seed);
+    auto reversible_parameters = exact_parameters;
+    const auto images = test::random_vector<float>(batch * image_size, generator);
+    const auto labels = random_labels<float>(batch, Network::output::size, generator);
+
+    exact_backprop<Network, float> exact(batch);
+    reversible_backprop<Network, float> reversible(batch);
+    std::vector<float> exact_gradient(Network::parameter_count, 0.0f), reversible_gradient(exact_gradient);
+    const float exact_loss =
+        exact.accumulate_gradient(exact_parameters, batch, images.data(), labels.data(), exact_gradient);
+    const float reversible_loss = reversible.accumulate_gradient(reversible_parameters, batch, images.data(),
+                                                                 labels.data(), reversible_gradient);
+    // The same forward: the same loss and logits, bit for bit.
+    CHECK(exact_loss == reversible_loss);
+    CHECK(std::equal(exact.logits().begin(), exact.logits().end(), reversible.logits().begin(),
+                     reversible.logits().end()));
+    // Running statistics: updated by the one training forward of each, never
+    // by reconstructions or recomputations.
+    CHECK(std::equal(exact_parameters.state().begin(), exact_parameters.state().end(),
+                     reversible_parameters.state().begin()));
+    Network::for_each_block([&](auto index) {
+        constexpr std::size_t i = decltype(index)::value;
+        const auto begin = Network::parameter_offsets[i], count = Network::profile[i].parameter_count;
+        const double error = relative_distance(std::span<const float>(reversible_gradient).subspan(begin, count),
+                                               std::span<const float>(exact_gradient).subspan(begin, count));
+        INFO("block " << i << ": relative difference " << error);
+        CHECK(error < 1e-5);
+    });
+    CHECK(reversible.memory_bytes() < exact.memory_bytes());
+}
+
+TEST_CASE("reversible backprop: the gradients of exact backprop, without stored activations (float)")
+{
+    check_reversible_equals_exact<small_network>(4, 36, 21);
+    check_reversible_equals_exact<small_network>(1, 36, 22);
+}
+
+TEST_CASE("reversible backprop: the reference network's gradients equal exact backprop's (float)")
+{
+    check_reversible_equals_exact<reference>(3, 784, 23);
+}
+
+TEST_CASE("trainers: bad batches, gradients and labels are refused with a plain message")
+{
+    auto parameters = small_network::make_parameters<float>(1);
+    std::vector<float> images(3 * 36, 0.5f), gradient(small_network::parameter_count);
+    std::vector<std::int32_t> labels{0, 1, 2};
+    exact_backprop<small_network, float> exact(2);
+    reversible_backprop<small_network, float> reversible(2);
+    CHECK_THROWS_WITH(exact.accumulate_gradient(parameters, 3, images.data(), labels.data(), gradient),
+                      "exact_backprop: batch of 3 examples; this trainer takes 1 to 2.");
+    CHECK_THROWS_WITH(reversible.accumulate_gradient(parameters, 0, images.data(), labels.data(), gradient),
+                      "reversible_backprop: batch of 0 examples; this trainer takes 1 to 2.");
+    std::vector<float> short_gradient(10);
+    CHECK_THROWS_AS(exact.accumulate_gradient(parameters, 2, images.data(), labels.data(), short_gradient),
+                    std::invalid_argument);
+    std::vector<std::int32_t> bad_labels{0, 3};
+    CHECK_THROWS_AS(reversible.accumulate_gradient(parameters, 2, images.data(), bad_labels.data(), gradient),
+                    std::invalid_argument);
+}
