@@ -1,21 +1,29 @@
-"""Turns the JSON of bench_kernels into the markdown tables of bench/RESULTS.md:
-median time and GFLOP/s of every benchmark, and for GEMM the ratio of petra to
-OpenBLAS on the same shape."""
+"""Turns the JSON of bench_kernels and bench_training into the markdown tables
+of bench/RESULTS.md: median time and GFLOP/s of every benchmark, for GEMM the
+ratio of petra to OpenBLAS on the same shape, for training steps examples/s,
+memory and the rate relative to exact backprop."""
 import json
 import sys
 
 
-def main(path):
-    with open(path) as handle:
-        report = json.load(handle)
+def main(paths):
+    for path in paths:
+        with open(path) as handle:
+            text = handle.read()
+        # A binary whose benchmarks were all filtered out writes nothing.
+        if text.strip():
+            print_tables(json.loads(text))
+
+
+def print_tables(report):
     # Repetitions run interleaved in random order; list the benchmarks in the
     # order the binary registers them.
     runs = [run for run in report["benchmarks"] if run.get("aggregate_name") == "median"]
     runs.sort(key=lambda run: (run["family_index"], run["per_family_instance_index"]))
     medians = {run["run_name"]: run for run in runs}
     context = report["context"]
-    print(f"\nopenblas_core={context.get('openblas_core')} petra_simd={context.get('petra_simd')} "
-          f"date={context.get('date')}\n")
+    facts = [f"{key}={context[key]}" for key in ("openblas_core", "petra_simd", "date") if key in context]
+    print("\n" + " ".join(facts) + "\n")
 
     gemm = {}
     for name, run in medians.items():
@@ -40,6 +48,19 @@ def main(path):
             label = name.replace("convolution/", "").replace("/", " ")
             print(f"| {label} | {run['real_time']:.0f} | {run['FLOPS'] / 1e9:.1f} |")
 
+    training = [(name, run) for name, run in medians.items() if name.startswith("training/")]
+    if training:
+        exact = next((run for name, run in training if "exact_backprop" in name), None)
+        print("| reference network, one thread | median time per batch (ms) | examples/s "
+              "| useful GFLOP/s | memory held (MiB) | examples/s / exact backprop's |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for name, run in training:
+            label = name.replace("training/", "").replace("/real_time", "").replace("/", " ")
+            memory = f"{run['bytes'] / 2**20:.1f}" if "bytes" in run else "-"
+            ratio = f"{run['items_per_second'] / exact['items_per_second']:.2f}" if exact else "-"
+            print(f"| {label} | {run['real_time']:.1f} | {run['items_per_second']:.0f} | "
+                  f"{run['FLOPS'] / 1e9:.1f} | {memory} | {ratio} |")
+
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1:])

@@ -2,12 +2,14 @@
 # benchmarks need, and a function that installs the missing ones.
 
 # compiler and build tools; the library's dependencies; test and benchmark
-# frameworks; the peer GEMM the benchmarks compare against.
+# frameworks; the peer GEMM the benchmarks compare against; /usr/bin/time for
+# the compile-time figure.
 PETRA_PACKAGES=(
   g++ cmake make
   libboost-dev libxtensor-dev libxsimd-dev
   doctest-dev libbenchmark-dev
   libopenblas-dev
+  time
 )
 
 petra_log() { printf '\033[1m[petra]\033[0m %s\n' "$*" >&2; }

@@ -1,0 +1,96 @@
+// Training-step benchmarks of the reference network on one thread: exact
+// backprop (stores activations), reversible backprop (reconstructs them) and
+// inference, batch 64 by default. Counters: examples per second, the network's
+// useful FLOP/s (forward + backward per example, the same count for both
+// trainers, so that reconstruction shows as a lower rate) and the bytes the
+// trainer holds.
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include <petra/petra.hpp>
+
+namespace {
+
+using net = petra::reference_network<>;
+
+struct batch_data {
+    std::vector<float> images;
+    std::vector<std::int32_t> labels;
+
+    explicit batch_data(std::size_t batch) : images(batch * net::input::size), labels(batch)
+    {
+        std::mt19937_64 generator(1);
+        std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
+        std::uniform_int_distribution<std::int32_t> label(0, 9);
+        for (float& value : images) value = pixel(generator);
+        for (auto& value : labels) value = label(generator);
+    }
+};
+
+void set_counters(benchmark::State& state, std::size_t batch, double flops_per_example)
+{
+    state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * batch));
+    state.counters["FLOPS"] =
+        benchmark::Counter(flops_per_example * double(batch), benchmark::Counter::kIsIterationInvariantRate,
+                           benchmark::Counter::OneK::kIs1000);
+}
+
+template <template <class, class> class Trainer>
+void training_step(benchmark::State& state)
+{
+    const auto batch = static_cast<std::size_t>(state.range(0));
+    auto parameters = net::make_parameters<float>(1);
+    std::vector<float> gradient(net::parameter_count, 0.0f);
+    const batch_data data(batch);
+    Trainer<net, float> trainer(batch);
+    for (auto _ : state) {
+        benchmark::DoNotOptimize(
+            trainer.accumulate_gradient(parameters, batch, data.images.data(), data.labels.data(), gradient));
+        benchmark::ClobberMemory();
+    }
+    set_counters(state, batch, double(net::forward_flops + net::backward_flops));
+    state.counters["bytes"] = double(trainer.memory_bytes());
+}
+
+void inference(benchmark::State& state)
+{
+    const auto batch = static_cast<std::size_t>(state.range(0));
+    const auto parameters = net::make_parameters<float>(1);
+    const batch_data data(batch);
+    std::vector<float> logits(batch * net::output::size);
+    for (auto _ : state) {
+        petra::predict(parameters, batch, data.images.data(), logits.data());
+        benchmark::ClobberMemory();
+    }
+    set_counters(state, batch, double(net::forward_flops));
+}
+
+BENCHMARK(training_step<petra::exact_backprop>)
+    ->Name("training/exact_backprop")
+    ->ArgName("batch")
+    ->Arg(64)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(training_step<petra::reversible_backprop>)
+    ->Name("training/reversible_backprop")
+    ->ArgName("batch")
+    ->Arg(64)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(inference)->Name("training/predict")->ArgName("batch")->Arg(64)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    benchmark::AddCustomContext("petra_simd", xsimd::default_arch::name());
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}
