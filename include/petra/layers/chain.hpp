@@ -9,8 +9,11 @@
 // over the layers' indices; nothing is written per network.
 //
 // Cache of a bound chain for a batch (the memory forward leaves to backward):
-// the outputs of every layer but the last, then each layer's own cache, then
-// two buffers that backward uses for the gradients between layers.
+// the outputs of every layer but the last, then each layer's own cache: what
+// exact backprop must store, nothing more. The gradients between layers live
+// only during backward, in two buffers of per-thread scratch (one pair per
+// chain type, grown once to the largest batch, so a steady state allocates
+// nothing).
 #pragma once
 
 #include <algorithm>
@@ -20,6 +23,7 @@
 #include <tuple>
 #include <utility>
 
+#include <petra/kernels/simd.hpp>
 #include <petra/layers/layer.hpp>
 
 namespace petra {
@@ -79,7 +83,7 @@ struct bound_chain {
 
     static constexpr std::size_t cache_size(std::size_t batch)
     {
-        return batch * intermediate_size + (Bound::cache_size(batch) + ...) + 2 * batch * largest_intermediate;
+        return batch * intermediate_size + (Bound::cache_size(batch) + ...);
     }
 
     template <class T>
@@ -93,7 +97,7 @@ struct bound_chain {
     template <class T>
     static void forward(pass mode, std::size_t batch, const T* parameters, T* state, const T* x, T* y, T* cache)
     {
-        const cache_layout<T> at{cache, batch};
+        const cache_layout<T> at{cache, batch, nullptr};
         [&]<std::size_t... I>(std::index_sequence<I...>) {
             (layer<I>::forward(mode, batch, parameters + parameter_offsets[I], state + state_offsets[I],
                                I == 0 ? x : at.intermediate(I - 1), I + 1 == length ? y : at.intermediate(I),
@@ -108,7 +112,9 @@ struct bound_chain {
     static void backward(std::size_t batch, const T* parameters, const T* x, T* cache, const T* grad_y,
                          T* grad_x, T* grad_parameters)
     {
-        const cache_layout<T> at{const_cast<T*>(cache), batch};
+        const cache_layout<T> at{cache, batch,
+                                 length == 1 ? nullptr
+                                             : kernels::thread_scratch<bound_chain, T>(2 * batch * largest_intermediate)};
         [&]<std::size_t... R>(std::index_sequence<R...>) {
             (backward_step<length - 1 - R>(batch, parameters, x, at, grad_y, grad_x, grad_parameters), ...);
         }(std::make_index_sequence<length>{});
@@ -119,6 +125,7 @@ private:
     struct cache_layout {
         T* base;
         std::size_t batch;
+        T* gradients; // two buffers of batch * largest_intermediate values
 
         T* intermediate(std::size_t i) const { return base + batch * intermediate_offsets[i]; }
         T* layer_cache(std::size_t i) const
@@ -128,10 +135,7 @@ private:
             for (std::size_t j = 0; j < i; ++j) offset += sizes[j];
             return base + offset;
         }
-        T* gradient(std::size_t i) const
-        {
-            return layer_cache(length) + (i % 2) * batch * largest_intermediate;
-        }
+        T* gradient(std::size_t i) const { return gradients + (i % 2) * batch * largest_intermediate; }
     };
 
     template <std::size_t I, class T>
