@@ -108,7 +108,7 @@ int main(int argc, char** argv)
                 quantile(all_errors, 0.5), quantile(all_errors, 0.9),
                 *std::max_element(all_errors.begin(), all_errors.end()));
 
-    std::printf("| relative weight perturbation s | median error ||x' - x|| / ||x|| | 90th percentile |\n"
+    std::printf("| relative weight perturbation s | median relative error | 90th percentile |\n"
                 "|---:|---:|---:|\n");
     std::printf("| 0 | %.2e | %.2e |\n", quantile(all_errors, 0.5) * epsilon, quantile(all_errors, 0.9) * epsilon);
     for (std::size_t s = 0; s < steps.size(); ++s) {
