@@ -68,4 +68,25 @@ void check_close(const std::vector<T>& actual, const std::vector<T>& expected, T
     check_close(std::span<const T>(actual), std::span<const T>(expected), tolerance);
 }
 
+// norm(a - b) / norm(b), accumulated in double: how far a whole array is
+// from its expected value.
+template <class T>
+double relative_distance(std::span<const T> actual, std::span<const T> expected)
+{
+    REQUIRE(actual.size() == expected.size());
+    double difference = 0.0, norm = 0.0;
+    for (std::size_t i = 0; i < actual.size(); ++i) {
+        const double error = double(actual[i]) - double(expected[i]);
+        difference += error * error;
+        norm += double(expected[i]) * double(expected[i]);
+    }
+    return std::sqrt(difference / norm);
+}
+
+template <class T>
+double relative_distance(const std::vector<T>& actual, const std::vector<T>& expected)
+{
+    return relative_distance(std::span<const T>(actual), std::span<const T>(expected));
+}
+
 } // namespace petra::test

@@ -181,6 +181,16 @@ auto bind_blocks(sequence<Blocks...>)
     -> decltype((binding<std::conditional_t<a_shape<Input>, Input, no_output>, void>{} | ... |
                  std::type_identity<Blocks>{}));
 
+// One field of every profile.
+template <std::size_t N>
+constexpr std::array<std::size_t, N> each(const std::array<block_profile, N>& profiles,
+                                          std::size_t block_profile::*field)
+{
+    std::array<std::size_t, N> values{};
+    for (std::size_t i = 0; i < N; ++i) values[i] = profiles[i].*field;
+    return values;
+}
+
 template <class Tuple>
 struct bound_network;
 
@@ -224,18 +234,10 @@ public:
 
     static constexpr std::array<block_profile, block_count> profile = bound::profile;
 
-    template <std::size_t N>
-    static constexpr std::array<std::size_t, N> field(std::size_t block_profile::*member)
-    {
-        std::array<std::size_t, N> values{};
-        for (std::size_t i = 0; i < N; ++i) values[i] = profile[i].*member;
-        return values;
-    }
-
     static constexpr auto parameter_offsets =
-        detail::prefix_sums<block_count>(field<block_count>(&block_profile::parameter_count));
+        detail::prefix_sums<block_count>(detail::each(profile, &block_profile::parameter_count));
     static constexpr auto state_offsets =
-        detail::prefix_sums<block_count>(field<block_count>(&block_profile::state_count));
+        detail::prefix_sums<block_count>(detail::each(profile, &block_profile::state_count));
     static constexpr std::size_t parameter_count = parameter_offsets[block_count];
     static constexpr std::size_t state_count = state_offsets[block_count];
 

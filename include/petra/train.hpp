@@ -2,6 +2,6 @@
 // (reconstructs them), the baselines of PETRA.
 #pragma once
 
-#include <petra/train/classification.hpp>
 #include <petra/train/exact_backprop.hpp>
 #include <petra/train/reversible_backprop.hpp>
+#include <petra/train/trainer_support.hpp>

@@ -14,6 +14,7 @@
 
 #include "blocks/block_as_layer.hpp"
 #include "layers/gradient_check.hpp"
+#include "support.hpp"
 
 using namespace petra;
 
@@ -25,17 +26,6 @@ using residual = chain<conv2d<C, C, 3>, batch_norm<C>, relu, conv2d<C, C, 3>, ba
 using block_input = halves<shape<4, 6, 6>>;
 using additive = layer_for<additive_coupling<residual<4>>, block_input>;
 using revnet = layer_for<revnet_coupling<residual<4>, residual<4>>, block_input>;
-
-template <class T>
-double relative_distance(const std::vector<T>& a, const std::vector<T>& b)
-{
-    double difference = 0.0, norm = 0.0;
-    for (std::size_t i = 0; i < a.size(); ++i) {
-        difference += (double(a[i]) - double(b[i])) * (double(a[i]) - double(b[i]));
-        norm += double(b[i]) * double(b[i]);
-    }
-    return std::sqrt(difference / norm);
-}
 
 template <class coupling, class T>
 struct coupling_setup {
@@ -73,7 +63,7 @@ TEST_CASE_TEMPLATE("reversible blocks: inverse(forward(x)) == x in float", coupl
         std::vector<float> reconstructed(setup.x.size());
         coupling::inverse(setup.batch, setup.parameters.data(), setup.state.data(), setup.y.data(),
                           reconstructed.data(), setup.workspace.data());
-        const double error = relative_distance(reconstructed, setup.x);
+        const double error = test::relative_distance(reconstructed, setup.x);
         INFO("seed " << seed << ": relative reconstruction error " << error);
         CHECK(error < 1e-6);
     }
@@ -108,7 +98,7 @@ TEST_CASE_TEMPLATE("reversible blocks: reconstruction error grows smoothly with 
         std::vector<double> reconstructed(setup.x.size());
         coupling::inverse(setup.batch, perturbed.data(), setup.state.data(), setup.y.data(), reconstructed.data(),
                           setup.workspace.data());
-        errors.push_back(relative_distance(reconstructed, setup.x));
+        errors.push_back(test::relative_distance(reconstructed, setup.x));
         INFO("perturbation " << size << ": relative reconstruction error " << errors.back());
         CHECK(errors.back() > 0.0);
     }

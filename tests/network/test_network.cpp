@@ -52,16 +52,6 @@ network_parameters<Network, T> perturbed_parameters(std::uint64_t seed)
     return parameters;
 }
 
-double relative_distance(std::span<const float> a, std::span<const float> b)
-{
-    double difference = 0.0, norm = 0.0;
-    for (std::size_t i = 0; i < a.size(); ++i) {
-        difference += (double(a[i]) - double(b[i])) * (double(a[i]) - double(b[i]));
-        norm += double(b[i]) * double(b[i]);
-    }
-    return std::sqrt(difference / norm);
-}
-
 } // namespace
 
 TEST_CASE("network: the reference network's counts are known at compile time")
@@ -247,7 +237,7 @@ void check_reversible_equals_exact(std::size_t batch, std::size_t image_size, st
     Network::for_each_block([&](auto index) {
         constexpr std::size_t i = decltype(index)::value;
         const auto begin = Network::parameter_offsets[i], count = Network::profile[i].parameter_count;
-        const double error = relative_distance(std::span<const float>(reversible_gradient).subspan(begin, count),
+        const double error = test::relative_distance(std::span<const float>(reversible_gradient).subspan(begin, count),
                                                std::span<const float>(exact_gradient).subspan(begin, count));
         INFO("block " << i << ": relative difference " << error);
         CHECK(error < 1e-5);

@@ -13,7 +13,7 @@
 #include <petra/blocks/block.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/network.hpp>
-#include <petra/train/classification.hpp>
+#include <petra/train/trainer_support.hpp>
 
 namespace petra {
 
@@ -26,7 +26,7 @@ public:
     explicit exact_backprop(std::size_t max_batch)
         : capacity_(max_batch), activations_(activation_offset(Network::block_count, max_batch)),
           workspaces_(workspace_offset(Network::block_count, max_batch)),
-          gradients_(2 * max_batch * Network::largest_activation)
+          gradients_(max_batch * Network::largest_activation)
     {
     }
 
@@ -109,19 +109,13 @@ private:
     }
     T* output_of(std::size_t block) { return activations_.data() + activation_offset(block, batch_); }
     T* workspace_of(std::size_t block) { return workspaces_.data() + workspace_offset(block, batch_); }
-    // The gradient at boundary b (block b's input, block b - 1's output):
-    // buffer b % 2, so that a block's input and output gradients are never
-    // the same buffer.
-    T* gradient_at(std::size_t boundary)
-    {
-        return gradients_.data() + (boundary % 2) * capacity_ * Network::largest_activation;
-    }
+    T* gradient_at(std::size_t boundary) { return gradients_.at(boundary); }
 
     std::size_t capacity_;
     std::size_t batch_ = 0;
     kernels::aligned_vector<T> activations_;
     kernels::aligned_vector<T> workspaces_;
-    kernels::aligned_vector<T> gradients_;
+    detail::alternating_buffers<T> gradients_;
 };
 
 } // namespace petra

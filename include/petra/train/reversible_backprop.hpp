@@ -16,7 +16,7 @@
 #include <petra/blocks/block.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/network.hpp>
-#include <petra/train/classification.hpp>
+#include <petra/train/trainer_support.hpp>
 
 namespace petra {
 
@@ -28,8 +28,7 @@ public:
     // Memory for batches of up to max_batch examples, allocated once.
     explicit reversible_backprop(std::size_t max_batch)
         : capacity_(max_batch), stored_(stored_offset(Network::block_count + 1, max_batch)),
-          passing_(2 * max_batch * Network::largest_activation),
-          gradients_(2 * max_batch * Network::largest_activation),
+          passing_(max_batch * Network::largest_activation), gradients_(max_batch * Network::largest_activation),
           recomputed_(max_batch * Network::largest_activation), workspace_(Network::largest_workspace(max_batch))
     {
     }
@@ -119,18 +118,15 @@ private:
     T* activation_at(std::size_t boundary)
     {
         if (stored_boundary(boundary)) return stored_.data() + stored_offset(boundary, batch_);
-        return passing_.data() + (boundary % 2) * capacity_ * Network::largest_activation;
+        return passing_.at(boundary);
     }
-    T* gradient_at(std::size_t boundary)
-    {
-        return gradients_.data() + (boundary % 2) * capacity_ * Network::largest_activation;
-    }
+    T* gradient_at(std::size_t boundary) { return gradients_.at(boundary); }
 
     std::size_t capacity_;
     std::size_t batch_ = 0;
     kernels::aligned_vector<T> stored_;
-    kernels::aligned_vector<T> passing_;
-    kernels::aligned_vector<T> gradients_;
+    detail::alternating_buffers<T> passing_;
+    detail::alternating_buffers<T> gradients_;
     kernels::aligned_vector<T> recomputed_;
     kernels::aligned_vector<T> workspace_;
 };

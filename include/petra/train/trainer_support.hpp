@@ -1,6 +1,8 @@
 // What the trainers share: a network trained on class labels ends with one
 // logit per class and is scored by the softmax cross-entropy loss; the
-// arguments of a training step are checked the same way by every trainer.
+// arguments of a training step are checked the same way by every trainer;
+// activations and gradients passed between blocks alternate between two
+// buffers.
 #pragma once
 
 #include <cstddef>
@@ -8,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include <petra/kernels/simd.hpp>
 #include <petra/layers/softmax_cross_entropy_loss.hpp>
 #include <petra/network.hpp>
 #include <petra/shape.hpp>
@@ -41,6 +44,23 @@ inline void check_step(const char* trainer, std::size_t batch, std::size_t capac
                                     " parameters.");
     }
 }
+
+// Two buffers of `values` values each, one per parity of the block
+// boundaries: boundary b (block b's input, block b - 1's output) uses buffer
+// b % 2, so that a block's input and output, or their gradients, are never
+// the same buffer.
+template <class T>
+class alternating_buffers {
+public:
+    explicit alternating_buffers(std::size_t values) : storage_(2 * values), values_(values) {}
+
+    T* at(std::size_t boundary) { return storage_.data() + (boundary % 2) * values_; }
+    std::size_t size() const { return storage_.size(); }
+
+private:
+    kernels::aligned_vector<T> storage_;
+    std::size_t values_;
+};
 
 } // namespace detail
 
