@@ -1,0 +1,116 @@
+// The stage partitioner (floor 6): cuts a network's block list into J
+// contiguous, non-empty stages so that the most expensive stage is as cheap
+// as it can be. A pipeline runs as fast as its slowest stage, so that is the
+// quantity to minimise.
+//
+// Cut points: an array cuts of J + 1 values with cuts[0] = 0 < cuts[1] < ...
+// < cuts[J] = block count; stage j holds blocks [cuts[j], cuts[j + 1]).
+//
+//   constexpr auto cuts = partition<net, 4>();      // balanced on FLOPs
+//   constexpr stage_cuts<2> mine{0, 6, 10};          // or by hand
+//   static_assert(valid_cuts<net>(mine));
+//
+// A block's cost is what a stage spends on it per tick: forward,
+// reconstruction (or recomputation) and backward FLOPs per example
+// (block_profile::tick_flops). Costs measured some other way go through
+// balanced_cuts directly.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <limits>
+
+#include <petra/network.hpp>
+
+namespace petra {
+
+template <std::size_t Stages>
+using stage_cuts = std::array<std::size_t, Stages + 1>;
+
+// The cuts of Stages contiguous non-empty stages over costs.size() blocks
+// that minimise the largest stage cost (the sum of its blocks' costs). Among
+// equally good cuts, the last stage starts as late as possible, then the one
+// before it, and so on. Needs 1 <= Stages <= costs.size(). Dynamic
+// programming over (stages, blocks): O(Stages * N^2) steps at compile time.
+template <std::size_t Stages, class Cost, std::size_t N>
+constexpr stage_cuts<Stages> balanced_cuts(const std::array<Cost, N>& costs)
+{
+    static_assert(Stages >= 1, "A pipeline needs at least one stage.");
+    static_assert(Stages <= N, "A pipeline cannot have more stages than the network has blocks.");
+    std::array<Cost, N + 1> prefix{};
+    for (std::size_t i = 0; i < N; ++i) prefix[i + 1] = prefix[i] + costs[i];
+
+    // worst[s][i]: the smallest possible largest stage cost of the first i
+    // blocks in s + 1 stages; last_start[s][i]: where its last stage begins
+    // (the latest start among the optimal ones).
+    constexpr Cost unreachable = std::numeric_limits<Cost>::max();
+    std::array<std::array<Cost, N + 1>, Stages> worst{};
+    std::array<std::array<std::size_t, N + 1>, Stages> last_start{};
+    for (std::size_t i = 0; i <= N; ++i) worst[0][i] = i == 0 ? unreachable : prefix[i];
+    for (std::size_t s = 1; s < Stages; ++s) {
+        for (std::size_t i = 0; i <= N; ++i) {
+            worst[s][i] = unreachable;
+            // The last stage is blocks [start, i), the first s stages need
+            // at least s blocks.
+            for (std::size_t start = s; start < i; ++start) {
+                const Cost candidate = std::max(worst[s - 1][start], prefix[i] - prefix[start]);
+                if (candidate <= worst[s][i]) {
+                    worst[s][i] = candidate;
+                    last_start[s][i] = start;
+                }
+            }
+        }
+    }
+    stage_cuts<Stages> cuts{};
+    cuts[Stages] = N;
+    for (std::size_t s = Stages - 1; s > 0; --s) cuts[s] = last_start[s][cuts[s + 1]];
+    cuts[0] = 0;
+    return cuts;
+}
+
+// Per-tick FLOPs of every block of Network.
+template <class Network>
+constexpr std::array<std::size_t, Network::block_count> tick_costs()
+{
+    std::array<std::size_t, Network::block_count> costs{};
+    for (std::size_t i = 0; i < Network::block_count; ++i) costs[i] = Network::profile[i].tick_flops();
+    return costs;
+}
+
+// Balanced cuts of Network into Stages stages.
+template <class Network, std::size_t Stages>
+constexpr stage_cuts<Stages> partition()
+{
+    static_assert(is_network<Network>::value, "partition needs a network<input<C, H, W>, Block...>.");
+    return balanced_cuts<Stages>(tick_costs<Network>());
+}
+
+// Whether cuts (given by hand, or from partition) fit Network: from 0 to
+// its block count, every stage non-empty.
+template <class Network, std::size_t Points>
+constexpr bool valid_cuts(const std::array<std::size_t, Points>& cuts)
+{
+    constexpr std::size_t Stages = Points - 1;
+    if (Points < 2) return false;
+    if (cuts[0] != 0 || cuts[Stages] != Network::block_count) return false;
+    for (std::size_t s = 0; s < Stages; ++s) {
+        if (cuts[s] >= cuts[s + 1]) return false;
+    }
+    return true;
+}
+
+// The cost of each stage under cuts.
+template <class Cost, std::size_t N, std::size_t Points>
+constexpr std::array<Cost, Points - 1> stage_costs(const std::array<Cost, N>& costs,
+                                                   const std::array<std::size_t, Points>& cuts)
+{
+    constexpr std::size_t Stages = Points - 1;
+    std::array<Cost, Stages> totals{};
+    for (std::size_t s = 0; s < Stages; ++s) {
+        for (std::size_t i = cuts[s]; i < cuts[s + 1]; ++i) totals[s] += costs[i];
+    }
+    return totals;
+}
+
+} // namespace petra

@@ -1,0 +1,112 @@
+// The stage partitioner: valid cuts (every block in exactly one stage, no
+// stage empty), optimal against brute force on small cost lists, and the
+// reference network's balanced cuts.
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <random>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include <petra/partition.hpp>
+#include <petra/petra.hpp>
+
+using namespace petra;
+
+namespace {
+
+// The smallest largest-stage cost over every way to cut costs into stages
+// contiguous non-empty stages, by enumerating them.
+std::size_t brute_force_best(const std::vector<std::size_t>& costs, std::size_t stages)
+{
+    const std::size_t n = costs.size();
+    std::size_t best = ~std::size_t{0};
+    // A subset of the n - 1 gaps between blocks, of size stages - 1.
+    for (std::size_t mask = 0; mask < (std::size_t{1} << (n - 1)); ++mask) {
+        if (std::size_t(__builtin_popcountll(mask)) != stages - 1) continue;
+        std::size_t largest = 0, current = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+            current += costs[i];
+            if (i + 1 == n || (mask >> i) & 1) {
+                largest = std::max(largest, current);
+                current = 0;
+            }
+        }
+        best = std::min(best, largest);
+    }
+    return best;
+}
+
+template <std::size_t N, std::size_t Stages>
+void check_against_brute_force(std::mt19937_64& generator, std::size_t largest_cost)
+{
+    std::uniform_int_distribution<std::size_t> cost(1, largest_cost);
+    for (int trial = 0; trial < 30; ++trial) {
+        std::array<std::size_t, N> costs{};
+        for (auto& value : costs) value = cost(generator);
+        const auto cuts = balanced_cuts<Stages>(costs);
+        // Valid: from 0 to N, strictly increasing (every stage non-empty, so
+        // every block in exactly one stage).
+        REQUIRE(cuts[0] == 0);
+        REQUIRE(cuts[Stages] == N);
+        for (std::size_t s = 0; s < Stages; ++s) REQUIRE(cuts[s] < cuts[s + 1]);
+        const auto totals = stage_costs(costs, cuts);
+        const std::size_t largest = *std::max_element(totals.begin(), totals.end());
+        CAPTURE(N);
+        CAPTURE(Stages);
+        CHECK(largest == brute_force_best(std::vector<std::size_t>(costs.begin(), costs.end()), Stages));
+    }
+}
+
+} // namespace
+
+TEST_CASE("partition: optimal against brute force on small cost lists")
+{
+    std::mt19937_64 generator(1);
+    for (std::size_t largest_cost : {3, 100}) { // many ties, then few
+        check_against_brute_force<1, 1>(generator, largest_cost);
+        check_against_brute_force<5, 1>(generator, largest_cost);
+        check_against_brute_force<5, 2>(generator, largest_cost);
+        check_against_brute_force<5, 5>(generator, largest_cost);
+        check_against_brute_force<8, 3>(generator, largest_cost);
+        check_against_brute_force<10, 4>(generator, largest_cost);
+        check_against_brute_force<12, 6>(generator, largest_cost);
+        check_against_brute_force<12, 11>(generator, largest_cost);
+    }
+}
+
+TEST_CASE("partition: known cases")
+{
+    static_assert(balanced_cuts<2>(std::array<std::size_t, 4>{1, 1, 1, 1}) == stage_cuts<2>{0, 2, 4});
+    static_assert(balanced_cuts<2>(std::array<std::size_t, 3>{10, 1, 1}) == stage_cuts<2>{0, 1, 3});
+    static_assert(balanced_cuts<3>(std::array<std::size_t, 3>{5, 5, 5}) == stage_cuts<3>{0, 1, 2, 3});
+    // One expensive block decides the bound; the rest is split around it.
+    static_assert(balanced_cuts<3>(std::array<std::size_t, 6>{1, 1, 9, 1, 1, 1}) == stage_cuts<3>{0, 2, 3, 6});
+}
+
+TEST_CASE("partition: the reference network in 1 to 4 balanced stages, computed at compile time")
+{
+    using net = reference_network<>;
+    constexpr auto costs = tick_costs<net>();
+    constexpr auto one = partition<net, 1>();
+    constexpr auto two = partition<net, 2>();
+    constexpr auto four = partition<net, 4>();
+    static_assert(one == stage_cuts<1>{0, 10});
+    static_assert(valid_cuts<net>(two) && valid_cuts<net>(four));
+    static_assert(!valid_cuts<net>(stage_cuts<2>{0, 0, 10}) && !valid_cuts<net>(stage_cuts<2>{0, 5, 9}));
+    // Four stages: no stage costs more than a third of the total (the
+    // couplings at each resolution cost about the same, so a quarter is out
+    // of reach with blocks this coarse).
+    const auto totals = stage_costs(costs, four);
+    std::size_t total = 0;
+    for (std::size_t cost : costs) total += cost;
+    for (std::size_t s = 0; s < 4; ++s) {
+        CAPTURE(s);
+        CHECK(totals[s] * 3 <= total);
+    }
+    const std::vector<std::size_t> all(costs.begin(), costs.end());
+    const auto two_totals = stage_costs(costs, two);
+    CHECK(std::max(two_totals[0], two_totals[1]) == brute_force_best(all, 2));
+    CHECK(*std::max_element(totals.begin(), totals.end()) == brute_force_best(all, 4));
+}
