@@ -287,6 +287,19 @@ public:
         return network_parameters<network, T>(seed);
     }
 
+    // One value per parameter: 1 for a weight (subject to weight decay), 0
+    // for a bias or a batch-norm scale or shift.
+    template <class T>
+    static kernels::aligned_vector<T> weight_mask()
+    {
+        kernels::aligned_vector<T> mask(parameter_count);
+        for_each_block([&](auto index) {
+            constexpr std::size_t i = decltype(index)::value;
+            petra::mark_weights<block<i>>(mask.data() + parameter_offsets[i]);
+        });
+        return mask;
+    }
+
     // Calls visit(std::integral_constant<std::size_t, I>{}) for I = 0, 1, ...
     // block_count - 1, in order.
     template <class Visitor>

@@ -7,6 +7,7 @@
 #include <petra/layers.hpp>
 #include <petra/models/reference_network.hpp>
 #include <petra/network.hpp>
+#include <petra/optim.hpp>
 #include <petra/partition.hpp>
 #include <petra/train.hpp>
 #include <petra/version.hpp>

@@ -274,3 +274,27 @@ TEST_CASE("trainers: bad batches, gradients and labels are refused with a plain 
     CHECK_THROWS_AS(reversible.accumulate_gradient(parameters, 2, images.data(), bad_labels.data(), gradient),
                     std::invalid_argument);
 }
+
+TEST_CASE("network: the weight mask marks convolution and dense weights, not biases or batch-norm parameters")
+{
+    const auto mask = reference::weight_mask<float>();
+    REQUIRE(mask.size() == reference::parameter_count);
+    std::size_t weights = 0;
+    for (float value : mask) {
+        CHECK((value == 0.0f || value == 1.0f));
+        weights += value == 1.0f;
+    }
+    // Every convolution weight and the dense matrix; not the 10 biases of the
+    // dense layer nor the 2 values per batch-norm channel.
+    // Batch norm has 2 parameters per channel (gamma, beta), as many as its
+    // running statistics: 2 x 672 channels.
+    static_assert(reference::state_count == 2 * 672);
+    CHECK(weights == reference::parameter_count - 10 - reference::state_count);
+    // The stem: 288 convolution weights, then gamma and beta of 32 channels.
+    for (std::size_t i = 0; i < 288; ++i) CHECK(mask[i] == 1.0f);
+    for (std::size_t i = 288; i < 352; ++i) CHECK(mask[i] == 0.0f);
+    // The head: 1280 dense weights, then 10 biases.
+    const std::size_t head = reference::parameter_offsets[9];
+    for (std::size_t i = head; i < head + 1280; ++i) CHECK(mask[i] == 1.0f);
+    for (std::size_t i = head + 1280; i < head + 1290; ++i) CHECK(mask[i] == 0.0f);
+}

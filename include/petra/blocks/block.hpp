@@ -122,6 +122,12 @@ struct made_of {
           state += Functions::state_count),
          ...);
     }
+
+    template <class T>
+    static void mark_weights(T* mask)
+    {
+        ((petra::mark_weights<Functions>(mask), mask += Functions::parameter_count), ...);
+    }
 };
 
 // Between the NCHW layout of a batch with 2C channels per example and the

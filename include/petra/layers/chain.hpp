@@ -95,6 +95,14 @@ struct bound_chain {
     }
 
     template <class T>
+    static void mark_weights(T* mask)
+    {
+        [&]<std::size_t... I>(std::index_sequence<I...>) {
+            (petra::mark_weights<layer<I>>(mask + parameter_offsets[I]), ...);
+        }(std::make_index_sequence<length>{});
+    }
+
+    template <class T>
     static void forward(pass mode, std::size_t batch, const T* parameters, T* state, const T* x, T* y, T* cache)
     {
         const cache_layout<T> at{cache, batch, nullptr};

@@ -35,6 +35,7 @@ struct conv2d {
         using output = shape<OutChannels, (Input::height + 2 * Padding - Kernel) / Stride + 1,
                              (Input::width + 2 * Padding - Kernel) / Stride + 1>;
         static constexpr std::size_t parameter_count = OutChannels * InChannels * Kernel * Kernel;
+        static constexpr std::size_t weight_count = parameter_count; // all decay
         static constexpr std::size_t state_count = 0;
         static constexpr std::size_t cache_size(std::size_t /*batch*/) { return 0; }
         static constexpr std::size_t forward_flops = 2 * output::size * InChannels * Kernel * Kernel;

@@ -72,6 +72,24 @@ concept bound_layer = a_shape<typename B::input> && a_shape<typename B::output> 
     { B::backward_flops } -> std::convertible_to<std::size_t>;
 };
 
+// Writes, for each of Bound's parameter_count parameters, 1 if it is a weight
+// (subject to weight decay) and 0 if not (a bias, a batch-norm scale or
+// shift). A bound layer whose weights are its first weight_count parameters
+// says so with `static constexpr std::size_t weight_count`; a composite
+// (chain, block, network) provides `template <class T> static void
+// mark_weights(T* mask)`; a layer with neither has no weights.
+template <class Bound, class T>
+void mark_weights(T* mask)
+{
+    if constexpr (requires { Bound::template mark_weights<T>(mask); }) {
+        Bound::template mark_weights<T>(mask);
+    } else {
+        std::size_t weights = 0;
+        if constexpr (requires { Bound::weight_count; }) weights = Bound::weight_count;
+        for (std::size_t i = 0; i < Bound::parameter_count; ++i) mask[i] = T(i < weights ? 1 : 0);
+    }
+}
+
 // Base of the bound layers that have no parameters, no state and no cache
 // (relu, pooling, flatten): the zero counts and the empty initialisation.
 struct parameter_free {
