@@ -9,5 +9,6 @@
 #include <petra/network.hpp>
 #include <petra/optim.hpp>
 #include <petra/partition.hpp>
+#include <petra/pipeline.hpp>
 #include <petra/train.hpp>
 #include <petra/version.hpp>

@@ -39,6 +39,7 @@ petra_ensure_packages() {
 }
 
 # Configures (once) and builds a tree: petra_build DIR cmake-options...
+# With PETRA_BUILD_TARGETS set (space-separated), builds only those targets.
 petra_build() {
   local dir=$1
   shift
@@ -47,5 +48,8 @@ petra_build() {
     cmake -S "$PETRA_ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=Release "$@"
   fi
   petra_log "building $dir"
-  cmake --build "$dir" --parallel "$(nproc)"
+  local targets=()
+  local target
+  for target in ${PETRA_BUILD_TARGETS:-}; do targets+=(--target "$target"); done
+  cmake --build "$dir" --parallel "$(nproc)" "${targets[@]}"
 }

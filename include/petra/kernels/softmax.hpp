@@ -26,9 +26,16 @@ namespace petra::kernels {
 
 namespace detail {
 
-inline void softmax_require(bool condition, const char* function, const std::string& what)
+[[noreturn]] inline void softmax_fail(const char* function, const std::string& what)
 {
-    if (!condition) throw std::invalid_argument(std::string("petra::kernels::") + function + ": " + what);
+    throw std::invalid_argument(std::string("petra::kernels::") + function + ": " + what);
+}
+
+// what is a literal, so that a check that passes (every call of a training
+// step) builds no string and allocates nothing.
+inline void softmax_require(bool condition, const char* function, const char* what)
+{
+    if (!condition) softmax_fail(function, what);
 }
 
 // max of row[0 .. classes), classes > 0.
@@ -152,9 +159,12 @@ T softmax_cross_entropy(std::size_t rows, std::size_t classes, const T* logits, 
                             function, "ld_out is smaller than the number of classes");
     for (std::size_t r = 0; r < rows; ++r) {
         const std::int32_t label = labels[r];
-        detail::softmax_require(label >= 0 && static_cast<std::size_t>(label) < classes, function,
-                                "label " + std::to_string(label) + " of row " + std::to_string(r) +
-                                    " is outside [0, " + std::to_string(classes) + ")");
+        // The message is built only for a bad label: this check runs on
+        // every row of every training step, which must not allocate.
+        if (!(label >= 0 && static_cast<std::size_t>(label) < classes)) {
+            detail::softmax_fail(function, "label " + std::to_string(label) + " of row " + std::to_string(r) +
+                                               " is outside [0, " + std::to_string(classes) + ")");
+        }
     }
 
     const T rows_t = static_cast<T>(rows);

@@ -1,0 +1,8 @@
+// PETRA's pipeline floor: stages, channels, the schedule, and the two
+// drivers (the sequential simulator and one thread per stage).
+#pragma once
+
+#include <petra/pipeline/channel.hpp>
+#include <petra/pipeline/pipeline.hpp>
+#include <petra/pipeline/stage.hpp>
+#include <petra/pipeline/worker.hpp>

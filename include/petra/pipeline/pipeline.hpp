@@ -1,0 +1,376 @@
+// PETRA's pipelines (floor 7): the stages of a network cut at Cuts, one
+// worker each, connected by channels, driven either tick by tick on the
+// caller's thread (sequential_pipeline, the simulator) or by one std::thread
+// per stage (thread_pipeline). Both compute the same numbers, bit for bit.
+//
+//   constexpr auto cuts = partition<net, 4>();
+//   auto parameters = net::make_parameters<float>(1);
+//   thread_pipeline<net, cuts, sgd<float>> pipeline(parameters, sgd_options{}, schedule,
+//                                                   {.batch = 64, .accumulation = 1});
+//   for (each micro-batch) pipeline.feed(images, labels);
+//   epoch_statistics epoch = pipeline.drain();
+//
+// The parameters stay in the caller's network_parameters, ONE copy: each
+// stage reads and updates its own slice. Between feed() calls and after
+// drain() the caller may read them; while micro-batches are in flight in a
+// thread_pipeline, the stages are updating them.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <petra/network.hpp>
+#include <petra/partition.hpp>
+#include <petra/pipeline/channel.hpp>
+#include <petra/pipeline/stage.hpp>
+#include <petra/pipeline/worker.hpp>
+
+namespace petra {
+
+namespace detail {
+
+template <class Network, auto Cuts, class Optimizer, class T, class Indices>
+struct worker_tuple;
+
+template <class Network, auto Cuts, class Optimizer, class T, std::size_t... I>
+struct worker_tuple<Network, Cuts, Optimizer, T, std::index_sequence<I...>> {
+    using type = std::tuple<stage_worker<stage<Network, Cuts, I, T>, Optimizer, T>...>;
+};
+
+} // namespace detail
+
+// What both drivers share: the workers, the channels between them, the
+// feeder's side of the first channel and of the labels channel.
+template <class Network, auto Cuts, class Optimizer, class T>
+class pipeline_core {
+    static_assert(valid_cuts<Network>(Cuts),
+                  "The cuts must run from 0 to the network's block count, every stage holding at least one block.");
+
+public:
+    static constexpr std::size_t stage_count = Cuts.size() - 1;
+    static constexpr std::size_t input_values = Network::input::size;
+
+    template <std::size_t I>
+    using worker_type = stage_worker<stage<Network, Cuts, I, T>, Optimizer, T>;
+
+    // Observes every forward, backward and step of every stage (called on
+    // the stages' threads). Set before feeding.
+    void set_trace(std::function<void(const pipeline_event<T>&)> trace) { shared_.trace = std::move(trace); }
+
+    // The statistics of the current epoch so far (loss and accuracy of the
+    // micro-batches the last stage has seen).
+    epoch_statistics progress()
+    {
+        std::lock_guard lock(shared_.statistics_mutex);
+        return shared_.statistics;
+    }
+
+    template <std::size_t I>
+    worker_type<I>& worker()
+    {
+        return std::get<I>(workers_);
+    }
+
+    // Bytes held by the stages (FIFOs, stashes, buffers, optimizer state) and
+    // the channels; not the parameters themselves.
+    std::size_t memory_bytes() const
+    {
+        std::size_t bytes = labels_.memory_bytes();
+        for (const auto& channel : forward_) bytes += channel->memory_bytes();
+        for (const auto& channel : backward_) bytes += channel->memory_bytes();
+        std::apply([&](const auto&... worker) { ((bytes += worker.memory_bytes()), ...); }, workers_);
+        return bytes;
+    }
+
+protected:
+    pipeline_core(network_parameters<Network, T>& parameters, const typename Optimizer::options& optimizer_options,
+                  std::function<double(std::size_t)> learning_rate, const pipeline_options& options,
+                  channel_waiting mode)
+        : pipeline_core(parameters, optimizer_options, std::move(learning_rate), options, mode,
+                        std::make_index_sequence<stage_count>{})
+    {
+    }
+
+    // The feeder's side: one micro-batch of options.batch examples.
+    void send_micro_batch(const T* images, const std::int32_t* labels)
+    {
+        message<T> in = forward_.front()->begin_send();
+        std::copy(images, images + options_.batch * input_values, in.values);
+        *in.header = {fed_, false};
+        forward_.front()->end_send();
+        message<std::int32_t> out = labels_.begin_send();
+        std::copy(labels, labels + options_.batch, out.values);
+        *out.header = {fed_, false};
+        labels_.end_send();
+        ++fed_;
+    }
+
+    void send_end_of_epoch()
+    {
+        message<T> in = forward_.front()->begin_send();
+        *in.header = {fed_, true};
+        forward_.front()->end_send();
+    }
+
+    epoch_statistics take_statistics()
+    {
+        std::lock_guard lock(shared_.statistics_mutex);
+        epoch_statistics epoch = shared_.statistics;
+        shared_.statistics = {};
+        return epoch;
+    }
+
+    void start_epoch()
+    {
+        fed_ = 0;
+        std::apply([](auto&... worker) { (worker.start_epoch(), ...); }, workers_);
+    }
+
+    pipeline_options options_;
+    stop_signal stop_;
+    pipeline_shared<T> shared_;
+    kernels::aligned_vector<T> weight_mask_;
+    std::vector<std::unique_ptr<channel<T>>> forward_;  // forward_[j]: into stage j
+    std::vector<std::unique_ptr<channel<T>>> backward_; // backward_[j]: from stage j + 1 into stage j
+    channel<std::int32_t> labels_;
+    typename detail::worker_tuple<Network, Cuts, Optimizer, T, std::make_index_sequence<stage_count>>::type workers_;
+    std::size_t fed_ = 0;
+
+private:
+    template <std::size_t... I>
+    pipeline_core(network_parameters<Network, T>& parameters, const typename Optimizer::options& optimizer_options,
+                  std::function<double(std::size_t)> learning_rate, const pipeline_options& options,
+                  channel_waiting mode, std::index_sequence<I...>)
+        : options_(checked(options)), shared_{std::move(learning_rate), {}, {}, {}},
+          weight_mask_(Network::template weight_mask<T>()), forward_(make_forward(mode)),
+          backward_(make_backward(mode)),
+          labels_("labels", 2 * stage_count + 2, options.batch, stop_, mode),
+          workers_(worker_type<I>(parameters, optimizer_options, weight_mask_, options_, links<I>(), shared_)...)
+    {
+        if (!shared_.learning_rate) throw std::invalid_argument("pipeline: a learning-rate schedule is needed.");
+    }
+
+    static const pipeline_options& checked(const pipeline_options& options)
+    {
+        if (options.batch == 0) throw std::invalid_argument("pipeline: the batch must hold at least one example.");
+        if (options.accumulation == 0) {
+            throw std::invalid_argument("pipeline: the accumulation (micro-batches per step) must be at least 1.");
+        }
+        return options;
+    }
+
+    // Two messages per channel: at tick t a stage may send its tick-t
+    // message before its neighbour has taken the tick t - 1 one.
+    std::vector<std::unique_ptr<channel<T>>> make_forward(channel_waiting mode)
+    {
+        std::vector<std::unique_ptr<channel<T>>> channels;
+        for (std::size_t j = 0; j < stage_count; ++j) {
+            const std::size_t values = Network::profile[Cuts[j]].input_values;
+            channels.push_back(std::make_unique<channel<T>>("forward into stage " + std::to_string(j), 2,
+                                                            options_.batch * values, stop_, mode));
+        }
+        return channels;
+    }
+    std::vector<std::unique_ptr<channel<T>>> make_backward(channel_waiting mode)
+    {
+        std::vector<std::unique_ptr<channel<T>>> channels;
+        for (std::size_t j = 0; j + 1 < stage_count; ++j) {
+            const std::size_t values = Network::profile[Cuts[j + 1]].input_values;
+            channels.push_back(std::make_unique<channel<T>>("backward into stage " + std::to_string(j), 2,
+                                                            2 * options_.batch * values, stop_, mode));
+        }
+        return channels;
+    }
+
+    template <std::size_t I>
+    typename worker_type<I>::links links()
+    {
+        typename worker_type<I>::links connections;
+        connections.forward_in = forward_[I].get();
+        if constexpr (I + 1 < stage_count) {
+            connections.forward_out = forward_[I + 1].get();
+            connections.backward_in = backward_[I].get();
+        } else {
+            connections.labels = &labels_;
+        }
+        if constexpr (I > 0) connections.backward_out = backward_[I - 1].get();
+        return connections;
+    }
+};
+
+// The simulator: every stage's ticks on the caller's thread, in order of
+// ticks, then of stages. feed() runs one tick of every stage; drain() runs
+// the ticks that empty the pipeline. Channels never wait: a message missing
+// where the schedule expects one is a std::logic_error.
+template <class Network, auto Cuts, class Optimizer, class T = float>
+class sequential_pipeline : public pipeline_core<Network, Cuts, Optimizer, T> {
+    using core = pipeline_core<Network, Cuts, Optimizer, T>;
+
+public:
+    sequential_pipeline(network_parameters<Network, T>& parameters,
+                        const typename Optimizer::options& optimizer_options,
+                        std::function<double(std::size_t)> learning_rate, const pipeline_options& options)
+        : core(parameters, optimizer_options, std::move(learning_rate), options, channel_waiting::never)
+    {
+        core::start_epoch();
+    }
+
+    // One micro-batch: options.batch images (NCHW) and their labels.
+    void feed(const T* images, const std::int32_t* labels)
+    {
+        core::send_micro_batch(images, labels);
+        run_tick();
+    }
+
+    // Ends the epoch: runs ticks until every stage has differentiated every
+    // micro-batch fed, and returns the epoch's statistics.
+    epoch_statistics drain()
+    {
+        core::send_end_of_epoch();
+        while (!run_tick()) {
+        }
+        epoch_statistics epoch = core::take_statistics();
+        core::start_epoch();
+        done_ = {};
+        return epoch;
+    }
+
+private:
+    // One tick of every stage not yet done; true once all are.
+    bool run_tick()
+    {
+        bool all_done = true;
+        [&]<std::size_t... I>(std::index_sequence<I...>) {
+            ((done_[I] = done_[I] || core::template worker<I>().tick(), all_done = all_done && done_[I]), ...);
+        }(std::make_index_sequence<core::stage_count>{});
+        return all_done;
+    }
+
+    std::array<bool, core::stage_count> done_{};
+};
+
+// One std::thread per stage, started once and reused across epochs. feed()
+// blocks while the first stage's channel is full; drain() waits for every
+// stage to finish the epoch. An exception in any stage stops every stage;
+// the next (or current) feed() or drain() rethrows it, and so does the
+// destructor's join never hang.
+template <class Network, auto Cuts, class Optimizer, class T = float>
+class thread_pipeline : public pipeline_core<Network, Cuts, Optimizer, T> {
+    using core = pipeline_core<Network, Cuts, Optimizer, T>;
+
+public:
+    thread_pipeline(network_parameters<Network, T>& parameters, const typename Optimizer::options& optimizer_options,
+                    std::function<double(std::size_t)> learning_rate, const pipeline_options& options)
+        : core(parameters, optimizer_options, std::move(learning_rate), options, channel_waiting::blocking)
+    {
+        core::start_epoch();
+        [&]<std::size_t... I>(std::index_sequence<I...>) {
+            (threads_.emplace_back([this] { run_stage<I>(); }), ...);
+        }(std::make_index_sequence<core::stage_count>{});
+    }
+
+    thread_pipeline(const thread_pipeline&) = delete;
+    thread_pipeline& operator=(const thread_pipeline&) = delete;
+
+    ~thread_pipeline()
+    {
+        core::stop_.stop();
+        {
+            std::lock_guard lock(mutex_);
+            changed_.notify_all();
+        }
+        for (std::thread& thread : threads_) thread.join();
+    }
+
+    void feed(const T* images, const std::int32_t* labels)
+    {
+        rethrow_if_failed();
+        guarded([&] { core::send_micro_batch(images, labels); });
+    }
+
+    epoch_statistics drain()
+    {
+        rethrow_if_failed();
+        guarded([&] { core::send_end_of_epoch(); });
+        std::unique_lock lock(mutex_);
+        changed_.wait(lock, [&] { return finished_ == core::stage_count || failure_; });
+        if (failure_) std::rethrow_exception(failure_);
+        finished_ = 0;
+        core::fed_ = 0;
+        epoch_statistics epoch = core::take_statistics();
+        ++epoch_;
+        changed_.notify_all(); // the stages wait for this before the next epoch
+        return epoch;
+    }
+
+private:
+    template <std::size_t I>
+    void run_stage()
+    {
+        try {
+            auto& worker = core::template worker<I>();
+            for (std::size_t epoch = 0;; ++epoch) {
+                {
+                    // Start epoch e + 1 only once the caller has taken epoch
+                    // e's results (drain resets the counters it reads).
+                    std::unique_lock lock(mutex_);
+                    changed_.wait(lock, [&] { return epoch_ == epoch || core::stop_.stopped(); });
+                    if (core::stop_.stopped()) return;
+                }
+                worker.start_epoch();
+                while (!worker.tick()) {
+                }
+                std::lock_guard lock(mutex_);
+                ++finished_;
+                changed_.notify_all();
+            }
+        } catch (const pipeline_stopped&) {
+            // Stopped by another stage's failure or by the destructor.
+        } catch (...) {
+            {
+                std::lock_guard lock(mutex_);
+                if (!failure_) failure_ = std::current_exception();
+                changed_.notify_all();
+            }
+            core::stop_.stop();
+        }
+    }
+
+    template <class Operation>
+    void guarded(Operation&& operation)
+    {
+        try {
+            operation();
+        } catch (const pipeline_stopped&) {
+            rethrow_if_failed();
+            throw;
+        }
+    }
+
+    void rethrow_if_failed()
+    {
+        std::lock_guard lock(mutex_);
+        if (failure_) std::rethrow_exception(failure_);
+    }
+
+    std::mutex mutex_;
+    std::condition_variable changed_;
+    std::exception_ptr failure_;
+    std::size_t finished_ = 0;
+    std::size_t epoch_ = 0;
+    std::vector<std::thread> threads_;
+};
+
+} // namespace petra

@@ -1,0 +1,246 @@
+// One stage of a pipeline (floor 7): the blocks [Cuts[Index], Cuts[Index+1])
+// of a network, their slice of the parameters, and the computations of one
+// tick. It knows nothing of threads or channels: the worker (worker.hpp)
+// moves messages and keeps the schedule; a benchmark can drive a stage alone.
+//
+// forward(x, y): the blocks in order, with batch statistics (running
+// statistics updated). A block whose input must be kept (a block that is not
+// reversible, or any block with the input buffer on) pushes its input onto
+// its FIFO; with the parameter buffer on, the stage's parameters are pushed
+// onto a FIFO of copies (weight stashing).
+//
+// backward(y, grad_y, x, grad_x): for the OLDEST micro-batch forwarded and
+// not yet differentiated. The blocks in reverse order: a block that kept its
+// input pops it and recomputes from it (recompute_backward); a reversible
+// block rebuilds its input from its output (reconstruct_backward), with the
+// parameters current now (PETRA) or those stashed at the forward. Writes the
+// stage's input as rebuilt (or popped) to x and its gradient to grad_x, and
+// adds the parameter gradient to the stage's gradient sum.
+//
+// Memory is allocated once, in the constructor: FIFOs hold `fifo_depth`
+// micro-batches, enough for the 2 (J - 1 - Index) ticks a micro-batch spends
+// between its forward and its backward in this stage, plus the one pushed by
+// the forward of the tick that pops.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <petra/blocks/block.hpp>
+#include <petra/kernels/simd.hpp>
+#include <petra/network.hpp>
+#include <petra/partition.hpp>
+
+namespace petra {
+
+struct pipeline_options {
+    std::size_t batch = 64;        // examples per micro-batch
+    std::size_t accumulation = 1;  // micro-batches per optimizer step (k)
+    bool input_buffer = false;     // every block keeps its input (no reconstruction)
+    bool parameter_buffer = false; // weight stashing: backward uses the forward's parameters
+};
+
+// A ring of `depth` arrays of `size` values, pushed and popped in order.
+template <class T>
+class array_fifo {
+public:
+    array_fifo() = default;
+    array_fifo(std::size_t depth, std::size_t size) : values_(depth * size), depth_(depth), size_(size) {}
+
+    T* push()
+    {
+        if (count_ == depth_) throw std::logic_error("pipeline stage: a FIFO overflowed; the schedule is broken.");
+        T* slot = values_.data() + ((first_ + count_) % depth_) * size_;
+        ++count_;
+        return slot;
+    }
+    // The oldest array; valid until depth more pushes.
+    T* pop()
+    {
+        if (count_ == 0) throw std::logic_error("pipeline stage: a FIFO underflowed; the schedule is broken.");
+        T* slot = values_.data() + first_ * size_;
+        first_ = (first_ + 1) % depth_;
+        --count_;
+        return slot;
+    }
+    std::size_t count() const { return count_; }
+    std::size_t memory_bytes() const { return values_.size() * sizeof(T); }
+
+private:
+    kernels::aligned_vector<T> values_;
+    std::size_t depth_ = 0;
+    std::size_t size_ = 0;
+    std::size_t first_ = 0;
+    std::size_t count_ = 0;
+};
+
+template <class Network, auto Cuts, std::size_t Index, class T>
+class stage {
+    static constexpr std::size_t stage_count_value = Cuts.size() - 1;
+    static_assert(valid_cuts<Network>(Cuts),
+                  "The cuts must run from 0 to the network's block count, every stage holding at least one block.");
+    static_assert(Index < stage_count_value, "This stage index is not one of the pipeline's stages.");
+
+public:
+    static constexpr std::size_t stage_count = stage_count_value;
+    static constexpr std::size_t index = Index;
+    static constexpr std::size_t first_block = Cuts[Index];
+    static constexpr std::size_t end_block = Cuts[Index + 1];
+    static constexpr std::size_t block_count = end_block - first_block;
+    static constexpr bool is_first = Index == 0;
+    static constexpr bool is_last = Index + 1 == stage_count;
+    static constexpr std::size_t input_values = Network::profile[first_block].input_values;
+    static constexpr std::size_t output_values = Network::profile[end_block - 1].output_values;
+    static constexpr std::size_t parameter_offset = Network::parameter_offsets[first_block];
+    static constexpr std::size_t parameter_count = Network::parameter_offsets[end_block] - parameter_offset;
+    static constexpr std::size_t state_offset = Network::state_offsets[first_block];
+    // Ticks between a micro-batch's forward and its backward here.
+    static constexpr std::size_t delay = 2 * (stage_count - 1 - Index);
+    static constexpr std::size_t fifo_depth = delay + 1;
+
+    template <std::size_t I>
+    using block = typename Network::template block<first_block + I>;
+
+    stage(network_parameters<Network, T>& parameters, const pipeline_options& options)
+        : batch_(options.batch), options_(options), parameters_(parameters.values().data() + parameter_offset),
+          state_(parameters.state().data() + state_offset), gradient_(parameter_count, T(0))
+    {
+        if (options.batch == 0) throw std::invalid_argument("pipeline: the batch must hold at least one example.");
+        std::size_t largest = 0, workspace = 0;
+        for (std::size_t i = first_block; i < end_block; ++i) {
+            largest = std::max({largest, Network::profile[i].input_values, Network::profile[i].output_values});
+            workspace = std::max(workspace, Network::workspace_size(i, batch_));
+            if (keeps_input(i)) inputs_[i - first_block] = array_fifo<T>(fifo_depth, batch_ * Network::profile[i].input_values);
+        }
+        activation_size_ = batch_ * largest;
+        activations_.resize(5 * activation_size_);
+        workspace_.resize(workspace);
+        if (options.parameter_buffer) stashed_ = array_fifo<T>(fifo_depth, parameter_count);
+    }
+
+    std::size_t batch() const { return batch_; }
+    std::span<T> parameters() { return {parameters_, parameter_count}; }
+    std::span<const T> parameters() const { return {parameters_, parameter_count}; }
+    // The sum of the parameter gradients of the micro-batches differentiated
+    // since the last reset_gradient().
+    std::span<T> gradient() { return gradient_; }
+    void reset_gradient() { std::fill(gradient_.begin(), gradient_.end(), T(0)); }
+    // Micro-batches forwarded and not yet differentiated.
+    std::size_t in_flight() const { return in_flight_; }
+
+    // x: batch * input_values values; y: batch * output_values.
+    void forward(const T* x, T* y)
+    {
+        if (options_.parameter_buffer) std::copy(parameters_, parameters_ + parameter_count, stashed_.push());
+        [&]<std::size_t... I>(std::index_sequence<I...>) {
+            (forward_block<I>(x, y), ...);
+        }(std::make_index_sequence<block_count>{});
+        ++in_flight_;
+    }
+
+    // y: the stage's output for the oldest micro-batch in flight (as the
+    // next stage rebuilt or kept it); grad_y its gradient. Writes the stage's
+    // input to x and its gradient to grad_x (either may be null: stage 0 has
+    // no one to send them to).
+    void backward(const T* y, const T* grad_y, T* x, T* grad_x)
+    {
+        if (in_flight_ == 0) throw std::logic_error("pipeline stage: backward without a forward in flight.");
+        const T* parameters = options_.parameter_buffer ? stashed_.pop() : parameters_;
+        const T* above = y;
+        const T* grad_above = grad_y;
+        [&]<std::size_t... R>(std::index_sequence<R...>) {
+            (backward_block<block_count - 1 - R>(parameters, above, grad_above, x, grad_x), ...);
+        }(std::make_index_sequence<block_count>{});
+        --in_flight_;
+    }
+
+    std::size_t memory_bytes() const
+    {
+        std::size_t bytes = (activations_.size() + workspace_.size() + gradient_.size()) * sizeof(T) +
+                            stashed_.memory_bytes();
+        for (const auto& fifo : inputs_) bytes += fifo.memory_bytes();
+        return bytes;
+    }
+
+private:
+    bool keeps_input(std::size_t global_block) const
+    {
+        return options_.input_buffer || !Network::profile[global_block].reversible;
+    }
+
+    // Forward: block I reads the stage input or activation buffer (I-1) % 2
+    // and writes the stage output or buffer I % 2.
+    template <std::size_t I>
+    void forward_block(const T* x, T* y)
+    {
+        constexpr std::size_t g = first_block + I;
+        const T* in = I == 0 ? x : forward_buffer((I - 1) % 2);
+        T* out = I + 1 == block_count ? y : forward_buffer(I % 2);
+        if (keeps_input(g)) {
+            const std::size_t count = batch_ * Network::profile[g].input_values;
+            std::copy(in, in + count, inputs_[I].push());
+        }
+        block<I>::forward(pass::training, batch_, parameters_ + (Network::parameter_offsets[g] - parameter_offset),
+                          state_ + (Network::state_offsets[g] - state_offset), in, out, workspace_.data());
+    }
+
+    // Backward: block I's output (and its gradient) is `above`; its input
+    // goes to buffer I % 2 of the backward pair (or to x and grad_x for
+    // block 0), and becomes `above` for block I - 1.
+    template <std::size_t I>
+    void backward_block(const T* parameters, const T*& above, const T*& grad_above, T* x, T* grad_x)
+    {
+        constexpr std::size_t g = first_block + I;
+        const std::size_t in_count = batch_ * Network::profile[g].input_values;
+        const T* block_parameters = parameters + (Network::parameter_offsets[g] - parameter_offset);
+        T* block_state = state_ + (Network::state_offsets[g] - state_offset);
+        T* block_gradient = gradient_.data() + (Network::parameter_offsets[g] - parameter_offset);
+        T* grad_in = (I == 0 && grad_x != nullptr) ? grad_x : backward_gradient(I % 2);
+        const T* in;
+        if (keeps_input(g)) {
+            T* kept = inputs_[I].pop();
+            recompute_backward<block<I>>(batch_, block_parameters, block_state, static_cast<const T*>(kept),
+                                         grad_above, grad_in, block_gradient, workspace_.data(),
+                                         recomputed_output());
+            if (I == 0 && x != nullptr) std::copy(kept, kept + in_count, x);
+            in = kept;
+        } else {
+            if constexpr (block<I>::reversible) {
+                T* rebuilt = (I == 0 && x != nullptr) ? x : backward_input(I % 2);
+                reconstruct_backward<block<I>>(batch_, block_parameters, block_state, above, grad_above, rebuilt,
+                                               grad_in, block_gradient, workspace_.data());
+                in = rebuilt;
+            }
+        }
+        above = in;
+        grad_above = grad_in;
+    }
+
+    // Five activation buffers: forward uses 0 and 1; backward uses 2 and 3
+    // for rebuilt inputs and 4 for a recomputed output (then unused); the
+    // gradients between blocks share the forward pair, as forward is over
+    // when backward runs.
+    T* forward_buffer(std::size_t parity) { return activations_.data() + parity * activation_size_; }
+    T* backward_input(std::size_t parity) { return activations_.data() + (2 + parity) * activation_size_; }
+    T* backward_gradient(std::size_t parity) { return forward_buffer(parity); }
+    T* recomputed_output() { return activations_.data() + 4 * activation_size_; }
+
+    std::size_t batch_;
+    pipeline_options options_;
+    T* parameters_;
+    T* state_;
+    kernels::aligned_vector<T> gradient_;
+    std::array<array_fifo<T>, block_count> inputs_{};
+    array_fifo<T> stashed_;
+    kernels::aligned_vector<T> activations_;
+    kernels::aligned_vector<T> workspace_;
+    std::size_t activation_size_ = 0;
+    std::size_t in_flight_ = 0;
+};
+
+} // namespace petra

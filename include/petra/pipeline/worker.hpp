@@ -1,0 +1,285 @@
+// The schedule of one stage (floor 7): which micro-batch it forwards and
+// differentiates at each tick, the messages it receives and sends, and when
+// it takes an optimizer step. Drivers (sequential_pipeline,
+// thread_pipeline) only decide who calls tick() and when.
+//
+// With J stages, stage j at tick t (ticks counted from 0 in each epoch):
+//   forward  micro-batch t - j,               from the message stage j - 1
+//            sent at tick t - 1 (stage 0: the fed batch);
+//   backward micro-batch t - 2 (J - 1) + j,   from the pair stage j + 1 sent
+//            at tick t - 1 (the last stage: the micro-batch it has just
+//            forwarded, through the loss, in the same tick);
+//   then, every k-th backward, an optimizer step on the average of the k
+//   gradients. Forward and backward of a tick use the same parameters.
+// An epoch ends when a stage receives the end-of-epoch marker in place of a
+// micro-batch: it learns the epoch's size M, passes the marker on, and
+// finishes once it has differentiated all M micro-batches; a last partial
+// accumulation is applied then, so that every micro-batch fed contributes
+// exactly one gradient to every stage.
+//
+// Because each tick reads only what the neighbours produced at earlier
+// ticks, in order, the numbers computed do not depend on when each stage
+// runs: a threaded run and a sequential simulation agree bit for bit.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+#include <petra/layers/softmax_cross_entropy_loss.hpp>
+#include <petra/pipeline/channel.hpp>
+#include <petra/pipeline/stage.hpp>
+
+namespace petra {
+
+// What a stage did, for instrumentation (tests, fidelity tracking). The
+// spans are valid only during the call.
+template <class T>
+struct pipeline_event {
+    enum class kind { forward, backward, step };
+    kind what;
+    std::size_t stage;
+    std::size_t tick;        // within the epoch
+    std::size_t micro_batch; // within the epoch; for a step, the last one it applies
+    std::size_t step;        // optimizer steps this stage took before this event
+    std::size_t gradients;   // step: how many micro-batch gradients it averages
+    std::span<const T> parameters; // forward: those used; step: those before the step
+    std::span<const T> gradient;   // step: the sum of the gradients it applies
+};
+
+// Per-epoch results of the last stage.
+struct epoch_statistics {
+    std::size_t micro_batches = 0;
+    std::size_t examples = 0;
+    std::size_t correct = 0;
+    double loss_sum = 0.0;
+
+    double mean_loss() const { return micro_batches == 0 ? 0.0 : loss_sum / double(micro_batches); }
+    double accuracy() const { return examples == 0 ? 0.0 : double(correct) / double(examples); }
+};
+
+// What the workers of one pipeline share.
+template <class T>
+struct pipeline_shared {
+    std::function<double(std::size_t)> learning_rate;
+    std::function<void(const pipeline_event<T>&)> trace; // may be empty
+    std::mutex statistics_mutex;
+    epoch_statistics statistics;
+};
+
+// An optimizer for one stage's slice of the parameters.
+template <class O, class T>
+concept stage_optimizer = requires(O optimizer, std::span<T> parameters, std::span<const T> gradient,
+                                   std::size_t count, double learning_rate) {
+    typename O::options;
+    optimizer.step(parameters, gradient, count, learning_rate);
+};
+
+template <class Stage, class Optimizer, class T, class Transport = channel<T>,
+          class LabelTransport = channel<std::int32_t>>
+    requires stage_optimizer<Optimizer, T> && transport<Transport, T> && transport<LabelTransport, std::int32_t>
+class stage_worker {
+public:
+    static constexpr std::size_t stage_count = Stage::stage_count;
+    static constexpr std::size_t index = Stage::index;
+    static constexpr std::size_t classes = Stage::is_last ? Stage::output_values : 1;
+
+    struct links {
+        Transport* forward_in = nullptr;      // from stage index - 1, or the feeder
+        Transport* forward_out = nullptr;     // to stage index + 1 (not the last stage)
+        Transport* backward_in = nullptr;     // from stage index + 1 (not the last stage)
+        Transport* backward_out = nullptr;    // to stage index - 1 (not stage 0)
+        LabelTransport* labels = nullptr;     // the last stage's labels
+    };
+
+    template <class Network>
+    stage_worker(network_parameters<Network, T>& parameters, const typename Optimizer::options& optimizer_options,
+                 std::span<const T> weight_mask, const pipeline_options& options, links connections,
+                 pipeline_shared<T>& shared)
+        : stage_(parameters, options),
+          optimizer_(optimizer_options, weight_mask.subspan(Stage::parameter_offset, Stage::parameter_count)),
+          accumulation_(options.accumulation), links_(connections), shared_(shared),
+          logits_(Stage::is_last ? options.batch * classes : 0), grad_logits_(logits_.size())
+    {
+        if (options.accumulation == 0) {
+            throw std::invalid_argument("pipeline: the accumulation (micro-batches per step) must be at least 1.");
+        }
+    }
+
+    Stage& stage() { return stage_; }
+    Optimizer& optimizer() { return optimizer_; }
+    std::size_t steps() const { return steps_; }
+
+    void start_epoch()
+    {
+        tick_ = 0;
+        epoch_size_.reset();
+        backward_count_ = 0;
+    }
+
+    // Runs this stage's next tick; returns true once its epoch is complete.
+    bool tick()
+    {
+        const std::size_t t = tick_++;
+        if (t >= index) run_forward(t, t - index);
+        if constexpr (!Stage::is_last) {
+            constexpr std::size_t lag = 2 * (stage_count - 1) - index;
+            if (t >= lag && due(t - lag)) run_backward(t, t - lag);
+        }
+        const bool done = epoch_size_ && backward_count_ == *epoch_size_;
+        if (done && pending_ > 0) step(t);
+        return done;
+    }
+
+    std::size_t memory_bytes() const
+    {
+        return stage_.memory_bytes() + 2 * logits_.size() * sizeof(T) + 2 * Stage::parameter_count * sizeof(T);
+    }
+
+private:
+    bool due(std::size_t micro_batch) const { return !epoch_size_ || micro_batch < *epoch_size_; }
+
+    void run_forward(std::size_t t, std::size_t m)
+    {
+        if (!due(m)) return;
+        message<T> in = links_.forward_in->begin_receive();
+        if (in.header->end_of_epoch) {
+            links_.forward_in->end_receive();
+            epoch_size_ = m;
+            if constexpr (!Stage::is_last) {
+                message<T> out = links_.forward_out->begin_send();
+                *out.header = {m, true};
+                links_.forward_out->end_send();
+            }
+            return;
+        }
+        check_order(*in.header, m, "forward");
+        if (shared_.trace) {
+            shared_.trace({pipeline_event<T>::kind::forward, index, t, m, steps_, 0, stage_.parameters(), {}});
+        }
+        if constexpr (!Stage::is_last) {
+            message<T> out = links_.forward_out->begin_send();
+            stage_.forward(in.values, out.values);
+            links_.forward_in->end_receive();
+            *out.header = {m, false};
+            links_.forward_out->end_send();
+        } else {
+            stage_.forward(in.values, logits_.data());
+            links_.forward_in->end_receive();
+            evaluate_loss(m);
+            if constexpr (Stage::is_first) {
+                stage_.backward(logits_.data(), grad_logits_.data(), nullptr, nullptr);
+            } else {
+                send_backward(m, logits_.data(), grad_logits_.data());
+            }
+            after_backward(t, m);
+        }
+    }
+
+    void run_backward(std::size_t t, std::size_t m)
+    {
+        message<T> in = links_.backward_in->begin_receive();
+        check_order(*in.header, m, "backward");
+        const std::size_t output = stage_.batch() * Stage::output_values;
+        if constexpr (Stage::is_first) {
+            stage_.backward(in.values, in.values + output, nullptr, nullptr);
+        } else {
+            send_backward(m, in.values, in.values + output);
+        }
+        links_.backward_in->end_receive();
+        after_backward(t, m);
+    }
+
+    // Backward of the stage, its input and input gradient written straight
+    // into the message to the stage below.
+    void send_backward(std::size_t m, const T* y, const T* grad_y)
+    {
+        message<T> out = links_.backward_out->begin_send();
+        const std::size_t input = stage_.batch() * Stage::input_values;
+        stage_.backward(y, grad_y, out.values, out.values + input);
+        *out.header = {m, false};
+        links_.backward_out->end_send();
+    }
+
+    void evaluate_loss(std::size_t m)
+    {
+        message<std::int32_t> labels = links_.labels->begin_receive();
+        check_order(*labels.header, m, "labels");
+        const std::size_t batch = stage_.batch();
+        using loss = typename softmax_cross_entropy_loss<classes>::template bind<shape<classes>>;
+        const T value = loss::evaluate(batch, static_cast<const T*>(logits_.data()), labels.values, grad_logits_.data());
+        std::size_t correct = 0;
+        for (std::size_t n = 0; n < batch; ++n) {
+            const T* row = logits_.data() + n * classes;
+            std::size_t best = 0;
+            for (std::size_t c = 1; c < classes; ++c) {
+                if (row[c] > row[best]) best = c;
+            }
+            correct += std::int32_t(best) == labels.values[n];
+        }
+        links_.labels->end_receive();
+        if (!std::isfinite(value)) {
+            throw std::runtime_error("stage " + std::to_string(index) + " (blocks " +
+                                     std::to_string(Stage::first_block) + " to " +
+                                     std::to_string(Stage::end_block - 1) + "): the loss of micro-batch " +
+                                     std::to_string(m) + " of this epoch is not finite (" + std::to_string(value) +
+                                     ").");
+        }
+        std::lock_guard lock(shared_.statistics_mutex);
+        shared_.statistics.micro_batches += 1;
+        shared_.statistics.examples += batch;
+        shared_.statistics.correct += correct;
+        shared_.statistics.loss_sum += double(value);
+    }
+
+    void after_backward(std::size_t t, std::size_t m)
+    {
+        ++backward_count_;
+        ++pending_;
+        if (shared_.trace) shared_.trace({pipeline_event<T>::kind::backward, index, t, m, steps_, 0, {}, {}});
+        last_differentiated_ = m;
+        if (pending_ == accumulation_) step(t);
+    }
+
+    void step(std::size_t t)
+    {
+        if (shared_.trace) {
+            shared_.trace({pipeline_event<T>::kind::step, index, t, last_differentiated_, steps_, pending_,
+                           stage_.parameters(), stage_.gradient()});
+        }
+        optimizer_.step(stage_.parameters(), stage_.gradient(), pending_, shared_.learning_rate(steps_));
+        stage_.reset_gradient();
+        pending_ = 0;
+        ++steps_;
+    }
+
+    void check_order(const message_header& header, std::size_t expected, const char* what) const
+    {
+        if (header.end_of_epoch || header.micro_batch != expected) {
+            throw std::logic_error("pipeline schedule error: stage " + std::to_string(index) + " expected the " +
+                                   what + " message of micro-batch " + std::to_string(expected) + ".");
+        }
+    }
+
+    Stage stage_;
+    Optimizer optimizer_;
+    std::size_t accumulation_;
+    links links_;
+    pipeline_shared<T>& shared_;
+    kernels::aligned_vector<T> logits_;
+    kernels::aligned_vector<T> grad_logits_;
+    std::size_t tick_ = 0;
+    std::optional<std::size_t> epoch_size_;
+    std::size_t backward_count_ = 0;
+    std::size_t pending_ = 0;
+    std::size_t steps_ = 0;
+    std::size_t last_differentiated_ = 0;
+};
+
+} // namespace petra

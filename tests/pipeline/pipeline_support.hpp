@@ -1,0 +1,65 @@
+// What the pipeline tests share: a small network with blocks of every kind,
+// generated micro-batches, and runs of either driver.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include <petra/petra.hpp>
+
+namespace petra::test {
+
+// Six blocks: stem, two additive couplings, a downsampling, a RevNet
+// coupling, the head; 6 x 6 images, 3 classes.
+using pipeline_network =
+    network<input<1, 6, 6>, stem<chain<conv2d<1, 8>, batch_norm<8>, relu>>,
+            repeated<2, additive_coupling<residual_function<4>>>, downsampling<4>,
+            revnet_coupling<residual_function<8>, residual_function<8>>, classifier_head<16, 3>>;
+
+struct micro_batches {
+    std::size_t batch;
+    std::vector<std::vector<float>> images;
+    std::vector<std::vector<std::int32_t>> labels;
+
+    micro_batches(std::size_t count, std::size_t batch_size, std::uint64_t seed) : batch(batch_size)
+    {
+        std::mt19937_64 generator(seed);
+        std::normal_distribution<float> pixel(0.0f, 1.0f);
+        std::uniform_int_distribution<std::int32_t> label(0, 2);
+        for (std::size_t m = 0; m < count; ++m) {
+            std::vector<float> values(batch * pipeline_network::input::size);
+            for (float& value : values) value = pixel(generator);
+            std::vector<std::int32_t> classes(batch);
+            for (auto& value : classes) value = label(generator);
+            // Class-dependent brightness, so that there is something to learn.
+            for (std::size_t n = 0; n < batch; ++n) {
+                for (std::size_t i = 0; i < pipeline_network::input::size; ++i) {
+                    values[n * pipeline_network::input::size + i] += 0.5f * float(classes[n]);
+                }
+            }
+            images.push_back(std::move(values));
+            labels.push_back(std::move(classes));
+        }
+    }
+};
+
+inline double constant_rate(std::size_t) { return 0.02; }
+
+// Feeds every micro-batch, once per epoch, then drains; returns the epochs'
+// statistics.
+template <class Pipeline>
+std::vector<epoch_statistics> train_epochs(Pipeline& pipeline, const micro_batches& data, std::size_t epochs)
+{
+    std::vector<epoch_statistics> statistics;
+    for (std::size_t epoch = 0; epoch < epochs; ++epoch) {
+        for (std::size_t m = 0; m < data.images.size(); ++m) {
+            pipeline.feed(data.images[m].data(), data.labels[m].data());
+        }
+        statistics.push_back(pipeline.drain());
+    }
+    return statistics;
+}
+
+} // namespace petra::test

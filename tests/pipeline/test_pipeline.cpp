@@ -1,0 +1,366 @@
+// PETRA's pipeline: one stage is reversible backprop; threads compute what
+// the sequential simulator computes, bit for bit, for J = 2, 3, 4, k = 1, 2
+// and every buffer configuration; the schedule's staleness, fill and drain;
+// with both buffers on, the gradients of delayed backprop with stashed
+// weights; a failing stage stops the whole pipeline.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include <petra/petra.hpp>
+
+#include "pipeline/pipeline_support.hpp"
+#include "support.hpp"
+
+using namespace petra;
+using test::pipeline_network;
+
+namespace {
+
+constexpr sgd_options plain_sgd{.momentum = 0.9, .nesterov = true, .weight_decay = 5e-4};
+
+template <std::size_t J>
+constexpr auto cuts_of = partition<pipeline_network, J>();
+
+template <std::size_t J>
+void check_threads_equal_simulation(std::size_t accumulation, bool input_buffer, bool parameter_buffer)
+{
+    CAPTURE(J);
+    CAPTURE(accumulation);
+    CAPTURE(input_buffer);
+    CAPTURE(parameter_buffer);
+    const test::micro_batches data(27, 4, 100 + J);
+    const pipeline_options options{.batch = 4, .accumulation = accumulation, .input_buffer = input_buffer,
+                                   .parameter_buffer = parameter_buffer};
+    auto simulated = pipeline_network::make_parameters<float>(3);
+    auto threaded = simulated;
+    std::vector<epoch_statistics> simulated_epochs, threaded_epochs;
+    {
+        sequential_pipeline<pipeline_network, cuts_of<J>, sgd<float>> pipeline(simulated, plain_sgd,
+                                                                               test::constant_rate, options);
+        simulated_epochs = test::train_epochs(pipeline, data, 2);
+    }
+    {
+        thread_pipeline<pipeline_network, cuts_of<J>, sgd<float>> pipeline(threaded, plain_sgd, test::constant_rate,
+                                                                           options);
+        threaded_epochs = test::train_epochs(pipeline, data, 2);
+    }
+    // 2 epochs of 27 micro-batches: more than 50 ticks per stage.
+    CHECK(std::equal(simulated.values().begin(), simulated.values().end(), threaded.values().begin()));
+    CHECK(std::equal(simulated.state().begin(), simulated.state().end(), threaded.state().begin()));
+    for (std::size_t e = 0; e < 2; ++e) {
+        CHECK(simulated_epochs[e].micro_batches == 27);
+        CHECK(threaded_epochs[e].loss_sum == simulated_epochs[e].loss_sum);
+        CHECK(threaded_epochs[e].correct == simulated_epochs[e].correct);
+    }
+    // The parameters moved.
+    const auto initial = pipeline_network::make_parameters<float>(3);
+    CHECK(!std::equal(initial.values().begin(), initial.values().end(), threaded.values().begin()));
+}
+
+// Every event of a run, in order per stage.
+struct recorder {
+    std::mutex mutex;
+    std::vector<pipeline_event<float>> events;
+    std::map<std::pair<std::size_t, std::size_t>, std::vector<float>> forward_parameters; // (stage, micro-batch)
+    std::map<std::pair<std::size_t, std::size_t>, std::vector<float>> step_gradients;     // (stage, micro-batch)
+
+    void operator()(const pipeline_event<float>& event)
+    {
+        std::lock_guard lock(mutex);
+        events.push_back(event);
+        events.back().parameters = {};
+        events.back().gradient = {};
+        if (event.what == pipeline_event<float>::kind::forward) {
+            forward_parameters[{event.stage, event.micro_batch}].assign(event.parameters.begin(),
+                                                                         event.parameters.end());
+        } else if (event.what == pipeline_event<float>::kind::step) {
+            step_gradients[{event.stage, event.micro_batch}].assign(event.gradient.begin(), event.gradient.end());
+        }
+    }
+};
+
+} // namespace
+
+TEST_CASE("pipeline: one stage is reversible backprop with SGD")
+{
+    const test::micro_batches data(12, 4, 1);
+    auto pipelined = pipeline_network::make_parameters<float>(5);
+    auto reference = pipelined;
+    {
+        sequential_pipeline<pipeline_network, cuts_of<1>, sgd<float>> pipeline(pipelined, plain_sgd,
+                                                                               test::constant_rate, {.batch = 4});
+        test::train_epochs(pipeline, data, 1);
+    }
+    const auto mask = pipeline_network::weight_mask<float>();
+    sgd<float> optimizer(plain_sgd, mask);
+    reversible_backprop<pipeline_network, float> trainer(4);
+    std::vector<float> gradient(pipeline_network::parameter_count);
+    for (std::size_t m = 0; m < data.images.size(); ++m) {
+        std::fill(gradient.begin(), gradient.end(), 0.0f);
+        trainer.accumulate_gradient(reference, 4, data.images[m].data(), data.labels[m].data(), gradient);
+        optimizer.step(reference.values(), gradient, 1, test::constant_rate(m));
+    }
+    const double difference = test::relative_distance(std::span<const float>(pipelined.values()),
+                                                      std::span<const float>(reference.values()));
+    INFO("relative difference of the parameters after 12 steps: " << difference);
+    CHECK(difference < 1e-5);
+    CHECK(std::equal(pipelined.state().begin(), pipelined.state().end(), reference.state().begin()));
+}
+
+TEST_CASE("pipeline: threads and the sequential simulator end with bit-identical parameters")
+{
+    for (std::size_t accumulation : {1, 2}) {
+        for (bool input_buffer : {false, true}) {
+            for (bool parameter_buffer : {false, true}) {
+                check_threads_equal_simulation<2>(accumulation, input_buffer, parameter_buffer);
+                check_threads_equal_simulation<3>(accumulation, input_buffer, parameter_buffer);
+                check_threads_equal_simulation<4>(accumulation, input_buffer, parameter_buffer);
+            }
+        }
+    }
+}
+
+TEST_CASE("pipeline: stage j differentiates at tick t the micro-batch t - 2(J - 1) + j, forwarded 2(J - 1 - j) "
+          "ticks before")
+{
+    constexpr std::size_t J = 4;
+    const test::micro_batches data(9, 4, 7);
+    auto parameters = pipeline_network::make_parameters<float>(1);
+    recorder trace;
+    thread_pipeline<pipeline_network, cuts_of<J>, sgd<float>> pipeline(parameters, plain_sgd, test::constant_rate,
+                                                                       {.batch = 4});
+    pipeline.set_trace(std::ref(trace));
+    test::train_epochs(pipeline, data, 1);
+    std::size_t backwards = 0;
+    for (const auto& event : trace.events) {
+        CAPTURE(event.stage);
+        CAPTURE(event.tick);
+        if (event.what == pipeline_event<float>::kind::forward) {
+            CHECK(event.micro_batch == event.tick - event.stage);
+        } else if (event.what == pipeline_event<float>::kind::backward) {
+            ++backwards;
+            CHECK(event.micro_batch + 2 * (J - 1) == event.tick + event.stage);
+            // The micro-batch this stage forwards in the same tick is
+            // 2 (J - 1 - j) later: that is the gradient's staleness.
+            const std::size_t forwarded_now = event.tick - event.stage;
+            CHECK(forwarded_now - event.micro_batch == 2 * (J - 1 - event.stage));
+        } else {
+            // k = 1: a step right after each backward, in the same tick.
+            CHECK(event.gradients == 1);
+            CHECK(event.micro_batch + 2 * (J - 1) == event.tick + event.stage);
+        }
+    }
+    CHECK(backwards == J * 9);
+}
+
+TEST_CASE("pipeline: after an epoch of M micro-batches every stage has applied exactly M gradients")
+{
+    constexpr std::size_t J = 3;
+    for (std::size_t accumulation : {1, 2, 4}) {
+        CAPTURE(accumulation);
+        const test::micro_batches data(7, 4, 8); // 7 is not a multiple of 2 or 4
+        auto parameters = pipeline_network::make_parameters<float>(1);
+        recorder trace;
+        sequential_pipeline<pipeline_network, cuts_of<J>, sgd<float>> pipeline(
+            parameters, plain_sgd, test::constant_rate, {.batch = 4, .accumulation = accumulation});
+        pipeline.set_trace(std::ref(trace));
+        const auto epochs = test::train_epochs(pipeline, data, 2);
+        for (std::size_t stage = 0; stage < J; ++stage) {
+            CAPTURE(stage);
+            std::size_t applied = 0, steps = 0;
+            for (const auto& event : trace.events) {
+                if (event.stage == stage && event.what == pipeline_event<float>::kind::step) {
+                    applied += event.gradients;
+                    ++steps;
+                }
+            }
+            CHECK(applied == 2 * 7);
+            CHECK(steps == 2 * ((7 + accumulation - 1) / accumulation));
+        }
+        CHECK(epochs[0].micro_batches == 7);
+        CHECK(epochs[1].micro_batches == 7);
+    }
+}
+
+TEST_CASE("pipeline: with input and parameter buffers, the gradients are those of delayed backprop with stashed "
+          "weights")
+{
+    constexpr std::size_t J = 3;
+    constexpr auto cuts = cuts_of<J>;
+    const test::micro_batches data(8, 4, 9);
+    auto parameters = pipeline_network::make_parameters<float>(2);
+    recorder trace;
+    {
+        sequential_pipeline<pipeline_network, cuts, sgd<float>> pipeline(
+            parameters, plain_sgd, test::constant_rate,
+            {.batch = 4, .accumulation = 1, .input_buffer = true, .parameter_buffer = true});
+        pipeline.set_trace(std::ref(trace));
+        test::train_epochs(pipeline, data, 1);
+    }
+    // Micro-batch m's true gradient: exact backprop through the network
+    // whose stage j has the parameters stage j used for m's forward.
+    exact_backprop<pipeline_network, float> exact(4);
+    for (std::size_t m = 0; m < 8; ++m) {
+        CAPTURE(m);
+        auto at_forward = pipeline_network::make_parameters<float>(2);
+        for (std::size_t j = 0; j < J; ++j) {
+            const auto& used = trace.forward_parameters.at({j, m});
+            std::copy(used.begin(), used.end(), at_forward.values().begin() + pipeline_network::parameter_offsets[cuts[j]]);
+        }
+        std::vector<float> gradient(pipeline_network::parameter_count, 0.0f);
+        exact.accumulate_gradient(at_forward, 4, data.images[m].data(), data.labels[m].data(), gradient);
+        for (std::size_t j = 0; j < J; ++j) {
+            CAPTURE(j);
+            const std::size_t begin = pipeline_network::parameter_offsets[cuts[j]];
+            const auto& applied = trace.step_gradients.at({j, m});
+            const double difference = test::relative_distance(
+                std::span<const float>(applied), std::span<const float>(gradient).subspan(begin, applied.size()));
+            INFO("relative difference " << difference);
+            CHECK(difference < 1e-5);
+        }
+    }
+}
+
+namespace {
+
+// PETRA (no buffers) with a constant learning rate: per stage, the relative
+// distance between the gradient applied for micro-batch m and the gradient
+// at the parameters of m's forward (delayed backprop with stashed weights).
+template <std::size_t J>
+std::vector<double> petra_gradient_error(double learning_rate, std::size_t m)
+{
+    constexpr auto cuts = cuts_of<J>;
+    const test::micro_batches data(m + 2, 4, 9);
+    auto parameters = pipeline_network::make_parameters<float>(2);
+    recorder trace;
+    {
+        sequential_pipeline<pipeline_network, cuts, sgd<float>> pipeline(
+            parameters, plain_sgd, [learning_rate](std::size_t) { return learning_rate; }, {.batch = 4});
+        pipeline.set_trace(std::ref(trace));
+        test::train_epochs(pipeline, data, 1);
+    }
+    auto at_forward = pipeline_network::make_parameters<float>(2);
+    for (std::size_t j = 0; j < J; ++j) {
+        const auto& used = trace.forward_parameters.at({j, m});
+        std::copy(used.begin(), used.end(), at_forward.values().begin() + pipeline_network::parameter_offsets[cuts[j]]);
+    }
+    exact_backprop<pipeline_network, float> exact(4);
+    std::vector<float> gradient(pipeline_network::parameter_count, 0.0f);
+    exact.accumulate_gradient(at_forward, 4, data.images[m].data(), data.labels[m].data(), gradient);
+    std::vector<double> errors;
+    for (std::size_t j = 0; j < J; ++j) {
+        const auto& applied = trace.step_gradients.at({j, m});
+        errors.push_back(test::relative_distance(
+            std::span<const float>(applied),
+            std::span<const float>(gradient).subspan(pipeline_network::parameter_offsets[cuts[j]], applied.size())));
+    }
+    return errors;
+}
+
+} // namespace
+
+TEST_CASE("pipeline: PETRA's gradient error is first order in the learning rate, and zero on the last stage")
+{
+    // Stage j differentiates micro-batch m with the parameters current at
+    // its backward, 2 (J - 1 - j) steps after m's forward, on an input
+    // rebuilt with them. The last stage is fresh (and its head recomputes
+    // from a stored input): it agrees with the forward's gradient to
+    // rounding. Earlier stages differ by an amount proportional to the
+    // learning rate (to rounding when it is zero).
+    constexpr std::size_t J = 3;
+    const auto at_zero = petra_gradient_error<J>(0.0, 6);
+    const auto small = petra_gradient_error<J>(1e-5, 6);
+    const auto larger = petra_gradient_error<J>(1e-4, 6);
+    for (std::size_t j = 0; j < J; ++j) {
+        CAPTURE(j);
+        INFO("errors at learning rates 0, 1e-5, 1e-4: " << at_zero[j] << ", " << small[j] << ", " << larger[j]);
+        CHECK(at_zero[j] < 1e-5);
+        if (j + 1 == J) {
+            CHECK(small[j] < 1e-5);
+            CHECK(larger[j] < 1e-5);
+        } else {
+            CHECK(small[j] > 3 * at_zero[j]);
+            CHECK(larger[j] / small[j] > 5.0);
+            CHECK(larger[j] / small[j] < 20.0);
+        }
+    }
+}
+
+namespace {
+
+// SGD that throws at its n-th step in the stage whose slice has `size`
+// parameters: an error in the middle of a pipeline.
+struct failing_sgd {
+    struct options {
+        std::size_t size;
+        std::size_t fail_at_step;
+    };
+    failing_sgd(const options& settings, std::span<const float> mask) : settings_(settings), size_(mask.size()) {}
+    void step(std::span<float>, std::span<const float>, std::size_t, double)
+    {
+        if (size_ == settings_.size && ++steps_ == settings_.fail_at_step) {
+            throw std::runtime_error("injected failure in a stage's optimizer");
+        }
+    }
+    options settings_;
+    std::size_t size_;
+    std::size_t steps_ = 0;
+};
+
+} // namespace
+
+TEST_CASE("pipeline: a failing stage stops every stage and the error reaches the caller" * doctest::timeout(60))
+{
+    constexpr auto cuts = cuts_of<4>;
+    const test::micro_batches data(40, 4, 10);
+    const std::size_t middle_size =
+        pipeline_network::parameter_offsets[cuts[2]] - pipeline_network::parameter_offsets[cuts[1]];
+    auto parameters = pipeline_network::make_parameters<float>(1);
+    bool thrown = false;
+    try {
+        thread_pipeline<pipeline_network, cuts, failing_sgd> pipeline(parameters, {middle_size, 3},
+                                                                      test::constant_rate, {.batch = 4});
+        test::train_epochs(pipeline, data, 3);
+    } catch (const std::runtime_error& error) {
+        thrown = true;
+        CHECK(std::string(error.what()) == "injected failure in a stage's optimizer");
+    }
+    // The pipeline's destructor has joined every thread to get here.
+    CHECK(thrown);
+}
+
+TEST_CASE("pipeline: a non-finite loss stops training with the stage and micro-batch" * doctest::timeout(60))
+{
+    constexpr auto cuts = cuts_of<2>;
+    test::micro_batches data(10, 4, 11);
+    data.images[5][3] = std::nanf("");
+    auto parameters = pipeline_network::make_parameters<float>(1);
+    thread_pipeline<pipeline_network, cuts, sgd<float>> pipeline(parameters, plain_sgd, test::constant_rate,
+                                                                 {.batch = 4});
+    CHECK_THROWS_WITH_AS(test::train_epochs(pipeline, data, 1),
+                         "stage 1 (blocks 3 to 5): the loss of micro-batch 5 of this epoch is not finite (nan).",
+                         std::runtime_error);
+    // Later calls report the same failure instead of hanging.
+    CHECK_THROWS_AS(pipeline.drain(), std::runtime_error);
+}
+
+TEST_CASE("pipeline: bad options are refused")
+{
+    auto parameters = pipeline_network::make_parameters<float>(1);
+    CHECK_THROWS_AS((sequential_pipeline<pipeline_network, cuts_of<2>, sgd<float>>(parameters, plain_sgd,
+                                                                                  test::constant_rate, {.batch = 0})),
+                    std::invalid_argument);
+    CHECK_THROWS_AS((thread_pipeline<pipeline_network, cuts_of<2>, sgd<float>>(
+                        parameters, plain_sgd, test::constant_rate, {.batch = 4, .accumulation = 0})),
+                    std::invalid_argument);
+}
