@@ -74,11 +74,28 @@ struct block_profile {
     std::size_t backward_flops; // the vector-Jacobian product alone
     std::size_t input_values;   // activation entering the block
     std::size_t output_values;  // activation leaving it
+    std::size_t kept_values;    // what its forward keeps for backward (workspace of one example)
 
     // One pipeline tick of PETRA spends a forward, a reconstruction (the
     // inverse, or the forward again from a stored input: the same function
     // evaluations) and a backward.
     constexpr std::size_t tick_flops() const { return 2 * forward_flops + backward_flops; }
+
+    // Values a tick moves through memory, per example, as a proxy: the
+    // block's input, output and kept intermediates. Batch norm, ReLU and the
+    // additions are memory-bound, so blocks of equal FLOPs at a higher
+    // resolution take longer.
+    constexpr std::size_t traffic_values() const { return input_values + output_values + kept_values; }
+
+    // FLOP-equivalents of one value of traffic: measured on the reference
+    // network (one core, AVX-512, batch 64; bench/RESULTS.md), a tick's time
+    // fits flops / 115 GFLOP/s + traffic x 2.2 ns per example and million
+    // values to within 10 to 20% per block, that is about 250 FLOPs per value.
+    static constexpr std::size_t flops_per_traffic_value = 250;
+
+    // What a stage spends on the block per tick, per example, in
+    // FLOP-equivalents: the partitioner balances this.
+    constexpr std::size_t tick_cost() const { return tick_flops() + flops_per_traffic_value * traffic_values(); }
     // Bytes of the activation leaving the block, for values of Value bytes.
     constexpr std::size_t output_bytes(std::size_t value_bytes) const { return output_values * value_bytes; }
 };
@@ -200,7 +217,7 @@ struct bound_network<std::tuple<Bound...>> {
     static constexpr auto hana_blocks = boost::hana::tuple_t<Bound...>;
     static constexpr std::array<block_profile, block_count> profile{
         block_profile{Bound::reversible, Bound::parameter_count, Bound::state_count, Bound::forward_flops,
-                      Bound::backward_flops, Bound::input::size, Bound::output::size}...};
+                      Bound::backward_flops, Bound::input::size, Bound::output::size, Bound::workspace_size(1)}...};
 
     static constexpr std::size_t largest_workspace(std::size_t batch)
     {

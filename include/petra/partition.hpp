@@ -10,10 +10,12 @@
 //   constexpr stage_cuts<2> mine{0, 6, 10};          // or by hand
 //   static_assert(valid_cuts<net>(mine));
 //
-// A block's cost is what a stage spends on it per tick: forward,
-// reconstruction (or recomputation) and backward FLOPs per example
-// (block_profile::tick_flops). Costs measured some other way go through
-// balanced_cuts directly.
+// A block's cost is what a stage spends on it per tick (block_profile::
+// tick_cost): forward, reconstruction (or recomputation) and backward FLOPs
+// per example, plus a term for the memory traffic of its memory-bound
+// layers, without which FLOPs alone mis-balance the reference network in two
+// stages by a third (bench/RESULTS.md). Costs measured some other way go
+// through balanced_cuts directly.
 #pragma once
 
 #include <algorithm>
@@ -69,12 +71,12 @@ constexpr stage_cuts<Stages> balanced_cuts(const std::array<Cost, N>& costs)
     return cuts;
 }
 
-// Per-tick FLOPs of every block of Network.
+// Per-tick cost of every block of Network.
 template <class Network>
 constexpr std::array<std::size_t, Network::block_count> tick_costs()
 {
     std::array<std::size_t, Network::block_count> costs{};
-    for (std::size_t i = 0; i < Network::block_count; ++i) costs[i] = Network::profile[i].tick_flops();
+    for (std::size_t i = 0; i < Network::block_count; ++i) costs[i] = Network::profile[i].tick_cost();
     return costs;
 }
 

@@ -11,6 +11,7 @@
 #include <petra/layers.hpp>
 
 #include "layers/gradient_check.hpp"
+#include "support.hpp"
 
 using namespace petra;
 
@@ -197,4 +198,42 @@ TEST_CASE("chain: gradients through every layer")
     test::check_gradients<layer_for<residual<3>, shape<3, 5, 5>>>(generator);
     test::check_gradients<layer_for<chain<flatten, dense<12, 4>, relu, dense<4, 2>>, shape<3, 2, 2>>>(
         generator, {.batch = 5});
+}
+
+namespace {
+
+// Backward with grad_x null (a network's first layer) adds the same
+// parameter gradient as with it, and writes no input gradient anywhere.
+template <class Bound>
+void check_skipped_input_gradient()
+{
+    std::mt19937_64 generator(31);
+    const std::size_t batch = 3;
+    std::vector<double> parameters(Bound::parameter_count), state(Bound::state_count + 1);
+    Bound::initialize(parameters.data(), state.data(), generator);
+    for (double& value : parameters) value += std::uniform_real_distribution<double>(-0.1, 0.1)(generator);
+    const auto x = test::random_vector<double>(batch * Bound::input::size, generator);
+    const auto grad_y = test::random_vector<double>(batch * Bound::output::size, generator);
+    std::vector<double> y(grad_y.size()), grad_x(x.size());
+    std::vector<double> with(Bound::parameter_count, 0.0), without(Bound::parameter_count, 0.0);
+    for (std::vector<double>* gradient : {&with, &without}) {
+        std::vector<double> cache(Bound::cache_size(batch));
+        Bound::forward(pass::training, batch, parameters.data(), state.data(), x.data(), y.data(), cache.data());
+        Bound::backward(batch, parameters.data(), x.data(), cache.data(), grad_y.data(),
+                        gradient == &with ? grad_x.data() : nullptr, gradient->data());
+    }
+    CHECK(with == without);
+}
+
+} // namespace
+
+TEST_CASE("every layer's backward may skip the input gradient")
+{
+    check_skipped_input_gradient<layer_for<dense<12, 5>, shape<3, 2, 2>>>();
+    check_skipped_input_gradient<layer_for<conv2d<2, 4, 3, 2>, shape<2, 6, 6>>>();
+    check_skipped_input_gradient<layer_for<batch_norm<2>, shape<2, 3, 3>>>();
+    check_skipped_input_gradient<layer_for<relu, shape<2, 3, 3>>>();
+    check_skipped_input_gradient<layer_for<global_average_pool, shape<2, 3, 3>>>();
+    check_skipped_input_gradient<layer_for<flatten, shape<2, 3, 3>>>();
+    check_skipped_input_gradient<layer_for<residual<2>, shape<2, 5, 5>>>();
 }

@@ -40,6 +40,10 @@
 //
 // A block that is not reversible keeps (through its caller) its input and
 // recomputes from it (recompute_backward below).
+//
+// A block that can come first in a network (its input is data) may declare
+//   static constexpr bool input_gradient_optional = true;
+// its backward then accepts a null grad_x and skips the input gradient.
 #pragma once
 
 #include <algorithm>
@@ -90,6 +94,17 @@ template <class Half>
 struct half_of<halves<Half>> {
     using type = Half;
 };
+
+// Whether Block's backward may skip the input gradient (grad_x null).
+template <class Block>
+constexpr bool input_gradient_optional()
+{
+    if constexpr (requires { Block::input_gradient_optional; }) {
+        return Block::input_gradient_optional;
+    } else {
+        return false;
+    }
+}
 
 // Whether Input is a pair of halves that each of Functions... accepts.
 template <class Input, class... Functions>

@@ -24,6 +24,8 @@ struct stem : block_kind {
         using input = Input;
         using output = halves<shape<whole::channels / 2, whole::height, whole::width>>;
         static constexpr bool reversible = false;
+        // backward accepts a null grad_x (the network's input is data).
+        static constexpr bool input_gradient_optional = true;
         static constexpr std::size_t forward_flops = function::forward_flops;
         static constexpr std::size_t backward_flops = function::backward_flops;
 

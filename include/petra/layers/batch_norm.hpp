@@ -119,6 +119,7 @@ struct batch_norm {
                 }
                 grad_parameters[c] += sum_grad_x_hat;
                 grad_parameters[Channels + c] += sum_grad;
+                if (grad_x == nullptr) continue;
                 const T scale = gamma[c] * inverse_deviation[c] / count;
                 for (std::size_t n = 0; n < batch; ++n) {
                     const T* in = x + (n * Channels + c) * pixels;

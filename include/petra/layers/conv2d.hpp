@@ -63,7 +63,7 @@ struct conv2d {
         static void backward(std::size_t batch, const T* parameters, const T* x, T* /*cache*/,
                              const T* grad_y, T* grad_x, T* grad_parameters)
         {
-            kernels::convolution_backward_input(geometry(batch), grad_y, parameters, grad_x);
+            if (grad_x != nullptr) kernels::convolution_backward_input(geometry(batch), grad_y, parameters, grad_x);
             kernels::convolution_backward_weights(geometry(batch), x, grad_y, grad_parameters, T(1));
         }
     };

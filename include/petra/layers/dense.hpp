@@ -58,8 +58,10 @@ struct dense {
                              const T* grad_y, T* grad_x, T* grad_parameters)
         {
             using kernels::transpose;
-            kernels::gemm<T>(transpose::no, transpose::no, batch, Inputs, Outputs, T(1), grad_y, Outputs, parameters,
-                             Inputs, T(0), grad_x, Inputs);
+            if (grad_x != nullptr) {
+                kernels::gemm<T>(transpose::no, transpose::no, batch, Inputs, Outputs, T(1), grad_y, Outputs,
+                                 parameters, Inputs, T(0), grad_x, Inputs);
+            }
             kernels::gemm<T>(transpose::yes, transpose::no, Outputs, Inputs, batch, T(1), grad_y, Outputs, x, Inputs,
                              T(1), grad_parameters, Inputs);
             T* grad_bias = grad_parameters + weight_count;

@@ -26,7 +26,7 @@ struct flatten {
         template <class T>
         static void backward(std::size_t batch, const T*, const T*, T*, const T* grad_y, T* grad_x, T*)
         {
-            std::copy(grad_y, grad_y + batch * Input::size, grad_x);
+            if (grad_x != nullptr) std::copy(grad_y, grad_y + batch * Input::size, grad_x);
         }
     };
 };

@@ -22,7 +22,8 @@
 // the x and cache of the forward call it differentiates, and consumes the
 // cache (it may overwrite it: a chain keeps its backward scratch there); it
 // overwrites grad_x and ADDS to grad_parameters, so that gradients accumulate
-// over micro-batches.
+// over micro-batches. grad_x may be null: the input gradient is then not
+// computed (the first layer of a network, whose input is data).
 #pragma once
 
 #include <cmath>

@@ -30,6 +30,7 @@ struct global_average_pool {
         template <class T>
         static void backward(std::size_t batch, const T*, const T*, T*, const T* grad_y, T* grad_x, T*)
         {
+            if (grad_x == nullptr) return;
             const T scale = T(1) / T(Input::pixels);
             for (std::size_t i = 0; i < batch * Input::channels; ++i) {
                 std::fill(grad_x + i * Input::pixels, grad_x + (i + 1) * Input::pixels, scale * grad_y[i]);

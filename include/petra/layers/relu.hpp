@@ -25,7 +25,7 @@ struct relu {
         template <class T>
         static void backward(std::size_t batch, const T*, const T* x, T*, const T* grad_y, T* grad_x, T*)
         {
-            kernels::relu_backward(batch * Input::size, x, grad_y, grad_x);
+            if (grad_x != nullptr) kernels::relu_backward(batch * Input::size, x, grad_y, grad_x);
         }
     };
 };

@@ -200,7 +200,10 @@ private:
         const T* block_parameters = parameters + (Network::parameter_offsets[g] - parameter_offset);
         T* block_state = state_ + (Network::state_offsets[g] - state_offset);
         T* block_gradient = gradient_.data() + (Network::parameter_offsets[g] - parameter_offset);
+        // The network's input is data: its gradient is skipped where the
+        // first block allows it.
         T* grad_in = (I == 0 && grad_x != nullptr) ? grad_x : backward_gradient(I % 2);
+        if constexpr (g == 0 && input_gradient_optional<block<I>>()) grad_in = nullptr;
         const T* in;
         if (keeps_input(g)) {
             T* kept = inputs_[I].pop();

@@ -83,10 +83,12 @@ private:
     template <std::size_t I>
     void backward_block(const T* values, T* state, const T* images, T* gradient)
     {
-        Network::template block<I>::backward(batch_, values + Network::parameter_offsets[I],
-                                             state + Network::state_offsets[I], input_of(I, images),
-                                             gradient_at(I + 1), gradient_at(I),
-                                             gradient + Network::parameter_offsets[I], workspace_of(I));
+        using block = typename Network::template block<I>;
+        // The images' gradient is not needed; skipped where the block allows.
+        T* grad_input = I == 0 && input_gradient_optional<block>() ? nullptr : gradient_at(I);
+        block::backward(batch_, values + Network::parameter_offsets[I], state + Network::state_offsets[I],
+                        input_of(I, images), gradient_at(I + 1), grad_input, gradient + Network::parameter_offsets[I],
+                        workspace_of(I));
     }
 
     // Block i's output sits at activation_offset(i); its input is the images

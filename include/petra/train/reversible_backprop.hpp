@@ -90,8 +90,10 @@ private:
                                         gradient_at(I), grad_parameters, workspace_.data());
         } else {
             const T* x = I == 0 ? images : activation_at(I);
+            // The images' gradient is not needed; skipped where the block allows.
+            T* grad_input = I == 0 && input_gradient_optional<block>() ? nullptr : gradient_at(I);
             recompute_backward<block>(batch_, parameters, block_state, x, static_cast<const T*>(gradient_at(I + 1)),
-                                      gradient_at(I), grad_parameters, workspace_.data(), recomputed_.data());
+                                      grad_input, grad_parameters, workspace_.data(), recomputed_.data());
         }
     }
 

@@ -1,0 +1,102 @@
+// PETRA's pipeline on the reference network: training throughput of J
+// stages on J threads, for J = 1 (one thread: reversible backprop with its
+// optimizer step), 2 and 4, next to exact backprop on one thread. One
+// iteration is an epoch of `micro_batches` micro-batches of 64 random images
+// (fill and drain included), so examples/s is what a user gets from an epoch
+// of that length. Counters: examples/s, the pipeline's own memory.
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include <petra/petra.hpp>
+
+namespace {
+
+using net = petra::reference_network<>;
+constexpr std::size_t batch = 64;
+constexpr std::size_t micro_batches = 24;
+
+struct epoch_data {
+    std::vector<std::vector<float>> images;
+    std::vector<std::vector<std::int32_t>> labels;
+
+    epoch_data()
+    {
+        std::mt19937_64 generator(1);
+        std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
+        std::uniform_int_distribution<std::int32_t> label(0, 9);
+        for (std::size_t m = 0; m < micro_batches; ++m) {
+            images.emplace_back(batch * net::input::size);
+            labels.emplace_back(batch);
+            for (float& value : images.back()) value = pixel(generator);
+            for (auto& value : labels.back()) value = label(generator);
+        }
+    }
+};
+
+const epoch_data& data()
+{
+    static const epoch_data instance;
+    return instance;
+}
+
+double learning_rate(std::size_t) { return 0.01; }
+
+template <std::size_t Stages>
+void pipeline_epoch(benchmark::State& state)
+{
+    constexpr auto cuts = petra::partition<net, Stages>();
+    auto parameters = net::make_parameters<float>(1);
+    petra::thread_pipeline<net, cuts, petra::sgd<float>> pipeline(parameters, petra::sgd_options{}, learning_rate,
+                                                                  {.batch = batch});
+    for (auto _ : state) {
+        for (std::size_t m = 0; m < micro_batches; ++m) {
+            pipeline.feed(data().images[m].data(), data().labels[m].data());
+        }
+        benchmark::DoNotOptimize(pipeline.drain());
+    }
+    state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * micro_batches * batch));
+    state.counters["bytes"] = double(pipeline.memory_bytes());
+    state.counters["stages"] = double(Stages);
+}
+
+// The baseline: exact backprop and the same optimizer, on the caller's thread.
+void exact_backprop_epoch(benchmark::State& state)
+{
+    auto parameters = net::make_parameters<float>(1);
+    petra::exact_backprop<net, float> trainer(batch);
+    petra::sgd<float> optimizer(petra::sgd_options{}, net::weight_mask<float>());
+    std::vector<float> gradient(net::parameter_count);
+    for (auto _ : state) {
+        for (std::size_t m = 0; m < micro_batches; ++m) {
+            std::fill(gradient.begin(), gradient.end(), 0.0f);
+            benchmark::DoNotOptimize(trainer.accumulate_gradient(parameters, batch, data().images[m].data(),
+                                                                 data().labels[m].data(), gradient));
+            optimizer.step(parameters.values(), gradient, 1, learning_rate(m));
+        }
+    }
+    state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * micro_batches * batch));
+    state.counters["bytes"] = double(trainer.memory_bytes());
+    state.counters["stages"] = 1;
+}
+
+BENCHMARK(exact_backprop_epoch)->Name("epoch/exact_backprop/threads:1")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(pipeline_epoch<1>)->Name("epoch/petra/threads:1")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(pipeline_epoch<2>)->Name("epoch/petra/threads:2")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(pipeline_epoch<4>)->Name("epoch/petra/threads:4")->Unit(benchmark::kMillisecond)->UseRealTime();
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    benchmark::AddCustomContext("petra_simd", xsimd::default_arch::name());
+    benchmark::AddCustomContext("micro_batches_per_epoch", std::to_string(micro_batches));
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}
