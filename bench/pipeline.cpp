@@ -17,7 +17,7 @@ namespace {
 
 using net = petra::reference_network<>;
 constexpr std::size_t batch = 64;
-constexpr std::size_t micro_batches = 24;
+constexpr std::size_t micro_batches = 48;
 
 struct epoch_data {
     std::vector<std::vector<float>> images;

@@ -4,6 +4,7 @@
 #include <petra/kernels/convolution.hpp>
 #include <petra/kernels/elementwise.hpp>
 #include <petra/kernels/gemm.hpp>
+#include <petra/kernels/normalization.hpp>
 #include <petra/kernels/optimizer.hpp>
 #include <petra/kernels/reduction.hpp>
 #include <petra/kernels/simd.hpp>

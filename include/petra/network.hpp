@@ -88,10 +88,11 @@ struct block_profile {
     constexpr std::size_t traffic_values() const { return input_values + output_values + kept_values; }
 
     // FLOP-equivalents of one value of traffic: measured on the reference
-    // network (one core, AVX-512, batch 64; bench/RESULTS.md), a tick's time
-    // fits flops / 115 GFLOP/s + traffic x 2.2 ns per example and million
-    // values to within 10 to 20% per block, that is about 250 FLOPs per value.
-    static constexpr std::size_t flops_per_traffic_value = 250;
+    // network (one core, AVX-512, batch 64; bench/RESULTS.md), a block's tick
+    // takes about flops / 116 GFLOP/s + 1.65 ms per million values of
+    // traffic (to within 10 to 20% per block), that is about 190 FLOPs per
+    // value.
+    static constexpr std::size_t flops_per_traffic_value = 190;
 
     // What a stage spends on the block per tick, per example, in
     // FLOP-equivalents: the partitioner balances this.

@@ -9,11 +9,13 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <random>
 #include <stdexcept>
 
+#include <petra/kernels/normalization.hpp>
 #include <petra/kernels/reduction.hpp>
 #include <petra/layers/layer.hpp>
 
@@ -82,15 +84,12 @@ struct batch_norm {
                 }
                 for (std::size_t c = 0; c < Channels; ++c) inverse_deviation[c] = T(1) / std::sqrt(variance[c] + T(epsilon));
             }
-            for (std::size_t n = 0; n < batch; ++n) {
-                for (std::size_t c = 0; c < Channels; ++c) {
-                    const T scale = gamma[c] * inverse_deviation[c];
-                    const T shift = beta[c] - scale * mean[c];
-                    const T* in = x + (n * Channels + c) * pixels;
-                    T* out = y + (n * Channels + c) * pixels;
-                    for (std::size_t p = 0; p < pixels; ++p) out[p] = scale * in[p] + shift;
-                }
+            std::array<T, Channels> scale, shift;
+            for (std::size_t c = 0; c < Channels; ++c) {
+                scale[c] = gamma[c] * inverse_deviation[c];
+                shift[c] = beta[c] - scale[c] * mean[c];
             }
+            kernels::channel_affine(batch, Channels, pixels, x, scale.data(), shift.data(), y);
         }
 
         // The gradient of a training (or recomputation) pass, where mean and
@@ -107,29 +106,24 @@ struct batch_norm {
             const T* mean = cache;
             const T* inverse_deviation = cache + Channels;
             const T count = static_cast<T>(batch * pixels);
+            std::array<T, Channels> sum_grad, sum_grad_deviation;
+            kernels::channel_gradient_sums(batch, Channels, pixels, grad_y, x, mean, sum_grad.data(),
+                                           sum_grad_deviation.data());
+            // grad_x = a grad_y + b x + d, per channel, with
+            //   a = gamma inverse_deviation,
+            //   b = -a inverse_deviation sum_grad_x_hat / count,
+            //   d = -a sum_grad / count - b mean.
+            std::array<T, Channels> a, b, d;
             for (std::size_t c = 0; c < Channels; ++c) {
-                T sum_grad = T(0), sum_grad_x_hat = T(0);
-                for (std::size_t n = 0; n < batch; ++n) {
-                    const T* in = x + (n * Channels + c) * pixels;
-                    const T* grad = grad_y + (n * Channels + c) * pixels;
-                    for (std::size_t p = 0; p < pixels; ++p) {
-                        sum_grad += grad[p];
-                        sum_grad_x_hat += grad[p] * (in[p] - mean[c]) * inverse_deviation[c];
-                    }
-                }
+                const T sum_grad_x_hat = sum_grad_deviation[c] * inverse_deviation[c];
                 grad_parameters[c] += sum_grad_x_hat;
-                grad_parameters[Channels + c] += sum_grad;
-                if (grad_x == nullptr) continue;
-                const T scale = gamma[c] * inverse_deviation[c] / count;
-                for (std::size_t n = 0; n < batch; ++n) {
-                    const T* in = x + (n * Channels + c) * pixels;
-                    const T* grad = grad_y + (n * Channels + c) * pixels;
-                    T* out = grad_x + (n * Channels + c) * pixels;
-                    for (std::size_t p = 0; p < pixels; ++p) {
-                        const T x_hat = (in[p] - mean[c]) * inverse_deviation[c];
-                        out[p] = scale * (count * grad[p] - sum_grad - x_hat * sum_grad_x_hat);
-                    }
-                }
+                grad_parameters[Channels + c] += sum_grad[c];
+                a[c] = gamma[c] * inverse_deviation[c];
+                b[c] = -a[c] * inverse_deviation[c] * sum_grad_x_hat / count;
+                d[c] = -a[c] * sum_grad[c] / count - b[c] * mean[c];
+            }
+            if (grad_x != nullptr) {
+                kernels::channel_combination(batch, Channels, pixels, grad_y, x, a.data(), b.data(), d.data(), grad_x);
             }
         }
     };

@@ -171,8 +171,11 @@ private:
         return options;
     }
 
-    // Two messages per channel: at tick t a stage may send its tick-t
-    // message before its neighbour has taken the tick t - 1 one.
+    // Forward channels hold two messages: at tick t stage j may send its
+    // tick-t activation before stage j + 1 has taken the tick t - 1 one
+    // (the simulator runs stage j first). Backward channels hold one: stage
+    // j takes the tick t - 1 pair before stage j + 1 sends the tick t one,
+    // in either driver; the pairs are the largest messages.
     std::vector<std::unique_ptr<channel<T>>> make_forward(channel_waiting mode)
     {
         std::vector<std::unique_ptr<channel<T>>> channels;
@@ -188,7 +191,7 @@ private:
         std::vector<std::unique_ptr<channel<T>>> channels;
         for (std::size_t j = 0; j + 1 < stage_count; ++j) {
             const std::size_t values = Network::profile[Cuts[j + 1]].input_values;
-            channels.push_back(std::make_unique<channel<T>>("backward into stage " + std::to_string(j), 2,
+            channels.push_back(std::make_unique<channel<T>>("backward into stage " + std::to_string(j), 1,
                                                             2 * options_.batch * values, stop_, mode));
         }
         return channels;

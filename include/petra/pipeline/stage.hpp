@@ -111,15 +111,31 @@ public:
           state_(parameters.state().data() + state_offset), gradient_(parameter_count, T(0))
     {
         if (options.batch == 0) throw std::invalid_argument("pipeline: the batch must hold at least one example.");
-        std::size_t largest = 0, workspace = 0;
+        std::size_t intermediate = 0, recomputed = 0, workspace = 0;
         for (std::size_t i = first_block; i < end_block; ++i) {
-            largest = std::max({largest, Network::profile[i].input_values, Network::profile[i].output_values});
+            const block_profile& profile = Network::profile[i];
+            if (i + 1 < end_block) intermediate = std::max(intermediate, profile.output_values);
             workspace = std::max(workspace, Network::workspace_size(i, batch_));
-            if (keeps_input(i)) inputs_[i - first_block] = array_fifo<T>(fifo_depth, batch_ * Network::profile[i].input_values);
+            if (keeps_input(i)) {
+                inputs_[i - first_block] = array_fifo<T>(fifo_depth, batch_ * profile.input_values);
+                recomputed = std::max(recomputed, profile.output_values);
+            }
         }
-        activation_size_ = batch_ * largest;
-        activations_.resize(5 * activation_size_);
+        // Between blocks: one buffer, or two alternating ones from three
+        // blocks on, for the forward's activations (later the backward's
+        // gradients) and one more set for the backward's rebuilt inputs.
+        intermediate_size_ = batch_ * intermediate;
+        const std::size_t alternating = std::min<std::size_t>(block_count - 1, 2);
+        intermediates_.resize(2 * alternating * intermediate_size_);
+        recomputed_.resize(batch_ * recomputed);
         workspace_.resize(workspace);
+        // Stage 0 sends nothing down, but block 0 may still need somewhere to
+        // write the input it rebuilds and its gradient.
+        if constexpr (is_first) {
+            const bool rebuilds = !keeps_input(first_block);
+            const bool needs_gradient = !input_gradient_optional<block<0>>();
+            sink_.resize(batch_ * input_values * (std::size_t(rebuilds) + std::size_t(needs_gradient)));
+        }
         if (options.parameter_buffer) stashed_ = array_fifo<T>(fifo_depth, parameter_count);
     }
 
@@ -161,7 +177,9 @@ public:
 
     std::size_t memory_bytes() const
     {
-        std::size_t bytes = (activations_.size() + workspace_.size() + gradient_.size()) * sizeof(T) +
+        std::size_t bytes = (intermediates_.size() + recomputed_.size() + sink_.size() + workspace_.size() +
+                             gradient_.size()) *
+                                sizeof(T) +
                             stashed_.memory_bytes();
         for (const auto& fifo : inputs_) bytes += fifo.memory_bytes();
         return bytes;
@@ -173,14 +191,14 @@ private:
         return options_.input_buffer || !Network::profile[global_block].reversible;
     }
 
-    // Forward: block I reads the stage input or activation buffer (I-1) % 2
-    // and writes the stage output or buffer I % 2.
+    // Forward: block I reads the stage input or intermediate (I - 1) and
+    // writes the stage output or intermediate I.
     template <std::size_t I>
     void forward_block(const T* x, T* y)
     {
         constexpr std::size_t g = first_block + I;
-        const T* in = I == 0 ? x : forward_buffer((I - 1) % 2);
-        T* out = I + 1 == block_count ? y : forward_buffer(I % 2);
+        const T* in = I == 0 ? x : activation(I - 1);
+        T* out = I + 1 == block_count ? y : activation(I);
         if (keeps_input(g)) {
             const std::size_t count = batch_ * Network::profile[g].input_values;
             std::copy(in, in + count, inputs_[I].push());
@@ -190,8 +208,8 @@ private:
     }
 
     // Backward: block I's output (and its gradient) is `above`; its input
-    // goes to buffer I % 2 of the backward pair (or to x and grad_x for
-    // block 0), and becomes `above` for block I - 1.
+    // (and gradient) goes to intermediate I - 1 of the backward's buffers (or
+    // to x and grad_x for block 0), and becomes `above` for block I - 1.
     template <std::size_t I>
     void backward_block(const T* parameters, const T*& above, const T*& grad_above, T* x, T* grad_x)
     {
@@ -202,19 +220,25 @@ private:
         T* block_gradient = gradient_.data() + (Network::parameter_offsets[g] - parameter_offset);
         // The network's input is data: its gradient is skipped where the
         // first block allows it.
-        T* grad_in = (I == 0 && grad_x != nullptr) ? grad_x : backward_gradient(I % 2);
-        if constexpr (g == 0 && input_gradient_optional<block<I>>()) grad_in = nullptr;
+        T* grad_in;
+        if constexpr (g == 0 && input_gradient_optional<block<I>>()) {
+            grad_in = nullptr;
+        } else if constexpr (I == 0) {
+            grad_in = grad_x != nullptr ? grad_x : sink_.data() + sink_.size() - batch_ * input_values;
+        } else {
+            grad_in = gradient(I - 1);
+        }
         const T* in;
         if (keeps_input(g)) {
             T* kept = inputs_[I].pop();
             recompute_backward<block<I>>(batch_, block_parameters, block_state, static_cast<const T*>(kept),
                                          grad_above, grad_in, block_gradient, workspace_.data(),
-                                         recomputed_output());
+                                         recomputed_.data());
             if (I == 0 && x != nullptr) std::copy(kept, kept + in_count, x);
             in = kept;
         } else {
             if constexpr (block<I>::reversible) {
-                T* rebuilt = (I == 0 && x != nullptr) ? x : backward_input(I % 2);
+                T* rebuilt = I > 0 ? rebuilt_input(I - 1) : x != nullptr ? x : sink_.data();
                 reconstruct_backward<block<I>>(batch_, block_parameters, block_state, above, grad_above, rebuilt,
                                                grad_in, block_gradient, workspace_.data());
                 in = rebuilt;
@@ -224,14 +248,15 @@ private:
         grad_above = grad_in;
     }
 
-    // Five activation buffers: forward uses 0 and 1; backward uses 2 and 3
-    // for rebuilt inputs and 4 for a recomputed output (then unused); the
-    // gradients between blocks share the forward pair, as forward is over
-    // when backward runs.
-    T* forward_buffer(std::size_t parity) { return activations_.data() + parity * activation_size_; }
-    T* backward_input(std::size_t parity) { return activations_.data() + (2 + parity) * activation_size_; }
-    T* backward_gradient(std::size_t parity) { return forward_buffer(parity); }
-    T* recomputed_output() { return activations_.data() + 4 * activation_size_; }
+    // Intermediate k sits between blocks k and k + 1, in buffer k % 2 of a
+    // set: the forward's activations, the backward's gradients (the same set:
+    // forward is over when backward runs), the backward's rebuilt inputs.
+    T* activation(std::size_t k) { return intermediates_.data() + (k % 2) * intermediate_size_; }
+    T* gradient(std::size_t k) { return activation(k); }
+    T* rebuilt_input(std::size_t k)
+    {
+        return intermediates_.data() + intermediates_.size() / 2 + (k % 2) * intermediate_size_;
+    }
 
     std::size_t batch_;
     pipeline_options options_;
@@ -240,9 +265,11 @@ private:
     kernels::aligned_vector<T> gradient_;
     std::array<array_fifo<T>, block_count> inputs_{};
     array_fifo<T> stashed_;
-    kernels::aligned_vector<T> activations_;
+    kernels::aligned_vector<T> intermediates_;
+    kernels::aligned_vector<T> recomputed_;
+    kernels::aligned_vector<T> sink_;
     kernels::aligned_vector<T> workspace_;
-    std::size_t activation_size_ = 0;
+    std::size_t intermediate_size_ = 0;
     std::size_t in_flight_ = 0;
 };
 

@@ -1,0 +1,122 @@
+// The per-channel maps and sums of batch normalisation, on NCHW batches laid
+// out as in reduction.hpp: N examples, C channels, S positions per channel,
+// element (n, c, s) at [(n * C + c) * S + s]. Per-channel coefficients are
+// arrays of C values. Each element is computed with fused multiply-adds, the
+// same on vectors and on the scalars of a row's tail, so its result does not
+// depend on where it falls.
+#pragma once
+
+#include <cstddef>
+#include <type_traits>
+
+#include <xsimd/xsimd.hpp>
+
+#include <petra/kernels/reduction.hpp>
+#include <petra/kernels/simd.hpp>
+
+namespace petra::kernels {
+
+namespace detail {
+
+// For every row (n, c): out[s] = element(coefficients of c, inputs[s]...),
+// on vectors and then on the row's last S % width scalars.
+template <class T, class Element, class... Inputs>
+void channel_map(std::size_t N, std::size_t C, std::size_t S, Element&& element, T* out, const Inputs*... inputs)
+{
+    using vector = simd<T>;
+    constexpr std::size_t width = vector::size;
+    const std::size_t vector_end = S - S % width;
+    for (std::size_t n = 0; n < N; ++n) {
+        for (std::size_t c = 0; c < C; ++c) {
+            const std::size_t row = (n * C + c) * S;
+            std::size_t s = 0;
+            for (; s < vector_end; s += width) {
+                element(c, vector::load_unaligned(inputs + row + s)...).store_unaligned(out + row + s);
+            }
+            for (; s < S; ++s) out[row + s] = element(c, inputs[row + s]...);
+        }
+    }
+}
+
+} // namespace detail
+
+// y = scale[c] * x + shift[c]. y may be x itself; no other overlap.
+template <class T>
+void channel_affine(std::size_t N, std::size_t C, std::size_t S, const T* x, const T* scale, const T* shift, T* y)
+{
+    static_assert(std::is_floating_point_v<T>, "channel_affine is defined for float and double");
+    detail::channel_map(
+        N, C, S,
+        [scale, shift](std::size_t c, auto value) {
+            using V = decltype(value);
+            return xsimd::fma(V(scale[c]), value, V(shift[c]));
+        },
+        y, x);
+}
+
+// out = a[c] * g + b[c] * x + d[c]. out may be g or x itself; no other
+// overlap.
+template <class T>
+void channel_combination(std::size_t N, std::size_t C, std::size_t S, const T* g, const T* x, const T* a, const T* b,
+                         const T* d, T* out)
+{
+    static_assert(std::is_floating_point_v<T>, "channel_combination is defined for float and double");
+    detail::channel_map(
+        N, C, S,
+        [a, b, d](std::size_t c, auto gradient, auto value) {
+            using V = decltype(value);
+            return xsimd::fma(V(a[c]), gradient, xsimd::fma(V(b[c]), value, V(d[c])));
+        },
+        out, g, x);
+}
+
+// sum_g_out[c] = sum of g over channel c, and
+// sum_gd_out[c] = sum of g * (x - center[c]) over it: the two sums of batch
+// normalisation's backward pass, accumulated as in reduction.hpp (several
+// vector accumulators per row, then the rows of a channel). The outputs must
+// not overlap the inputs.
+template <class T>
+void channel_gradient_sums(std::size_t N, std::size_t C, std::size_t S, const T* g, const T* x, const T* center,
+                           T* sum_g_out, T* sum_gd_out)
+{
+    static_assert(std::is_floating_point_v<T>, "channel_gradient_sums is defined for float and double");
+    using vector = simd<T>;
+    constexpr std::size_t width = vector::size;
+    constexpr std::size_t accumulators = detail::reduction_accumulators;
+    constexpr std::size_t block = accumulators * width;
+    for (std::size_t c = 0; c < C; ++c) {
+        T total_g = T(0), total_gd = T(0);
+        const vector shift(center[c]);
+        for (std::size_t n = 0; n < N; ++n) {
+            const T* gradient = g + (n * C + c) * S;
+            const T* value = x + (n * C + c) * S;
+            vector sum_g[accumulators], sum_gd[accumulators];
+            for (std::size_t a = 0; a < accumulators; ++a) sum_g[a] = sum_gd[a] = vector(T(0));
+            std::size_t s = 0;
+            for (; s < S - S % block; s += block) {
+#pragma GCC unroll 4
+                for (std::size_t a = 0; a < accumulators; ++a) {
+                    const vector gv = vector::load_unaligned(gradient + s + a * width);
+                    sum_g[a] += gv;
+                    sum_gd[a] = xsimd::fma(gv, vector::load_unaligned(value + s + a * width) - shift, sum_gd[a]);
+                }
+            }
+            for (; s < S - S % width; s += width) {
+                const vector gv = vector::load_unaligned(gradient + s);
+                sum_g[0] += gv;
+                sum_gd[0] = xsimd::fma(gv, vector::load_unaligned(value + s) - shift, sum_gd[0]);
+            }
+            T row_g = detail::horizontal_sum(sum_g), row_gd = detail::horizontal_sum(sum_gd);
+            for (; s < S; ++s) {
+                row_g += gradient[s];
+                row_gd = xsimd::fma(gradient[s], value[s] - center[c], row_gd);
+            }
+            total_g += row_g;
+            total_gd += row_gd;
+        }
+        sum_g_out[c] = total_g;
+        sum_gd_out[c] = total_gd;
+    }
+}
+
+} // namespace petra::kernels

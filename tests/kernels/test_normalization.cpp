@@ -1,0 +1,95 @@
+// The batch-normalisation kernels against their scalar references, in float
+// and double, over row lengths around the vector width and its multiples.
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include <petra/kernels/normalization.hpp>
+
+#include "reference/normalization.hpp"
+#include "support.hpp"
+
+using namespace petra;
+
+namespace {
+
+template <class T>
+void check_against(const std::vector<T>& actual, const std::vector<long double>& expected, T tolerance)
+{
+    REQUIRE(actual.size() == expected.size());
+    for (std::size_t i = 0; i < actual.size(); ++i) {
+        const long double error = std::abs((long double)actual[i] - expected[i]);
+        if (!(error <= tolerance * std::max(1.0L, std::abs(expected[i])))) {
+            INFO("index " << i << ": " << actual[i] << " against " << double(expected[i]));
+            CHECK(false);
+            return;
+        }
+    }
+}
+
+struct sizes {
+    std::size_t N, C, S;
+};
+
+const sizes cases[] = {{1, 1, 1}, {2, 3, 7}, {3, 2, 16}, {2, 4, 33}, {4, 3, 49}, {2, 2, 196}, {3, 1, 257}};
+
+} // namespace
+
+TEST_CASE_TEMPLATE("channel_affine and channel_combination match the reference", T, float, double)
+{
+    std::mt19937_64 generator(1);
+    for (const auto [N, C, S] : cases) {
+        CAPTURE(N);
+        CAPTURE(C);
+        CAPTURE(S);
+        const auto x = test::random_vector<T>(N * C * S, generator), g = test::random_vector<T>(N * C * S, generator);
+        const auto a = test::random_vector<T>(C, generator), b = test::random_vector<T>(C, generator),
+                   d = test::random_vector<T>(C, generator);
+        auto y = test::nan_vector<T>(x.size());
+        kernels::channel_affine(N, C, S, x.data(), a.data(), b.data(), y.data());
+        check_against(y, reference::channel_affine(N, C, S, x, a, b), 4 * test::accumulation_tolerance<T>(1));
+        auto out = test::nan_vector<T>(x.size());
+        kernels::channel_combination(N, C, S, g.data(), x.data(), a.data(), b.data(), d.data(), out.data());
+        check_against(out, reference::channel_combination(N, C, S, g, x, a, b, d),
+                      4 * test::accumulation_tolerance<T>(3));
+        // In place, over x.
+        auto in_place = x;
+        kernels::channel_affine(N, C, S, in_place.data(), a.data(), b.data(), in_place.data());
+        CHECK(in_place == y);
+    }
+}
+
+TEST_CASE_TEMPLATE("channel_gradient_sums matches the reference", T, float, double)
+{
+    std::mt19937_64 generator(2);
+    for (const auto [N, C, S] : cases) {
+        CAPTURE(N);
+        CAPTURE(C);
+        CAPTURE(S);
+        const auto x = test::random_vector<T>(N * C * S, generator), g = test::random_vector<T>(N * C * S, generator);
+        const auto center = test::random_vector<T>(C, generator);
+        auto sum_g = test::nan_vector<T>(C), sum_gd = test::nan_vector<T>(C);
+        kernels::channel_gradient_sums(N, C, S, g.data(), x.data(), center.data(), sum_g.data(), sum_gd.data());
+        std::vector<long double> expected_g, expected_gd;
+        reference::channel_gradient_sums(N, C, S, g, x, center, expected_g, expected_gd);
+        // Blocked summation: no chain of additions is longer than about
+        // S / 16 + N, so the error stays below that many roundings of the
+        // sum of the terms' magnitudes.
+        const long double roundings = (long double)(S / 16 + N + 16) * std::numeric_limits<T>::epsilon();
+        for (std::size_t c = 0; c < C; ++c) {
+            long double magnitude_g = 0, magnitude_gd = 0;
+            for (std::size_t n = 0; n < N; ++n) {
+                for (std::size_t i = (n * C + c) * S; i < (n * C + c + 1) * S; ++i) {
+                    magnitude_g += std::abs((long double)g[i]);
+                    magnitude_gd += std::abs((long double)g[i] * ((long double)x[i] - center[c]));
+                }
+            }
+            CHECK(std::abs((long double)sum_g[c] - expected_g[c]) <= roundings * magnitude_g);
+            CHECK(std::abs((long double)sum_gd[c] - expected_gd[c]) <= roundings * magnitude_gd);
+        }
+    }
+}
