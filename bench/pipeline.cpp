@@ -3,7 +3,8 @@
 // optimizer step), 2 and 4, next to exact backprop on one thread. One
 // iteration is an epoch of `micro_batches` micro-batches of 64 random images
 // (fill and drain included), so examples/s is what a user gets from an epoch
-// of that length. Counters: examples/s, the pipeline's own memory.
+// of that length. Counters: examples/s, the pipeline's own memory. Then each
+// stage of the 2- and 4-stage cuts alone, to see their balance.
 #include <cstddef>
 #include <cstdint>
 #include <random>
@@ -17,7 +18,7 @@ namespace {
 
 using net = petra::reference_network<>;
 constexpr std::size_t batch = 64;
-constexpr std::size_t micro_batches = 48;
+constexpr std::size_t micro_batches = 96;
 
 struct epoch_data {
     std::vector<std::vector<float>> images;
@@ -63,6 +64,27 @@ void pipeline_epoch(benchmark::State& state)
     state.counters["stages"] = double(Stages);
 }
 
+// One stage alone, as a user benchmarks a stage kernel: forward then backward
+// of one micro-batch (what the stage does per tick, without the optimizer),
+// for each stage of the 2- and 4-stage cuts. Equal times mean balanced cuts.
+template <std::size_t Stages, std::size_t Index>
+void stage_tick(benchmark::State& state)
+{
+    using stage = petra::stage<net, petra::partition<net, Stages>(), Index, float>;
+    auto parameters = net::make_parameters<float>(1);
+    stage alone(parameters, {.batch = batch});
+    std::vector<float> x(batch * stage::input_values, 0.5f), y(batch * stage::output_values),
+        grad_y(y.size(), 1e-3f), rebuilt(x.size()), grad_x(x.size());
+    for (auto _ : state) {
+        alone.forward(x.data(), y.data());
+        alone.backward(y.data(), grad_y.data(), rebuilt.data(), grad_x.data());
+        benchmark::ClobberMemory();
+    }
+    state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * batch));
+    state.counters["first_block"] = double(stage::first_block);
+    state.counters["blocks"] = double(stage::block_count);
+}
+
 // The baseline: exact backprop and the same optimizer, on the caller's thread.
 void exact_backprop_epoch(benchmark::State& state)
 {
@@ -87,6 +109,12 @@ BENCHMARK(exact_backprop_epoch)->Name("epoch/exact_backprop/threads:1")->Unit(be
 BENCHMARK(pipeline_epoch<1>)->Name("epoch/petra/threads:1")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(pipeline_epoch<2>)->Name("epoch/petra/threads:2")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(pipeline_epoch<4>)->Name("epoch/petra/threads:4")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(stage_tick<2, 0>)->Name("stage/of:2/index:0")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(stage_tick<2, 1>)->Name("stage/of:2/index:1")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(stage_tick<4, 0>)->Name("stage/of:4/index:0")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(stage_tick<4, 1>)->Name("stage/of:4/index:1")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(stage_tick<4, 2>)->Name("stage/of:4/index:2")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(stage_tick<4, 3>)->Name("stage/of:4/index:3")->Unit(benchmark::kMillisecond)->UseRealTime();
 
 } // namespace
 

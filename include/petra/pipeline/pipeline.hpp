@@ -171,11 +171,13 @@ private:
         return options;
     }
 
-    // Forward channels hold two messages: at tick t stage j may send its
-    // tick-t activation before stage j + 1 has taken the tick t - 1 one
-    // (the simulator runs stage j first). Backward channels hold one: stage
-    // j takes the tick t - 1 pair before stage j + 1 sends the tick t one,
-    // in either driver; the pairs are the largest messages.
+    // Two messages per channel. Forward: at tick t stage j may send its
+    // tick-t activation before stage j + 1 has taken the tick t - 1 one (the
+    // simulator runs stage j first). Backward: one message would do for the
+    // schedule, but a stage computes straight into its outgoing slot and its
+    // neighbour reads straight from it, so with one slot the sender's
+    // backward would wait for the receiver's whole backward (measured: 467
+    // against 652 examples/s for the reference network in 2 stages).
     std::vector<std::unique_ptr<channel<T>>> make_forward(channel_waiting mode)
     {
         std::vector<std::unique_ptr<channel<T>>> channels;
@@ -191,7 +193,7 @@ private:
         std::vector<std::unique_ptr<channel<T>>> channels;
         for (std::size_t j = 0; j + 1 < stage_count; ++j) {
             const std::size_t values = Network::profile[Cuts[j + 1]].input_values;
-            channels.push_back(std::make_unique<channel<T>>("backward into stage " + std::to_string(j), 1,
+            channels.push_back(std::make_unique<channel<T>>("backward into stage " + std::to_string(j), 2,
                                                             2 * options_.batch * values, stop_, mode));
         }
         return channels;
