@@ -61,6 +61,32 @@ def print_tables(report):
             print(f"| {label} | {run['real_time']:.1f} | {run['items_per_second']:.0f} | "
                   f"{run['FLOPS'] / 1e9:.1f} | {memory} | {ratio} |")
 
+    epochs = [(name, run) for name, run in medians.items() if name.startswith("epoch/")]
+    if epochs:
+        single = next((run for name, run in epochs if name.startswith("epoch/petra/threads:1")), None)
+        exact = next((run for name, run in epochs if "exact_backprop" in name), None)
+        print("| reference network, epoch of "
+              f"{report['context'].get('micro_batches_per_epoch', '?')} micro-batches of 64 | median time (ms) "
+              "| examples/s | memory held (MiB) | / PETRA in 1 stage | / exact backprop |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for name, run in epochs:
+            label = name.replace("epoch/", "").replace("/real_time", "").replace("/", " ")
+            rate = run["items_per_second"]
+            against_single = f"{rate / single['items_per_second']:.2f}" if single else "-"
+            against_exact = f"{rate / exact['items_per_second']:.2f}" if exact else "-"
+            print(f"| {label} | {run['real_time']:.0f} | {rate:.0f} | {run['bytes'] / 2**20:.1f} "
+                  f"| {against_single} | {against_exact} |")
+        print()
+
+    stages = [(name, run) for name, run in medians.items() if name.startswith("stage/")]
+    if stages:
+        print("| one stage alone, forward + backward of a micro-batch of 64 | blocks | median time (ms) |")
+        print("|---|---|---:|")
+        for name, run in stages:
+            label = name.replace("stage/", "").replace("/real_time", "").replace("/", " ")
+            first = int(run["first_block"])
+            print(f"| {label} | {first} to {first + int(run['blocks']) - 1} | {run['real_time']:.1f} |")
+
 
 if __name__ == "__main__":
     main(sys.argv[1:])
