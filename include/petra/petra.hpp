@@ -3,6 +3,7 @@
 #pragma once
 
 #include <petra/blocks.hpp>
+#include <petra/data.hpp>
 #include <petra/kernels.hpp>
 #include <petra/layers.hpp>
 #include <petra/models/reference_network.hpp>

@@ -1,15 +1,16 @@
 # Shared by the scripts: the Debian packages petra's build, tests and
 # benchmarks need, and a function that installs the missing ones.
 
-# compiler and build tools; the library's dependencies; test and benchmark
-# frameworks; the peer GEMM the benchmarks compare against; /usr/bin/time for
-# the compile-time figure.
+# compiler and build tools; the library's dependencies (zlib for gzip IDX
+# files); test and benchmark frameworks; the peer GEMM the benchmarks compare
+# against; /usr/bin/time for the compile-time figure; the real data.
 PETRA_PACKAGES=(
   g++ cmake make
-  libboost-dev libxtensor-dev libxsimd-dev
+  libboost-dev libxtensor-dev libxsimd-dev zlib1g-dev
   doctest-dev libbenchmark-dev
   libopenblas-dev
   time
+  dataset-fashion-mnist
 )
 
 petra_log() { printf '\033[1m[petra]\033[0m %s\n' "$*" >&2; }

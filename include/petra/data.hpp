@@ -1,0 +1,6 @@
+// The data floor: IDX files, labelled image datasets, batches.
+#pragma once
+
+#include <petra/data/augmentation.hpp>
+#include <petra/data/dataset.hpp>
+#include <petra/data/idx.hpp>

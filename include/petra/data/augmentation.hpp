@@ -1,0 +1,52 @@
+// Data augmentation on a batch of images in place (floor 9): each image is
+// shifted by a random crop of its zero-padded copy and flipped left-right
+// with probability one half, the classic augmentation of small image
+// datasets. Which shift and flip an image gets is drawn from the generator
+// the caller passes, so that a run is reproducible from its seed.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace petra {
+
+struct augmentation {
+    std::size_t padding = 0; // crop a H x W window of the image padded by this many zeros each side
+    bool flip = false;       // mirror left-right with probability 1/2
+};
+
+// images: batch x channels x height x width values, NCHW. Allocates nothing
+// once scratch (height x width values) is large enough.
+inline void augment_batch(float* images, std::size_t batch, std::size_t channels, std::size_t height,
+                          std::size_t width, const augmentation& settings, std::mt19937_64& generator,
+                          std::vector<float>& scratch)
+{
+    if (settings.padding == 0 && !settings.flip) return;
+    scratch.resize(height * width);
+    const auto padding = static_cast<std::ptrdiff_t>(settings.padding);
+    std::uniform_int_distribution<std::ptrdiff_t> shift(-padding, padding);
+    std::bernoulli_distribution mirror(0.5);
+    for (std::size_t n = 0; n < batch; ++n) {
+        const std::ptrdiff_t dy = shift(generator), dx = shift(generator);
+        const bool flip = settings.flip && mirror(generator);
+        for (std::size_t c = 0; c < channels; ++c) {
+            float* plane = images + (n * channels + c) * height * width;
+            std::copy(plane, plane + height * width, scratch.begin());
+            for (std::size_t y = 0; y < height; ++y) {
+                for (std::size_t x = 0; x < width; ++x) {
+                    // Output (y, x) shows input (y + dy, x' + dx), x' mirrored when flipping.
+                    const std::ptrdiff_t source_x = std::ptrdiff_t(flip ? width - 1 - x : x) + dx;
+                    const std::ptrdiff_t source_y = std::ptrdiff_t(y) + dy;
+                    const bool inside = source_y >= 0 && source_y < std::ptrdiff_t(height) && source_x >= 0 &&
+                                        source_x < std::ptrdiff_t(width);
+                    plane[y * width + x] = inside ? scratch[std::size_t(source_y) * width + std::size_t(source_x)] : 0.0f;
+                }
+            }
+        }
+    }
+}
+
+} // namespace petra
