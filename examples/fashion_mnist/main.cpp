@@ -1,0 +1,133 @@
+// The main job: train the reference network on Fashion-MNIST with PETRA,
+// exact backprop or reversible backprop, and report test accuracy, time,
+// throughput and memory. Run with --help for the options.
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <stdexcept>
+#include <string>
+
+#include "job.hpp"
+
+namespace {
+
+const char* const usage = R"(usage: fashion_mnist [options]
+
+Trains the reference network (petra::reference_network<>, 222,058 parameters)
+on Fashion-MNIST and scores it on the 10,000 test images.
+
+  --method M          petra | backprop | reversible-backprop      (petra)
+  --stages J          PETRA's stages, one thread each: 1 to 4      (4)
+  --accumulation K    micro-batches per optimizer step             (1)
+  --epochs N          epochs over the 60,000 training images       (2)
+  --batch B           examples per micro-batch                     (64)
+  --lr R              peak learning rate, after the warm-up        (0.05)
+  --warmup E          warm-up length in epochs (linear)            (0.5)
+  --schedule S        cosine | step | constant, after the warm-up  (cosine)
+  --momentum M        Nesterov momentum                            (0.9)
+  --weight-decay W    on convolution and dense weights only        (5e-4)
+  --augment           random crops (padding 2) and flips
+  --seed S            initial parameters, data order, augmentation (1)
+  --data-dir D        IDX files (gzip)  (/usr/share/datasets/fashion-mnist)
+  --metrics PATH      CSV, one row per epoch
+  --summary PATH      the JSON summary line, also written to PATH
+  --max-steps N       stop after N micro-batches (quick runs)
+  --quiet             no progress on stderr
+  --help              this text
+
+Progress goes to stderr (a bar on a terminal, plain lines otherwise). At the
+end, a short report on stderr and one line of JSON on stdout with method,
+stages, accumulation, epochs, steps, seed, test_accuracy, train_seconds,
+examples_per_second and peak_rss_bytes.
+)";
+
+struct usage_error : std::invalid_argument {
+    using std::invalid_argument::invalid_argument;
+};
+
+fashion::job_options parse(int argc, char** argv, bool& help)
+{
+    fashion::job_options options;
+    for (int i = 1; i < argc; ++i) {
+        const std::string name = argv[i];
+        auto value = [&]() -> std::string {
+            if (i + 1 >= argc) throw usage_error(name + " needs a value.");
+            return argv[++i];
+        };
+        auto number = [&](const std::string& text) -> double {
+            std::size_t used = 0;
+            double parsed = 0;
+            try {
+                parsed = std::stod(text, &used);
+            } catch (const std::exception&) {
+                used = 0;
+            }
+            if (used != text.size() || text.empty()) throw usage_error(name + " needs a number, not '" + text + "'.");
+            return parsed;
+        };
+        auto count = [&](const std::string& text) -> std::size_t {
+            const double parsed = number(text);
+            if (parsed < 0 || parsed != double(std::size_t(parsed))) {
+                throw usage_error(name + " needs a whole number, not '" + text + "'.");
+            }
+            return std::size_t(parsed);
+        };
+        if (name == "--help" || name == "-h") help = true;
+        else if (name == "--method") options.method = value();
+        else if (name == "--stages") options.stages = count(value());
+        else if (name == "--accumulation") options.accumulation = count(value());
+        else if (name == "--epochs") options.epochs = count(value());
+        else if (name == "--batch") options.batch = count(value());
+        else if (name == "--lr") options.learning_rate = number(value());
+        else if (name == "--warmup") options.warmup_epochs = number(value());
+        else if (name == "--schedule") options.schedule = value();
+        else if (name == "--momentum") options.momentum = number(value());
+        else if (name == "--weight-decay") options.weight_decay = number(value());
+        else if (name == "--augment") options.augment = true;
+        else if (name == "--seed") options.seed = count(value());
+        else if (name == "--data-dir") options.data_dir = value();
+        else if (name == "--metrics") options.metrics_path = value();
+        else if (name == "--summary") options.summary_path = value();
+        else if (name == "--max-steps") options.max_steps = count(value());
+        else if (name == "--quiet") options.quiet = true;
+        else throw usage_error("unknown option '" + name + "' (see --help).");
+    }
+    return options;
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    bool help = false;
+    fashion::job_options options;
+    try {
+        options = parse(argc, argv, help);
+        if (help) {
+            std::fputs(usage, stdout);
+            return 0;
+        }
+        fashion::check(options);
+    } catch (const std::invalid_argument& error) {
+        std::fprintf(stderr, "fashion_mnist: %s\n", error.what());
+        return 2;
+    }
+    try {
+        const fashion::job_summary summary = fashion::run_job(options);
+        std::fprintf(stderr,
+                     "%s%s: test accuracy %.2f%% after %zu epochs (%zu steps), %.1f s of training, %.0f examples/s, "
+                     "peak memory %.0f MiB\n",
+                     options.method.c_str(),
+                     options.method == "petra" ? (" (" + std::to_string(options.stages) + " stages)").c_str() : "",
+                     100.0 * summary.test_accuracy, summary.epochs_run, summary.steps, summary.train_seconds,
+                     summary.examples_per_second, double(summary.peak_rss_bytes) / (1 << 20));
+        std::printf("%s\n", summary.json().c_str());
+        return 0;
+    } catch (const petra::data_error& error) {
+        std::fprintf(stderr, "fashion_mnist: %s\n", error.what());
+        return 3;
+    } catch (const std::exception& error) {
+        std::fprintf(stderr, "fashion_mnist: %s\n", error.what());
+        return 1;
+    }
+}

@@ -1,0 +1,126 @@
+// The Fashion-MNIST job end to end on generated data: IDX files written by
+// the test (28 x 28 images whose class shows as a bright square at its own
+// place), a few epochs with each method; the loss must fall and the test
+// accuracy beat chance; the metrics file and the summary must say so.
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <zlib.h>
+
+#include <doctest/doctest.h>
+
+#include "job.hpp"
+
+namespace {
+
+void write_idx_gzip(const std::string& path, std::vector<std::uint32_t> dims, const std::vector<unsigned char>& values)
+{
+    std::vector<unsigned char> bytes{0, 0, 0x08, static_cast<unsigned char>(dims.size())};
+    for (std::uint32_t d : dims) {
+        for (int shift : {24, 16, 8, 0}) bytes.push_back(static_cast<unsigned char>(d >> shift));
+    }
+    bytes.insert(bytes.end(), values.begin(), values.end());
+    gzFile file = gzopen(path.c_str(), "wb");
+    REQUIRE(file != nullptr);
+    REQUIRE(gzwrite(file, bytes.data(), unsigned(bytes.size())) == int(bytes.size()));
+    gzclose(file);
+}
+
+// count images of 28 x 28: noise, plus a 6 x 6 square at one of ten places
+// (the class).
+void write_split(const std::string& dir, const std::string& prefix, std::size_t count, std::uint64_t seed)
+{
+    std::mt19937_64 generator(seed);
+    std::uniform_int_distribution<int> noise(0, 60), label(0, 9);
+    std::vector<unsigned char> images(count * 784), labels(count);
+    for (std::size_t n = 0; n < count; ++n) {
+        const int c = label(generator);
+        labels[n] = static_cast<unsigned char>(c);
+        for (std::size_t p = 0; p < 784; ++p) images[n * 784 + p] = static_cast<unsigned char>(noise(generator));
+        const std::size_t top = 2 + 12 * std::size_t(c / 5), left = 2 + 5 * std::size_t(c % 5);
+        for (std::size_t y = top; y < top + 6; ++y)
+            for (std::size_t x = left; x < left + 6 && x < 28; ++x) images[n * 784 + y * 28 + x] = 230;
+    }
+    write_idx_gzip(dir + "/" + prefix + "-images-idx3-ubyte.gz", {std::uint32_t(count), 28, 28}, images);
+    write_idx_gzip(dir + "/" + prefix + "-labels-idx1-ubyte.gz", {std::uint32_t(count)}, labels);
+}
+
+struct generated_data {
+    std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                ("petra_job_test_" + std::to_string(std::random_device{}()));
+    generated_data()
+    {
+        std::filesystem::create_directories(dir);
+        write_split(dir.string(), "train", 320, 1);
+        write_split(dir.string(), "t10k", 160, 2);
+    }
+    ~generated_data() { std::filesystem::remove_all(dir); }
+};
+
+fashion::job_options quick(const generated_data& data, const std::string& method, std::size_t stages)
+{
+    fashion::job_options options;
+    options.method = method;
+    options.stages = stages;
+    options.epochs = 4;
+    options.batch = 16;
+    options.learning_rate = 0.05;
+    options.warmup_epochs = 0.25;
+    options.schedule = "constant";
+    options.data_dir = data.dir.string();
+    options.quiet = true;
+    return options;
+}
+
+} // namespace
+
+TEST_CASE("fashion_mnist job: the loss falls and the test accuracy beats chance, with every method")
+{
+    const generated_data data;
+    for (const auto& [method, stages] : {std::pair<std::string, std::size_t>{"backprop", 1},
+                                         {"reversible-backprop", 1}, {"petra", 2}}) {
+        CAPTURE(method);
+        auto options = quick(data, method, stages);
+        options.metrics_path = (data.dir / (method + ".csv")).string();
+        options.summary_path = (data.dir / (method + ".json")).string();
+        const fashion::job_summary summary = fashion::run_job(options);
+        REQUIRE(summary.epochs.size() == 4);
+        INFO("train loss " << summary.epochs.front().train_loss << " -> " << summary.epochs.back().train_loss
+                           << ", test accuracy " << summary.test_accuracy);
+        CHECK(summary.epochs.back().train_loss < 0.7 * summary.epochs.front().train_loss);
+        CHECK(summary.test_accuracy > 0.3);
+        CHECK(summary.steps == 4 * (320 / 16));
+        // The files say the same.
+        std::ifstream csv(options.metrics_path);
+        std::string header, line;
+        std::getline(csv, header);
+        std::size_t rows = 0;
+        while (std::getline(csv, line)) ++rows;
+        CHECK(rows == 4);
+        std::ifstream json(options.summary_path);
+        std::string text((std::istreambuf_iterator<char>(json)), std::istreambuf_iterator<char>());
+        CHECK(text.find("\"method\": \"" + method + "\"") != std::string::npos);
+        CHECK(text.find("\"test_accuracy\": ") != std::string::npos);
+    }
+}
+
+TEST_CASE("fashion_mnist job: --max-steps caps the run, and bad options or data are refused")
+{
+    const generated_data data;
+    auto options = quick(data, "petra", 3);
+    options.max_steps = 25;
+    const auto summary = fashion::run_job(options);
+    CHECK(summary.steps == 25);
+    CHECK(summary.epochs_run == 2);
+
+    options.method = "sgd";
+    CHECK_THROWS_WITH_AS(fashion::run_job(options), doctest::Contains("--method must be petra"),
+                         std::invalid_argument);
+    options = quick(data, "backprop", 1);
+    options.data_dir = (data.dir / "missing").string();
+    CHECK_THROWS_AS(fashion::run_job(options), petra::data_error);
+}
