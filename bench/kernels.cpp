@@ -15,6 +15,8 @@
 
 extern "C" char* openblas_get_corename();
 
+#include "benchmark_main.hpp"
+
 namespace {
 
 using petra::kernels::convolution_shape;
@@ -139,11 +141,5 @@ BENCHMARK(convolution_benchmark<pass::backward_weights>)
 int main(int argc, char** argv)
 {
     openblas_set_num_threads(1);
-    benchmark::AddCustomContext("openblas_core", openblas_get_corename());
-    benchmark::AddCustomContext("petra_simd", xsimd::default_arch::name());
-    benchmark::Initialize(&argc, argv);
-    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-    benchmark::RunSpecifiedBenchmarks();
-    benchmark::Shutdown();
-    return 0;
+    return petra::bench::run(argc, argv, {{"openblas_core", openblas_get_corename()}});
 }

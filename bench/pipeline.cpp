@@ -14,6 +14,8 @@
 
 #include <petra/petra.hpp>
 
+#include "benchmark_main.hpp"
+
 namespace {
 
 using net = petra::reference_network<>;
@@ -120,11 +122,5 @@ BENCHMARK(stage_tick<4, 3>)->Name("stage/of:4/index:3")->Unit(benchmark::kMillis
 
 int main(int argc, char** argv)
 {
-    benchmark::AddCustomContext("petra_simd", xsimd::default_arch::name());
-    benchmark::AddCustomContext("micro_batches_per_epoch", std::to_string(micro_batches));
-    benchmark::Initialize(&argc, argv);
-    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-    benchmark::RunSpecifiedBenchmarks();
-    benchmark::Shutdown();
-    return 0;
+    return petra::bench::run(argc, argv, {{"micro_batches_per_epoch", std::to_string(micro_batches)}});
 }

@@ -13,6 +13,8 @@
 
 #include <petra/petra.hpp>
 
+#include "benchmark_main.hpp"
+
 namespace {
 
 using net = petra::reference_network<>;
@@ -85,12 +87,4 @@ BENCHMARK(inference)->Name("training/predict")->ArgName("batch")->Arg(64)->Unit(
 
 } // namespace
 
-int main(int argc, char** argv)
-{
-    benchmark::AddCustomContext("petra_simd", xsimd::default_arch::name());
-    benchmark::Initialize(&argc, argv);
-    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-    benchmark::RunSpecifiedBenchmarks();
-    benchmark::Shutdown();
-    return 0;
-}
+int main(int argc, char** argv) { return petra::bench::run(argc, argv); }
