@@ -15,12 +15,15 @@ PETRA_PACKAGES=(
 
 petra_log() { printf '\033[1m[petra]\033[0m %s\n' "$*" >&2; }
 
-# Installs whichever of PETRA_PACKAGES is missing. As root it runs apt-get;
-# otherwise it prints the exact command to run and exits with an error.
+# Installs whichever of the packages named (default: PETRA_PACKAGES) is
+# missing. As root it runs apt-get; otherwise it prints the exact command to
+# run and exits with an error.
 petra_ensure_packages() {
+  local wanted=("$@")
+  if [ ${#wanted[@]} -eq 0 ]; then wanted=("${PETRA_PACKAGES[@]}"); fi
   local missing=()
   local package
-  for package in "${PETRA_PACKAGES[@]}"; do
+  for package in "${wanted[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
       missing+=("$package")
     fi
