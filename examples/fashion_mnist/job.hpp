@@ -78,7 +78,7 @@ inline std::pair<double, double> evaluate(const petra::network_parameters<net, f
                                           const petra::labelled_images& data)
 {
     constexpr std::size_t chunk = 250;
-    std::vector<float> logits(chunk * 10), grad(chunk * 10);
+    std::vector<float> logits(chunk * 10);
     double loss_sum = 0;
     std::size_t correct = 0;
     using loss = petra::layer_for<petra::softmax_cross_entropy_loss<10>, petra::shape<10>>;
@@ -107,7 +107,14 @@ inline void check(const job_options& options)
     if (options.accumulation == 0) fail("--accumulation must be at least 1.");
     if (options.batch < 2) fail("--batch must be at least 2 (batch normalisation needs two examples).");
     if (options.epochs == 0) fail("--epochs must be at least 1.");
-    if (!(options.learning_rate > 0)) fail("--lr must be positive.");
+    if (!(options.learning_rate > 0) || !std::isfinite(options.learning_rate)) fail("--lr must be positive.");
+    if (!(options.warmup_epochs >= 0) || !std::isfinite(options.warmup_epochs)) {
+        fail("--warmup must be a number of epochs, 0 or more.");
+    }
+    if (!(options.momentum >= 0 && options.momentum < 1)) fail("--momentum must be in [0, 1).");
+    if (!(options.weight_decay >= 0) || !std::isfinite(options.weight_decay)) {
+        fail("--weight-decay must be 0 or more.");
+    }
     if (options.schedule != "cosine" && options.schedule != "step" && options.schedule != "constant") {
         fail("--schedule must be cosine, step or constant, not '" + options.schedule + "'.");
     }
@@ -132,7 +139,13 @@ struct run_context {
     {
         total_steps = job.epochs * batches_per_epoch;
         if (job.max_steps != 0) total_steps = std::min(total_steps, job.max_steps);
-        const std::size_t optimizer_steps = (total_steps + job.accumulation - 1) / job.accumulation;
+        // Each epoch ends with a step on its last partial accumulation.
+        std::size_t optimizer_steps = 0;
+        for (std::size_t left = total_steps; left > 0;) {
+            const std::size_t epoch_steps = std::min(left, batches_per_epoch);
+            optimizer_steps += (epoch_steps + job.accumulation - 1) / job.accumulation;
+            left -= epoch_steps;
+        }
         schedule.peak = job.learning_rate;
         schedule.warmup_steps =
             std::size_t(job.warmup_epochs * double(batches_per_epoch) / double(job.accumulation));
@@ -151,8 +164,9 @@ struct run_context {
     {
         petra::gather_batch(train, order.batch(b), images.data(), labels.data());
         if (options.augment) {
-            petra::augment_batch(images.data(), options.batch, 1, 28, 28, {.padding = 2, .flip = true}, generator,
-                                 augmentation_scratch);
+            petra::augment_batch(images.data(), options.batch, 1, 28, 28,
+                                 {.padding = 2, .flip = true, .fill = petra::fashion_mnist_normalisation.black()},
+                                 generator, augmentation_scratch);
         }
     }
 };
@@ -175,8 +189,14 @@ void train_sequentially(run_context& run, petra::network_parameters<net, float>&
         std::size_t correct = 0, seen = 0;
         for (std::size_t b = 0; b < run.batches_per_epoch && summary.steps < run.total_steps; ++b) {
             run.load(b, generator);
-            loss_sum += trainer.accumulate_gradient(parameters, options.batch, run.images.data(), run.labels.data(),
-                                                    gradient);
+            const float loss = trainer.accumulate_gradient(parameters, options.batch, run.images.data(),
+                                                           run.labels.data(), gradient);
+            if (!std::isfinite(loss)) {
+                throw std::runtime_error("the loss of micro-batch " + std::to_string(b) + " of epoch " +
+                                         std::to_string(epoch + 1) + " is not finite (" + std::to_string(loss) +
+                                         "): training diverged.");
+            }
+            loss_sum += loss;
             const auto logits = trainer.logits();
             for (std::size_t n = 0; n < options.batch; ++n) {
                 const float* row = logits.data() + n * 10;

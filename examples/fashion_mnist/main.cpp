@@ -66,8 +66,14 @@ fashion::job_options parse(int argc, char** argv, bool& help)
             return parsed;
         };
         auto count = [&](const std::string& text) -> std::size_t {
-            const double parsed = number(text);
-            if (parsed < 0 || parsed != double(std::size_t(parsed))) {
+            std::size_t used = 0;
+            unsigned long long parsed = 0;
+            try {
+                parsed = std::stoull(text, &used);
+            } catch (const std::exception&) {
+                used = 0;
+            }
+            if (text.empty() || used != text.size() || text[0] == '-') {
                 throw usage_error(name + " needs a whole number, not '" + text + "'.");
             }
             return std::size_t(parsed);

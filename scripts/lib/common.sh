@@ -19,6 +19,9 @@ petra_log() { printf '\033[1m[petra]\033[0m %s\n' "$*" >&2; }
 # missing. As root it runs apt-get; otherwise it prints the exact command to
 # run and exits with an error.
 petra_ensure_packages() {
+  # PETRA_SKIP_PACKAGES=1: the caller provides the dependencies (another
+  # distribution, a container without dpkg).
+  if [ "${PETRA_SKIP_PACKAGES:-0}" = 1 ]; then return 0; fi
   local wanted=("$@")
   if [ ${#wanted[@]} -eq 0 ]; then wanted=("${PETRA_PACKAGES[@]}"); fi
   local missing=()
@@ -55,5 +58,5 @@ petra_build() {
   local targets=()
   local target
   for target in ${PETRA_BUILD_TARGETS:-}; do targets+=(--target "$target"); done
-  cmake --build "$dir" --parallel "$(nproc)" "${targets[@]}"
+  cmake --build "$dir" --parallel "$(nproc)" ${targets[@]+"${targets[@]}"}
 }

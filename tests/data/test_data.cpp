@@ -124,6 +124,11 @@ TEST_CASE("read_idx: every broken file gives its own error, naming the file")
     write_plain(directory.file("rank.idx"), idx_bytes({}, values));
     write_plain(directory.file("header.idx"), std::vector<unsigned char>(valid.begin(), valid.begin() + 9));
     write_plain(directory.file("zero.idx"), idx_bytes({2, 0, 3}, {}));
+    // 18 values announced, 10 MB inflated from a few kilobytes: reading
+    // stops soon after the 18th value.
+    write_gzip(directory.file("bomb.idx.gz"), idx_bytes({2, 3, 3}, std::vector<unsigned char>(10 << 20, 0)));
+    // Dimensions whose product overflows 64 bits: 2^22 x 2^21 x 2^21.
+    write_gzip(directory.file("huge.idx.gz"), idx_bytes({1u << 22, 1u << 21, 1u << 21}, {}));
     // A gzip stream with its middle overwritten.
     write_gzip(directory.file("corrupt.idx.gz"), idx_bytes({200, 20}, pixels(4000)));
     {
@@ -146,7 +151,9 @@ TEST_CASE("read_idx: every broken file gives its own error, naming the file")
         {"empty.idx", "the file is empty"},
         {"truncated.idx.gz", "truncated: its dimensions need 18 values, it holds 13"},
         {"magic.idx", "not an IDX file"},
-        {"extra.idx", "6 bytes past the values its dimensions describe"},
+        {"extra.idx", "6 or more bytes past the values its dimensions describe"},
+        {"huge.idx.gz", "more than 2^32 values"},
+        {"bomb.idx.gz", "or more bytes past the values"},
         {"plain.idx.gz", "not gzip data"},
         {"type.idx", "IDX value type 0x0D is not supported"},
         {"rank.idx", "with 0 dimensions"},
@@ -160,6 +167,11 @@ TEST_CASE("read_idx: every broken file gives its own error, naming the file")
         INFO(name << ": " << message);
         CHECK(contains(message, directory.file(name) + ": "));
         CHECK(contains(message, says));
+        if (std::string(name) == "bomb.idx.gz") {
+            // Bytes past the end, as read before stopping: far fewer than 10 MB.
+            const std::size_t past = std::stoul(message.substr(message.find(": ") + 2));
+            CHECK(past < (1u << 20));
+        }
     }
 }
 
@@ -260,11 +272,11 @@ TEST_CASE("augment_batch: shifts within the padding, mirrors, reproducible from 
     // most the padding, and the rest are zeros.
     for (int run = 0; run < 20; ++run) {
         auto copy = image;
-        augment_batch(copy.data(), 1, 1, 3, 4, {.padding = 1, .flip = false}, generator, scratch);
+        augment_batch(copy.data(), 1, 1, 3, 4, {.padding = 1, .flip = false, .fill = -1.0f}, generator, scratch);
         for (std::size_t y = 0; y < 3; ++y) {
             for (std::size_t x = 0; x < 4; ++x) {
                 const float value = copy[y * 4 + x];
-                if (value == 0.0f) continue;
+                if (value == -1.0f) continue; // the padding's fill
                 const std::size_t source = std::size_t(value) - 1;
                 CHECK(std::abs(int(source / 4) - int(y)) <= 1);
                 CHECK(std::abs(int(source % 4) - int(x)) <= 1);

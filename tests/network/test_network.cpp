@@ -271,8 +271,13 @@ TEST_CASE("trainers: bad batches, gradients and labels are refused with a plain 
     CHECK_THROWS_AS(exact.accumulate_gradient(parameters, 2, images.data(), labels.data(), short_gradient),
                     std::invalid_argument);
     std::vector<std::int32_t> bad_labels{0, 3};
-    CHECK_THROWS_AS(reversible.accumulate_gradient(parameters, 2, images.data(), bad_labels.data(), gradient),
+    const std::vector<float> state_before(parameters.state().begin(), parameters.state().end());
+    CHECK_THROWS_WITH_AS(reversible.accumulate_gradient(parameters, 2, images.data(), bad_labels.data(), gradient),
+                         "reversible_backprop: label 3 of example 1 is outside [0, 3).", std::invalid_argument);
+    CHECK_THROWS_AS(exact.accumulate_gradient(parameters, 2, images.data(), bad_labels.data(), gradient),
                     std::invalid_argument);
+    // Refused before the forward: the running statistics did not move.
+    CHECK(std::equal(state_before.begin(), state_before.end(), parameters.state().begin()));
 }
 
 TEST_CASE("network: the weight mask marks convolution and dense weights, not biases or batch-norm parameters")

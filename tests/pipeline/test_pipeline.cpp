@@ -354,6 +354,29 @@ TEST_CASE("pipeline: a non-finite loss stops training with the stage and micro-b
     CHECK_THROWS_AS(pipeline.drain(), std::runtime_error);
 }
 
+TEST_CASE("pipeline: after a failure the simulator reports it again instead of computing on a broken state")
+{
+    test::micro_batches data(6, 4, 12);
+    data.images[2][0] = std::nanf("");
+    auto parameters = pipeline_network::make_parameters<float>(1);
+    sequential_pipeline<pipeline_network, cuts_of<2>, sgd<float>> pipeline(parameters, plain_sgd,
+                                                                         test::constant_rate, {.batch = 4});
+    CHECK_THROWS_AS(test::train_epochs(pipeline, data, 1), std::runtime_error);
+    CHECK_THROWS_WITH_AS(pipeline.feed(data.images[0].data(), data.labels[0].data()),
+                         doctest::Contains("is not finite"), std::runtime_error);
+    CHECK_THROWS_WITH_AS(pipeline.drain(), doctest::Contains("is not finite"), std::runtime_error);
+}
+
+TEST_CASE("pipeline: a stage driven alone must be given somewhere to write its input gradient")
+{
+    using middle = stage<pipeline_network, cuts_of<3>, 1, float>;
+    auto parameters = pipeline_network::make_parameters<float>(1);
+    middle alone(parameters, {.batch = 4});
+    std::vector<float> x(4 * middle::input_values, 0.5f), y(4 * middle::output_values), grad_y(y.size(), 0.1f);
+    alone.forward(x.data(), y.data());
+    CHECK_THROWS_AS(alone.backward(y.data(), grad_y.data(), x.data(), nullptr), std::invalid_argument);
+}
+
 TEST_CASE("pipeline: bad options are refused")
 {
     auto parameters = pipeline_network::make_parameters<float>(1);

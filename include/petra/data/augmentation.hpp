@@ -1,5 +1,5 @@
 // Data augmentation on a batch of images in place (floor 9): each image is
-// shifted by a random crop of its zero-padded copy and flipped left-right
+// shifted by a random crop of its padded copy and flipped left-right
 // with probability one half, the classic augmentation of small image
 // datasets. Which shift and flip an image gets is drawn from the generator
 // the caller passes, so that a run is reproducible from its seed.
@@ -14,8 +14,9 @@
 namespace petra {
 
 struct augmentation {
-    std::size_t padding = 0; // crop a H x W window of the image padded by this many zeros each side
+    std::size_t padding = 0; // crop a H x W window of the image padded by this many pixels each side
     bool flip = false;       // mirror left-right with probability 1/2
+    float fill = 0.0f;       // the padding's value: a black pixel as normalised (e.g. -mean / deviation)
 };
 
 // images: batch x channels x height x width values, NCHW. Allocates nothing
@@ -42,7 +43,7 @@ inline void augment_batch(float* images, std::size_t batch, std::size_t channels
                     const std::ptrdiff_t source_y = std::ptrdiff_t(y) + dy;
                     const bool inside = source_y >= 0 && source_y < std::ptrdiff_t(height) && source_x >= 0 &&
                                         source_x < std::ptrdiff_t(width);
-                    plane[y * width + x] = inside ? scratch[std::size_t(source_y) * width + std::size_t(source_x)] : 0.0f;
+                    plane[y * width + x] = inside ? scratch[std::size_t(source_y) * width + std::size_t(source_x)] : settings.fill;
                 }
             }
         }

@@ -32,6 +32,9 @@ namespace petra {
 struct normalisation {
     float mean;
     float deviation;
+
+    // A black pixel (value 0) after normalisation.
+    constexpr float black() const { return -mean / deviation; }
 };
 
 // Fashion-MNIST's training set: mean 0.2860 and standard deviation 0.3530 of

@@ -34,8 +34,12 @@ public:
 
 namespace detail {
 
-// The whole content of a file, decompressed when it is gzip data.
-inline std::vector<unsigned char> read_file_bytes(const std::string& path)
+// The content of a file, decompressed when it is gzip data. Reading stops
+// once more than expected_size(bytes so far) bytes are in: the caller knows
+// from the header how long the file should be, so that a small compressed
+// file that would inflate to gigabytes is never read whole.
+template <class ExpectedSize>
+std::vector<unsigned char> read_file_bytes(const std::string& path, ExpectedSize&& expected_size)
 {
     std::FILE* probe = std::fopen(path.c_str(), "rb");
     if (probe == nullptr) throw data_error(path + ": cannot open the file (missing, or not readable).");
@@ -64,6 +68,7 @@ inline std::vector<unsigned char> read_file_bytes(const std::string& path)
         }
         if (read == 0) break;
         bytes.insert(bytes.end(), chunk.begin(), chunk.begin() + read);
+        if (bytes.size() > expected_size(bytes)) return bytes;
     }
     // A gzip stream cut short reads as a clean end in some zlib versions;
     // gzerror tells.
@@ -83,10 +88,28 @@ inline std::uint32_t big_endian_32(const unsigned char* bytes)
 
 } // namespace detail
 
+// The largest IDX file petra reads: 2^32 values (Fashion-MNIST's training
+// images are 47 million).
+inline constexpr std::size_t largest_idx_values = std::size_t{1} << 32;
+
 // The values of an IDX file of unsigned bytes, with its dimensions.
 inline xt::xarray<std::uint8_t> read_idx(const std::string& path)
 {
-    const std::vector<unsigned char> bytes = detail::read_file_bytes(path);
+    // The file's length as its header gives it, once the header is in.
+    auto expected_size = [](const std::vector<unsigned char>& so_far) {
+        constexpr std::size_t unknown = ~std::size_t{0};
+        if (so_far.size() < 4) return unknown;
+        const std::size_t rank = so_far[3], header = 4 + 4 * rank;
+        if (so_far.size() < header || rank == 0 || rank > 4) return unknown;
+        std::size_t count = 1;
+        for (std::size_t d = 0; d < rank; ++d) {
+            const std::size_t extent = detail::big_endian_32(so_far.data() + 4 + 4 * d);
+            if (extent != 0 && count > largest_idx_values / extent) return unknown; // refused below
+            count *= extent;
+        }
+        return header + count;
+    };
+    const std::vector<unsigned char> bytes = detail::read_file_bytes(path, expected_size);
     if (bytes.empty()) throw data_error(path + ": the file is empty.");
     if (bytes.size() < 4 || bytes[0] != 0 || bytes[1] != 0) {
         throw data_error(path + ": not an IDX file (its magic number does not start with two zero bytes).");
@@ -112,6 +135,9 @@ inline xt::xarray<std::uint8_t> read_idx(const std::string& path)
     for (std::size_t d = 0; d < rank; ++d) {
         shape[d] = detail::big_endian_32(bytes.data() + 4 + 4 * d);
         if (shape[d] == 0) throw data_error(path + ": dimension " + std::to_string(d) + " is 0.");
+        if (count > largest_idx_values / shape[d]) {
+            throw data_error(path + ": its dimensions describe more than 2^32 values, more than petra reads.");
+        }
         count *= shape[d];
     }
     const std::size_t values = bytes.size() - header;
@@ -120,8 +146,9 @@ inline xt::xarray<std::uint8_t> read_idx(const std::string& path)
                          std::to_string(values) + ".");
     }
     if (values > count) {
+        // Reading stopped soon after the expected end: at least this many.
         throw data_error(path + ": " + std::to_string(values - count) +
-                         " bytes past the values its dimensions describe (wrong dimensions?).");
+                         " or more bytes past the values its dimensions describe (wrong dimensions?).");
     }
     xt::xarray<std::uint8_t> array = xt::xarray<std::uint8_t>::from_shape(shape);
     std::copy(bytes.begin() + std::ptrdiff_t(header), bytes.end(), array.data());

@@ -1,9 +1,9 @@
 // The per-channel maps and sums of batch normalisation, on NCHW batches laid
 // out as in reduction.hpp: N examples, C channels, S positions per channel,
 // element (n, c, s) at [(n * C + c) * S + s]. Per-channel coefficients are
-// arrays of C values. Each element is computed with fused multiply-adds, the
-// same on vectors and on the scalars of a row's tail, so its result does not
-// depend on where it falls.
+// arrays of C values. Each element is computed with fused multiply-adds on
+// vectors and on the scalars of a row's tail; on a target with FMA its result
+// does not depend on where it falls (see kernels/optimizer.hpp).
 #pragma once
 
 #include <cstddef>

@@ -8,9 +8,11 @@
 //   parameters[i] = parameters[i] - learning_rate * step
 // decay_mask[i] is 1 for a parameter that decays (a weight) and 0 for one that
 // does not (a bias, a batch-norm scale or shift). Each line is one or two
-// fused multiply-adds, the same on vectors and on the scalars of the tail,
-// so an element's result does not depend on where it falls. No argument may
-// overlap another.
+// fused multiply-adds, on vectors and on the scalars of the tail. Built for a
+// target with FMA (as petra's own targets, -march=native, are), an element's
+// result does not depend on where it falls; without FMA the vector path
+// rounds the product and the sum separately, so the tail may differ from it
+// by a rounding. No argument may overlap another.
 #pragma once
 
 #include <cstddef>

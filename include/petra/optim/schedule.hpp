@@ -30,7 +30,11 @@ struct learning_rate_schedule {
     // index; zeros are unused entries).
     std::array<std::size_t, 4> milestones{};
     double factor = 0.1;
-    // decay::cosine: from peak at the end of the warm-up to zero at total_steps.
+    // decay::cosine: from peak at the end of the warm-up to zero at
+    // total_steps, the number of optimizer steps of the run (with
+    // accumulation k, an epoch of M micro-batches takes ceil(M / k) steps:
+    // its last partial accumulation is a step too). Left at 0 (or not past
+    // the warm-up), the rate stays at peak.
     std::size_t total_steps = 0;
 
     double operator()(std::size_t step) const

@@ -48,6 +48,12 @@ public:
     // loss). No allocation.
     void step(std::span<T> parameters, std::span<const T> gradient_sum, std::size_t count, double learning_rate)
     {
+        if (parameters.size() != mask_.size() || gradient_sum.size() != mask_.size() || count == 0) {
+            throw std::invalid_argument("sgd: step on " + std::to_string(parameters.size()) + " parameters and " +
+                                        std::to_string(gradient_sum.size()) + " gradient values (" +
+                                        std::to_string(count) + " micro-batches) with a mask of " +
+                                        std::to_string(mask_.size()) + ".");
+        }
         const kernels::sgd_coefficients<T> coefficients{T(learning_rate), T(settings_.momentum),
                                                         T(settings_.weight_decay), T(1) / T(count),
                                                         settings_.nesterov};

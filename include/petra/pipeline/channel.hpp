@@ -108,6 +108,7 @@ public:
         : name_(std::move(name)), capacity_(capacity), message_size_(message_size),
           values_(capacity * message_size), headers_(capacity), stop_(stop), mode_(mode)
     {
+        if (capacity == 0) throw std::invalid_argument("channel '" + name_ + "': a capacity of at least 1 is needed.");
         stop.watch(this);
     }
     channel(const channel&) = delete;

@@ -11,9 +11,11 @@
 //   epoch_statistics epoch = pipeline.drain();
 //
 // The parameters stay in the caller's network_parameters, ONE copy: each
-// stage reads and updates its own slice. Between feed() calls and after
-// drain() the caller may read them; while micro-batches are in flight in a
-// thread_pipeline, the stages are updating them.
+// stage reads and updates its own slice. The caller may read them once
+// drain() has returned (and, with sequential_pipeline, between feed()
+// calls); a thread_pipeline's stages update them at any time in between.
+// The learning-rate function is called by every stage's thread, possibly at
+// once: it must not keep unsynchronised state.
 #pragma once
 
 #include <condition_variable>
@@ -218,7 +220,8 @@ private:
 // The simulator: every stage's ticks on the caller's thread, in order of
 // ticks, then of stages. feed() runs one tick of every stage; drain() runs
 // the ticks that empty the pipeline. Channels never wait: a message missing
-// where the schedule expects one is a std::logic_error.
+// where the schedule expects one is a std::logic_error. After an exception
+// the pipeline is unusable: later calls rethrow it.
 template <class Network, auto Cuts, class Optimizer, class T = float>
 class sequential_pipeline : public pipeline_core<Network, Cuts, Optimizer, T> {
     using core = pipeline_core<Network, Cuts, Optimizer, T>;
@@ -235,20 +238,25 @@ public:
     // One micro-batch: options.batch images (NCHW) and their labels.
     void feed(const T* images, const std::int32_t* labels)
     {
-        core::send_micro_batch(images, labels);
-        run_tick();
+        guarded([&] {
+            core::send_micro_batch(images, labels);
+            run_tick();
+        });
     }
 
     // Ends the epoch: runs ticks until every stage has differentiated every
     // micro-batch fed, and returns the epoch's statistics.
     epoch_statistics drain()
     {
-        core::send_end_of_epoch();
-        while (!run_tick()) {
-        }
-        epoch_statistics epoch = core::take_statistics();
-        core::start_epoch();
-        done_ = {};
+        epoch_statistics epoch;
+        guarded([&] {
+            core::send_end_of_epoch();
+            while (!run_tick()) {
+            }
+            epoch = core::take_statistics();
+            core::start_epoch();
+            done_ = {};
+        });
         return epoch;
     }
 
@@ -263,14 +271,31 @@ private:
         return all_done;
     }
 
+    // A stage that threw left its FIFOs and counters mid-tick: from then on
+    // every call reports that first failure instead of computing on them.
+    template <class Operation>
+    void guarded(Operation&& operation)
+    {
+        if (failure_) std::rethrow_exception(failure_);
+        try {
+            operation();
+        } catch (...) {
+            failure_ = std::current_exception();
+            throw;
+        }
+    }
+
     std::array<bool, core::stage_count> done_{};
+    std::exception_ptr failure_;
 };
 
 // One std::thread per stage, started once and reused across epochs. feed()
 // blocks while the first stage's channel is full; drain() waits for every
-// stage to finish the epoch. An exception in any stage stops every stage;
-// the next (or current) feed() or drain() rethrows it, and so does the
-// destructor's join never hang.
+// stage to finish the epoch. An exception in any stage stops every stage,
+// and the next (or current) feed() or drain() rethrows it; a failure after
+// the last feed() is reported only by drain(), so end every epoch with one.
+// The destructor stops and joins every thread; it never hangs and never
+// throws.
 template <class Network, auto Cuts, class Optimizer, class T = float>
 class thread_pipeline : public pipeline_core<Network, Cuts, Optimizer, T> {
     using core = pipeline_core<Network, Cuts, Optimizer, T>;
@@ -281,23 +306,22 @@ public:
         : core(parameters, optimizer_options, std::move(learning_rate), options, channel_waiting::blocking)
     {
         core::start_epoch();
-        [&]<std::size_t... I>(std::index_sequence<I...>) {
-            (threads_.emplace_back([this] { run_stage<I>(); }), ...);
-        }(std::make_index_sequence<core::stage_count>{});
+        threads_.reserve(core::stage_count);
+        try {
+            [&]<std::size_t... I>(std::index_sequence<I...>) {
+                (threads_.emplace_back([this] { run_stage<I>(); }), ...);
+            }(std::make_index_sequence<core::stage_count>{});
+        } catch (...) {
+            // A thread that could not start: stop and join those that did.
+            shut_down();
+            throw;
+        }
     }
 
     thread_pipeline(const thread_pipeline&) = delete;
     thread_pipeline& operator=(const thread_pipeline&) = delete;
 
-    ~thread_pipeline()
-    {
-        core::stop_.stop();
-        {
-            std::lock_guard lock(mutex_);
-            changed_.notify_all();
-        }
-        for (std::thread& thread : threads_) thread.join();
-    }
+    ~thread_pipeline() { shut_down(); }
 
     void feed(const T* images, const std::int32_t* labels)
     {
@@ -347,9 +371,23 @@ private:
             {
                 std::lock_guard lock(mutex_);
                 if (!failure_) failure_ = std::current_exception();
-                changed_.notify_all();
             }
+            // Stop first, so that every waiter woken next sees it.
             core::stop_.stop();
+            std::lock_guard lock(mutex_);
+            changed_.notify_all();
+        }
+    }
+
+    void shut_down()
+    {
+        core::stop_.stop();
+        {
+            std::lock_guard lock(mutex_);
+            changed_.notify_all();
+        }
+        for (std::thread& thread : threads_) {
+            if (thread.joinable()) thread.join();
         }
     }
 

@@ -59,7 +59,7 @@ public:
         ++count_;
         return slot;
     }
-    // The oldest array; valid until depth more pushes.
+    // The oldest array; valid until the next push.
     T* pop()
     {
         if (count_ == 0) throw std::logic_error("pipeline stage: a FIFO underflowed; the schedule is broken.");
@@ -161,11 +161,14 @@ public:
 
     // y: the stage's output for the oldest micro-batch in flight (as the
     // next stage rebuilt or kept it); grad_y its gradient. Writes the stage's
-    // input to x and its gradient to grad_x (either may be null: stage 0 has
-    // no one to send them to).
+    // input to x and its gradient to grad_x (for stage 0, either may be null:
+    // it has no one to send them to).
     void backward(const T* y, const T* grad_y, T* x, T* grad_x)
     {
         if (in_flight_ == 0) throw std::logic_error("pipeline stage: backward without a forward in flight.");
+        if (!is_first && (x == nullptr || grad_x == nullptr)) {
+            throw std::invalid_argument("pipeline stage: only stage 0 may leave its input and input gradient out.");
+        }
         const T* parameters = options_.parameter_buffer ? stashed_.pop() : parameters_;
         const T* above = y;
         const T* grad_above = grad_y;

@@ -40,7 +40,8 @@ public:
     T accumulate_gradient(network_parameters<Network, T>& parameters, std::size_t batch, const T* images,
                           const std::int32_t* labels, std::span<T> gradient)
     {
-        detail::check_step("exact_backprop", batch, capacity_, gradient.size(), Network::parameter_count);
+        detail::check_step("exact_backprop", batch, capacity_, gradient.size(), Network::parameter_count, labels,
+                           task::classes);
         batch_ = batch;
         T* values = parameters.values().data();
         T* state = parameters.state().data();

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -30,9 +31,11 @@ struct classification {
 namespace detail {
 
 // Throws std::invalid_argument, naming the trainer, for a batch it cannot
-// take or a gradient array of the wrong length.
+// take, a gradient array of the wrong length or a label outside [0,
+// classes), before anything is computed (so that running statistics are not
+// moved by a step that fails).
 inline void check_step(const char* trainer, std::size_t batch, std::size_t capacity, std::size_t gradient_size,
-                       std::size_t parameter_count)
+                       std::size_t parameter_count, const std::int32_t* labels, std::size_t classes)
 {
     if (batch == 0 || batch > capacity) {
         throw std::invalid_argument(std::string(trainer) + ": batch of " + std::to_string(batch) +
@@ -42,6 +45,13 @@ inline void check_step(const char* trainer, std::size_t batch, std::size_t capac
         throw std::invalid_argument(std::string(trainer) + ": the gradient has " + std::to_string(gradient_size) +
                                     " values; the network has " + std::to_string(parameter_count) +
                                     " parameters.");
+    }
+    for (std::size_t n = 0; n < batch; ++n) {
+        if (labels[n] < 0 || std::size_t(labels[n]) >= classes) {
+            throw std::invalid_argument(std::string(trainer) + ": label " + std::to_string(labels[n]) +
+                                        " of example " + std::to_string(n) + " is outside [0, " +
+                                        std::to_string(classes) + ").");
+        }
     }
 }
 
