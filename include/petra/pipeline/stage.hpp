@@ -231,7 +231,7 @@ private:
         } else {
             grad_in = gradient(I - 1);
         }
-        const T* in;
+        const T* in = nullptr; // set below: every block either kept its input or is reversible
         if (keeps_input(g)) {
             T* kept = inputs_[I].pop();
             recompute_backward<block<I>>(batch_, block_parameters, block_state, static_cast<const T*>(kept),
