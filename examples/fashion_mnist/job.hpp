@@ -23,6 +23,7 @@
 namespace fashion {
 
 using net = petra::reference_network<>;
+using classifier_loss = petra::layer_for<petra::softmax_cross_entropy_loss<10>, petra::shape<10>>;
 
 struct job_options {
     std::string method = "petra"; // petra | backprop | reversible-backprop
@@ -81,18 +82,14 @@ inline std::pair<double, double> evaluate(const petra::network_parameters<net, f
     std::vector<float> logits(chunk * 10);
     double loss_sum = 0;
     std::size_t correct = 0;
-    using loss = petra::layer_for<petra::softmax_cross_entropy_loss<10>, petra::shape<10>>;
     for (std::size_t first = 0; first < data.size(); first += chunk) {
         const std::size_t count = std::min(chunk, data.size() - first);
         const float* images = data.images.data() + first * data.image_size();
         const std::int32_t* labels = data.labels.data() + first;
         petra::predict(parameters, count, images, logits.data());
-        loss_sum += double(loss::evaluate(count, static_cast<const float*>(logits.data()), labels, nullptr)) *
-                    double(count);
-        for (std::size_t n = 0; n < count; ++n) {
-            const float* row = logits.data() + n * 10;
-            correct += std::size_t(std::max_element(row, row + 10) - row) == std::size_t(labels[n]);
-        }
+        const float* scores = logits.data();
+        loss_sum += double(classifier_loss::evaluate(count, scores, labels, nullptr)) * double(count);
+        correct += classifier_loss::correct(count, scores, labels);
     }
     return {loss_sum / double(data.size()), double(correct) / double(data.size())};
 }
@@ -124,7 +121,6 @@ inline void check(const job_options& options)
 struct run_context {
     const job_options& options;
     const petra::labelled_images& train;
-    const petra::labelled_images& test;
     petra::batch_order order;
     std::size_t batches_per_epoch;
     std::size_t total_steps;
@@ -133,8 +129,8 @@ struct run_context {
     std::vector<std::int32_t> labels;
     std::vector<float> augmentation_scratch;
 
-    run_context(const job_options& job, const petra::labelled_images& train_set, const petra::labelled_images& test_set)
-        : options(job), train(train_set), test(test_set), order(train_set.size(), job.batch, job.seed),
+    run_context(const job_options& job, const petra::labelled_images& train_set)
+        : options(job), train(train_set), order(train_set.size(), job.batch, job.seed),
           batches_per_epoch(order.batches()), images(job.batch * net::input::size), labels(job.batch)
     {
         total_steps = job.epochs * batches_per_epoch;
@@ -197,11 +193,7 @@ void train_sequentially(run_context& run, petra::network_parameters<net, float>&
                                          "): training diverged.");
             }
             loss_sum += loss;
-            const auto logits = trainer.logits();
-            for (std::size_t n = 0; n < options.batch; ++n) {
-                const float* row = logits.data() + n * 10;
-                correct += std::size_t(std::max_element(row, row + 10) - row) == std::size_t(run.labels[n]);
-            }
+            correct += classifier_loss::correct(options.batch, trainer.logits().data(), run.labels.data());
             seen += 1;
             if (++pending == options.accumulation) {
                 optimizer.step(parameters.values(), gradient, pending, run.schedule(optimizer_steps++));
@@ -282,7 +274,7 @@ inline job_summary run_job(const job_options& options)
 
     job_summary summary;
     summary.options = options;
-    run_context run(options, train, test);
+    run_context run(options, train);
     auto parameters = net::make_parameters<float>(options.seed);
     petra::progress_reporter progress(run.total_steps, options.batch);
     double training_seconds = 0;

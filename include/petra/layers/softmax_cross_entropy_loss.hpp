@@ -36,6 +36,23 @@ struct softmax_cross_entropy_loss {
             return kernels::softmax_cross_entropy(batch, Classes, logits, Classes, labels, probabilities, grad_logits,
                                                   Classes);
         }
+
+        // How many of the batch's examples have their label as the largest
+        // logit (the first largest, on ties).
+        template <class T>
+        static std::size_t correct(std::size_t batch, const T* logits, const std::int32_t* labels)
+        {
+            std::size_t count = 0;
+            for (std::size_t n = 0; n < batch; ++n) {
+                const T* row = logits + n * Classes;
+                std::size_t best = 0;
+                for (std::size_t c = 1; c < Classes; ++c) {
+                    if (row[c] > row[best]) best = c;
+                }
+                count += std::int32_t(best) == labels[n];
+            }
+            return count;
+        }
     };
 };
 

@@ -214,15 +214,7 @@ private:
         const std::size_t batch = stage_.batch();
         using loss = typename softmax_cross_entropy_loss<classes>::template bind<shape<classes>>;
         const T value = loss::evaluate(batch, static_cast<const T*>(logits_.data()), labels.values, grad_logits_.data());
-        std::size_t correct = 0;
-        for (std::size_t n = 0; n < batch; ++n) {
-            const T* row = logits_.data() + n * classes;
-            std::size_t best = 0;
-            for (std::size_t c = 1; c < classes; ++c) {
-                if (row[c] > row[best]) best = c;
-            }
-            correct += std::int32_t(best) == labels.values[n];
-        }
+        const std::size_t correct = loss::correct(batch, static_cast<const T*>(logits_.data()), labels.values);
         links_.labels->end_receive();
         if (!std::isfinite(value)) {
             throw std::runtime_error("stage " + std::to_string(index) + " (blocks " +
