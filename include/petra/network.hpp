@@ -38,6 +38,7 @@
 #include <petra/blocks/block.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/layers/chain.hpp>
+#include <petra/state_archive.hpp>
 #include <petra/layers/layer.hpp>
 #include <petra/shape.hpp>
 
@@ -277,6 +278,35 @@ public:
         return largest;
     }();
 
+    // A fingerprint of the architecture, for checkpoints: FNV-1a over the
+    // input shape and every block's profile (kind, parameter and state
+    // counts, FLOPs, activation sizes). Two networks that differ only in an
+    // activation function or another parameter-free layer share it.
+    static constexpr std::uint64_t signature = [] {
+        std::uint64_t hash = 14695981039346656037ull;
+        auto mix = [&](std::uint64_t value) {
+            for (int byte = 0; byte < 8; ++byte) {
+                hash ^= (value >> (8 * byte)) & 0xff;
+                hash *= 1099511628211ull;
+            }
+        };
+        mix(input::channels);
+        mix(input::height);
+        mix(input::width);
+        mix(block_count);
+        for (const block_profile& p : profile) {
+            mix(p.reversible);
+            mix(p.parameter_count);
+            mix(p.state_count);
+            mix(p.forward_flops);
+            mix(p.backward_flops);
+            mix(p.input_values);
+            mix(p.output_values);
+            mix(p.kept_values);
+        }
+        return hash;
+    }();
+
     // Workspace of block i for a batch, and the largest over all blocks.
     static constexpr std::size_t workspace_size(std::size_t i, std::size_t batch)
     {
@@ -369,6 +399,18 @@ public:
     std::span<T> block_state()
     {
         return Network::template state_of<I>(state());
+    }
+
+    // Parameters and running statistics, for checkpoints.
+    template <state_archive Archive>
+    void transfer_state(Archive& archive)
+    {
+        archive.section("network parameters");
+        archive.expect(Network::parameter_count, "parameter count");
+        archive.expect(Network::state_count, "running-statistics count");
+        archive.expect(sizeof(T), "bytes per value");
+        archive.values(std::span<T>(values_));
+        archive.values(std::span<T>(state_));
     }
 
 private:

@@ -1,7 +1,8 @@
 // The trainers: exact backprop (stores activations) and reversible backprop
-// (reconstructs them), the baselines of PETRA.
+// (reconstructs them), the baselines of PETRA; checkpoint files.
 #pragma once
 
+#include <petra/train/checkpoint.hpp>
 #include <petra/train/exact_backprop.hpp>
 #include <petra/train/reversible_backprop.hpp>
 #include <petra/train/trainer_support.hpp>

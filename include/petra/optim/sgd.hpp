@@ -11,6 +11,7 @@
 
 #include <petra/kernels/optimizer.hpp>
 #include <petra/kernels/simd.hpp>
+#include <petra/state_archive.hpp>
 
 namespace petra {
 
@@ -59,6 +60,16 @@ public:
                                                         settings_.nesterov};
         kernels::sgd_update(parameters.size(), coefficients, mask_.data(), gradient_sum.data(), velocity_.data(),
                             parameters.data());
+    }
+
+    // The velocity, for checkpoints (the settings and mask come from the
+    // constructor).
+    template <state_archive Archive>
+    void transfer_state(Archive& archive)
+    {
+        archive.section("sgd");
+        archive.expect(velocity_.size(), "optimizer values");
+        archive.values(std::span<T>(velocity_));
     }
 
     std::span<T> velocity() { return velocity_; }

@@ -27,12 +27,15 @@
 #include <concepts>
 #include <condition_variable>
 #include <cstddef>
+#include <limits>
 #include <mutex>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <petra/kernels/simd.hpp>
+#include <petra/state_archive.hpp>
 
 namespace petra {
 
@@ -147,6 +150,32 @@ public:
     }
 
     std::size_t memory_bytes() const { return values_.size() * sizeof(T) + headers_.size() * sizeof(message_header); }
+
+    // The messages sent and not yet received, oldest first, for
+    // checkpoints; read back, they refill an empty channel. Neither side may
+    // be between begin and end.
+    template <state_archive Archive>
+    void transfer_state(Archive& archive)
+    {
+        std::lock_guard lock(mutex_);
+        archive.section(name_);
+        archive.expect(message_size_, "values per message");
+        std::size_t queued = sent_ - received_;
+        archive.count(queued, capacity_);
+        if constexpr (Archive::loading) {
+            if (sent_ != received_) {
+                throw std::logic_error("channel '" + name_ + "': a checkpoint can only refill an empty channel.");
+            }
+            sent_ = received_ + queued;
+        }
+        for (std::size_t i = received_; i < sent_; ++i) {
+            const std::size_t slot = i % capacity_;
+            archive.count(headers_[slot].micro_batch, std::numeric_limits<std::size_t>::max());
+            transfer_flag(archive, headers_[slot].end_of_epoch);
+            archive.values(std::span<T>(values_.data() + slot * message_size_, message_size_));
+        }
+        if constexpr (Archive::loading) changed_.notify_all();
+    }
 
 private:
     template <class Ready>

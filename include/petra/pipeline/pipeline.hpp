@@ -18,11 +18,14 @@
 // once: it must not keep unsynchronised state.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -38,6 +41,7 @@
 #include <petra/pipeline/channel.hpp>
 #include <petra/pipeline/stage.hpp>
 #include <petra/pipeline/worker.hpp>
+#include <petra/state_archive.hpp>
 
 namespace petra {
 
@@ -138,6 +142,53 @@ protected:
     {
         fed_ = 0;
         std::apply([](auto&... worker) { (worker.start_epoch(), ...); }, workers_);
+    }
+
+    // Whether nothing has been fed since the epoch began.
+    bool at_epoch_start() const
+    {
+        bool all_at_zero = fed_ == 0;
+        std::apply([&](const auto&... worker) { ((all_at_zero = all_at_zero && worker.next_tick() == 0), ...); },
+                   workers_);
+        return all_at_zero;
+    }
+
+    // Everything that lives from one tick to the next, with every stage
+    // between the same two ticks: the schedule's position, the epoch's
+    // statistics so far, each stage's state and the messages in transit.
+    template <state_archive Archive>
+    void transfer_pipeline_state(Archive& archive)
+    {
+        constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
+        archive.section("pipeline");
+        archive.expect(stage_count, "stage count");
+        for (std::size_t cut : Cuts) archive.expect(cut, "cut between stages");
+        archive.expect(options_.batch, "micro-batch size");
+        archive.expect(options_.accumulation, "accumulation (micro-batches per step)");
+        archive.expect(options_.input_buffer ? 1 : 0, "input buffer");
+        archive.expect(options_.parameter_buffer ? 1 : 0, "parameter buffer");
+        archive.count(fed_, unlimited);
+        {
+            std::lock_guard lock(shared_.statistics_mutex);
+            epoch_statistics& statistics = shared_.statistics;
+            archive.count(statistics.micro_batches, unlimited);
+            archive.count(statistics.examples, unlimited);
+            archive.count(statistics.correct, unlimited);
+            archive.values(std::span<double>(&statistics.loss_sum, 1));
+        }
+        std::apply([&](auto&... worker) { (worker.transfer_state(archive), ...); }, workers_);
+        for (auto& channel : forward_) channel->transfer_state(archive);
+        for (auto& channel : backward_) channel->transfer_state(archive);
+        labels_.transfer_state(archive);
+        if constexpr (Archive::loading) {
+            bool consistent = true;
+            std::apply([&](const auto&... worker) { ((consistent = consistent && worker.next_tick() == fed_), ...); },
+                       workers_);
+            if (!consistent) {
+                throw std::runtime_error("pipeline checkpoint: the stages are not all at the tick of the micro-batches "
+                                         "fed; the checkpoint is inconsistent.");
+            }
+        }
     }
 
     pipeline_options options_;
@@ -244,6 +295,25 @@ public:
         });
     }
 
+    // Saves (a writing archive) or restores (a reading one) the whole
+    // in-flight state: between feeds, every stage has finished the same
+    // tick, so the state is complete. Restoring needs a pipeline of the same
+    // network, cuts and options that has not been fed this epoch; it then
+    // goes on exactly as the saved one would have (the saved one goes on
+    // too). The parameters are the caller's to save.
+    template <state_archive Archive>
+    void transfer_state(Archive& archive)
+    {
+        guarded([&] {
+            if constexpr (Archive::loading) {
+                if (!core::at_epoch_start()) {
+                    throw std::logic_error("pipeline: a checkpoint can only be loaded before the epoch's first feed.");
+                }
+            }
+            core::transfer_pipeline_state(archive);
+        });
+    }
+
     // Ends the epoch: runs ticks until every stage has differentiated every
     // micro-batch fed, and returns the epoch's statistics.
     epoch_statistics drain()
@@ -323,10 +393,18 @@ public:
 
     ~thread_pipeline() { shut_down(); }
 
+    // A stage runs tick t of an epoch only once micro-batch t has been fed
+    // (or the epoch's end announced), so that the stages can be stopped all
+    // at the same tick (pause). Stage 0 needs micro-batch t at tick t
+    // anyway, and the others depend on it: the feeder, up to two
+    // micro-batches ahead, rarely holds anyone back.
     void feed(const T* images, const std::int32_t* labels)
     {
         rethrow_if_failed();
         guarded([&] { core::send_micro_batch(images, labels); });
+        std::lock_guard lock(mutex_);
+        granted_ = core::fed_;
+        changed_.notify_all();
     }
 
     epoch_statistics drain()
@@ -334,14 +412,52 @@ public:
         rethrow_if_failed();
         guarded([&] { core::send_end_of_epoch(); });
         std::unique_lock lock(mutex_);
+        granted_ = std::numeric_limits<std::size_t>::max();
+        changed_.notify_all();
         changed_.wait(lock, [&] { return finished_ == core::stage_count || failure_; });
         if (failure_) std::rethrow_exception(failure_);
         finished_ = 0;
-        core::fed_ = 0;
+        granted_ = 0;
         epoch_statistics epoch = core::take_statistics();
+        // Every stage waits for the next epoch: none touches its worker.
+        core::start_epoch();
         ++epoch_;
         changed_.notify_all(); // the stages wait for this before the next epoch
         return epoch;
+    }
+
+    // Waits until every stage has run every tick of the micro-batches fed,
+    // and no more: all stages then sit between the same two ticks. After
+    // this (until the next feed) the caller may read the parameters.
+    void pause()
+    {
+        std::unique_lock lock(mutex_);
+        changed_.wait(lock, [&] {
+            return failure_ || std::all_of(waiting_for_.begin(), waiting_for_.end(),
+                                           [&](std::size_t tick) { return tick == granted_; });
+        });
+        if (failure_) std::rethrow_exception(failure_);
+    }
+
+    // Saves or restores the whole in-flight state (see
+    // sequential_pipeline::transfer_state): saving pauses first, the
+    // current tick of every stage is finished, and the pipeline goes on at
+    // the next feed. Restoring needs a pipeline not fed this epoch; the
+    // checkpoint may come from either driver.
+    template <state_archive Archive>
+    void transfer_state(Archive& archive)
+    {
+        rethrow_if_failed();
+        pause();
+        std::lock_guard lock(mutex_);
+        if constexpr (Archive::loading) {
+            if (!core::at_epoch_start()) {
+                throw std::logic_error("pipeline: a checkpoint can only be loaded before the epoch's first feed.");
+            }
+        }
+        core::transfer_pipeline_state(archive);
+        granted_ = core::fed_;
+        changed_.notify_all();
     }
 
 private:
@@ -358,9 +474,18 @@ private:
                     changed_.wait(lock, [&] { return epoch_ == epoch || core::stop_.stopped(); });
                     if (core::stop_.stopped()) return;
                 }
-                worker.start_epoch();
-                while (!worker.tick()) {
-                }
+                do {
+                    std::unique_lock lock(mutex_);
+                    // Says which tick it waits for at every wake-up: a
+                    // checkpoint loaded meanwhile moves it.
+                    while (worker.next_tick() >= granted_ && !core::stop_.stopped()) {
+                        waiting_for_[I] = worker.next_tick();
+                        changed_.notify_all(); // pause() looks at who waits for which tick
+                        changed_.wait(lock);
+                    }
+                    waiting_for_[I] = not_waiting;
+                    if (core::stop_.stopped()) return;
+                } while (!worker.tick());
                 std::lock_guard lock(mutex_);
                 ++finished_;
                 changed_.notify_all();
@@ -413,6 +538,14 @@ private:
     std::exception_ptr failure_;
     std::size_t finished_ = 0;
     std::size_t epoch_ = 0;
+    std::size_t granted_ = 0; // ticks the stages may run this epoch: the micro-batches fed
+    // For each stage, the tick it waits to be granted, or not_waiting.
+    static constexpr std::size_t not_waiting = std::numeric_limits<std::size_t>::max();
+    std::array<std::size_t, core::stage_count> waiting_for_ = [] {
+        std::array<std::size_t, core::stage_count> all;
+        all.fill(not_waiting);
+        return all;
+    }();
     std::vector<std::thread> threads_;
 };
 

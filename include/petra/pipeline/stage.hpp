@@ -35,6 +35,7 @@
 #include <petra/kernels/simd.hpp>
 #include <petra/network.hpp>
 #include <petra/partition.hpp>
+#include <petra/state_archive.hpp>
 
 namespace petra {
 
@@ -70,6 +71,24 @@ public:
     }
     std::size_t count() const { return count_; }
     std::size_t memory_bytes() const { return values_.size() * sizeof(T); }
+
+    // The `count` arrays held (the caller knows how many), oldest first;
+    // read back, they refill the ring from its start.
+    template <state_archive Archive>
+    void transfer_state(Archive& archive, std::size_t count)
+    {
+        archive.expect(size_, "values per FIFO entry");
+        if constexpr (Archive::loading) {
+            first_ = 0;
+            count_ = count;
+        } else if (count != count_) {
+            throw std::logic_error("pipeline stage: a FIFO holds " + std::to_string(count_) + " arrays, not " +
+                                   std::to_string(count) + ".");
+        }
+        for (std::size_t i = 0; i < count_; ++i) {
+            archive.values(std::span<T>(values_.data() + ((first_ + i) % depth_) * size_, size_));
+        }
+    }
 
 private:
     kernels::aligned_vector<T> values_;
@@ -176,6 +195,28 @@ public:
             (backward_block<block_count - 1 - R>(parameters, above, grad_above, x, grad_x), ...);
         }(std::make_index_sequence<block_count>{});
         --in_flight_;
+    }
+
+    // What lives from one tick to the next: the kept inputs and stashed
+    // parameters in flight, the gradient sum, the in-flight count. (The
+    // parameters themselves belong to the caller's network_parameters.)
+    template <state_archive Archive>
+    void transfer_state(Archive& archive)
+    {
+        archive.section("stage");
+        archive.expect(Index, "stage index");
+        archive.expect(first_block, "first block of the stage");
+        archive.expect(end_block, "end block of the stage");
+        archive.expect(batch_, "micro-batch size");
+        archive.expect(options_.input_buffer ? 1 : 0, "input buffer");
+        archive.expect(options_.parameter_buffer ? 1 : 0, "parameter buffer");
+        // Every FIFO holds one array per micro-batch in flight.
+        archive.count(in_flight_, fifo_depth);
+        for (std::size_t i = first_block; i < end_block; ++i) {
+            if (keeps_input(i)) inputs_[i - first_block].transfer_state(archive, in_flight_);
+        }
+        if (options_.parameter_buffer) stashed_.transfer_state(archive, in_flight_);
+        archive.values(std::span<T>(gradient_));
     }
 
     std::size_t memory_bytes() const

@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -35,6 +36,7 @@
 #include <petra/layers/softmax_cross_entropy_loss.hpp>
 #include <petra/pipeline/channel.hpp>
 #include <petra/pipeline/stage.hpp>
+#include <petra/state_archive.hpp>
 
 namespace petra {
 
@@ -135,6 +137,34 @@ public:
         const bool done = epoch_size_ && backward_count_ == *epoch_size_;
         if (done && pending_ > 0) step(t);
         return done;
+    }
+
+    // The next tick this stage will run (within the epoch).
+    std::size_t next_tick() const { return tick_; }
+
+    // The stage's state, its optimizer's and where it is in the schedule,
+    // for checkpoints. Only between ticks, with nothing running.
+    template <state_archive Archive>
+    void transfer_state(Archive& archive)
+    {
+        static_assert(requires { optimizer_.transfer_state(archive); },
+                      "The optimizer must offer transfer_state(archive) for its pipeline to be checkpointed.");
+        constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
+        archive.section("stage worker");
+        archive.expect(index, "stage index");
+        archive.expect(accumulation_, "accumulation (micro-batches per step)");
+        stage_.transfer_state(archive);
+        optimizer_.transfer_state(archive);
+        archive.count(tick_, unlimited);
+        bool epoch_size_known = epoch_size_.has_value();
+        transfer_flag(archive, epoch_size_known);
+        std::size_t epoch_size = epoch_size_.value_or(0);
+        archive.count(epoch_size, unlimited);
+        if (epoch_size_known) epoch_size_ = epoch_size; else epoch_size_.reset();
+        archive.count(backward_count_, tick_);
+        archive.count(pending_, accumulation_);
+        archive.count(steps_, unlimited);
+        archive.count(last_differentiated_, unlimited);
     }
 
     std::size_t memory_bytes() const

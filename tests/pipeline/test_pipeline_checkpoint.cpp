@@ -1,0 +1,242 @@
+// Checkpoints of a pipeline in flight: a run saved in the middle of an
+// epoch and resumed in a new pipeline (of either driver) ends with the
+// parameters, running statistics and epoch statistics of a run that was
+// never interrupted, bit for bit, for J = 2, 3, 4, k = 1, 2 and every
+// buffer configuration; the saved run itself goes on unchanged. pause()
+// stops the threads where the simulator stands after the same feeds.
+#include <algorithm>
+#include <cstddef>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include <petra/petra.hpp>
+
+#include "pipeline/pipeline_support.hpp"
+
+using namespace petra;
+using test::pipeline_network;
+
+namespace {
+
+constexpr sgd_options plain_sgd{.momentum = 0.9, .nesterov = true, .weight_decay = 5e-4};
+
+template <std::size_t J>
+constexpr auto cuts_of = partition<pipeline_network, J>();
+
+template <std::size_t J>
+using threads = thread_pipeline<pipeline_network, cuts_of<J>, sgd<float>>;
+template <std::size_t J>
+using simulator = sequential_pipeline<pipeline_network, cuts_of<J>, sgd<float>>;
+
+std::string temporary_path(const std::string& name)
+{
+    return "petra_test_" + std::to_string(::getpid()) + "_" + name + ".checkpoint";
+}
+
+// A learning rate that changes at every step, so that a step counter
+// restored wrong shows.
+double decaying_rate(std::size_t step) { return 0.03 / (1.0 + 0.05 * double(step)); }
+
+struct run_result {
+    network_parameters<pipeline_network, float> parameters{0};
+    std::vector<epoch_statistics> epochs;
+};
+
+constexpr std::size_t micro_batches_per_epoch = 13;
+constexpr std::size_t epochs = 3;
+
+// Feeds micro-batches [first, end) of the data.
+template <class Pipeline>
+void feed_range(Pipeline& pipeline, const test::micro_batches& data, std::size_t first, std::size_t end)
+{
+    for (std::size_t m = first; m < end; ++m) pipeline.feed(data.images[m].data(), data.labels[m].data());
+}
+
+template <class Pipeline>
+run_result uninterrupted(const test::micro_batches& data, const pipeline_options& options)
+{
+    run_result result;
+    result.parameters = pipeline_network::make_parameters<float>(7);
+    Pipeline pipeline(result.parameters, plain_sgd, decaying_rate, options);
+    result.epochs = test::train_epochs(pipeline, data, epochs);
+    return result;
+}
+
+// Trains until micro-batch `at` of epoch 1, saves, and (the saved run)
+// goes on to the end.
+template <class Pipeline>
+run_result saved_at(const test::micro_batches& data, const pipeline_options& options, std::size_t at,
+                    const std::string& path)
+{
+    run_result result;
+    result.parameters = pipeline_network::make_parameters<float>(7);
+    Pipeline pipeline(result.parameters, plain_sgd, decaying_rate, options);
+    result.epochs = test::train_epochs(pipeline, data, 1);
+    feed_range(pipeline, data, 0, at);
+    {
+        checkpoint_writer out(path, pipeline_network::signature);
+        pipeline.transfer_state(out);
+        result.parameters.transfer_state(out);
+        out.commit();
+    }
+    feed_range(pipeline, data, at, micro_batches_per_epoch);
+    result.epochs.push_back(pipeline.drain());
+    result.epochs.push_back(test::train_epochs(pipeline, data, 1).front());
+    return result;
+}
+
+// A new pipeline, from parameters that are not those saved, restored and
+// run to the end.
+template <class Pipeline>
+run_result resumed_from(const test::micro_batches& data, const pipeline_options& options, std::size_t at,
+                        const std::string& path)
+{
+    run_result result;
+    result.parameters = pipeline_network::make_parameters<float>(99);
+    Pipeline pipeline(result.parameters, plain_sgd, decaying_rate, options);
+    {
+        checkpoint_reader in(path, pipeline_network::signature);
+        pipeline.transfer_state(in);
+        result.parameters.transfer_state(in);
+        in.finish();
+    }
+    feed_range(pipeline, data, at, micro_batches_per_epoch);
+    result.epochs.push_back(pipeline.drain());
+    result.epochs.push_back(test::train_epochs(pipeline, data, 1).front());
+    return result;
+}
+
+void check_same(const run_result& expected, const run_result& actual, std::size_t first_epoch)
+{
+    CHECK(std::equal(expected.parameters.values().begin(), expected.parameters.values().end(),
+                     actual.parameters.values().begin()));
+    CHECK(std::equal(expected.parameters.state().begin(), expected.parameters.state().end(),
+                     actual.parameters.state().begin()));
+    REQUIRE(actual.epochs.size() + first_epoch == expected.epochs.size());
+    for (std::size_t e = 0; e < actual.epochs.size(); ++e) {
+        CAPTURE(e);
+        const epoch_statistics& want = expected.epochs[first_epoch + e];
+        CHECK(actual.epochs[e].micro_batches == want.micro_batches);
+        CHECK(actual.epochs[e].correct == want.correct);
+        CHECK(actual.epochs[e].loss_sum == want.loss_sum);
+    }
+}
+
+template <class Saving, class Resuming, class Reference>
+void check_resume(const pipeline_options& options, std::size_t at)
+{
+    CAPTURE(options.accumulation);
+    CAPTURE(options.input_buffer);
+    CAPTURE(options.parameter_buffer);
+    CAPTURE(at);
+    const test::micro_batches data(micro_batches_per_epoch, 4, 21);
+    const std::string path = temporary_path("resume");
+    const run_result reference = uninterrupted<Reference>(data, options);
+    const run_result saved = saved_at<Saving>(data, options, at, path);
+    const run_result resumed = resumed_from<Resuming>(data, options, at, path);
+    std::remove(path.c_str());
+    check_same(reference, saved, 0);
+    check_same(reference, resumed, 1);
+    // The run did learn something: the parameters moved from the start.
+    const auto initial = pipeline_network::make_parameters<float>(7);
+    CHECK(!std::equal(initial.values().begin(), initial.values().end(), resumed.parameters.values().begin()));
+}
+
+template <std::size_t J>
+void check_every_configuration()
+{
+    CAPTURE(J);
+    std::size_t at = 0;
+    for (std::size_t accumulation : {1, 2}) {
+        for (bool input_buffer : {false, true}) {
+            for (bool parameter_buffer : {false, true}) {
+                const pipeline_options options{.batch = 4, .accumulation = accumulation,
+                                               .input_buffer = input_buffer, .parameter_buffer = parameter_buffer};
+                // Interruption points from the epoch's start to its last
+                // micro-batch, through the pipeline's fill.
+                at = (at + 3) % (micro_batches_per_epoch + 1);
+                check_resume<threads<J>, threads<J>, simulator<J>>(options, at);
+            }
+        }
+    }
+}
+
+} // namespace
+
+TEST_CASE("pipeline checkpoint: an interrupted and resumed run equals an uninterrupted one" * doctest::timeout(300))
+{
+    check_every_configuration<2>();
+    check_every_configuration<3>();
+    check_every_configuration<4>();
+}
+
+TEST_CASE("pipeline checkpoint: a checkpoint of either driver resumes in the other" * doctest::timeout(120))
+{
+    const pipeline_options options{.batch = 4, .accumulation = 2};
+    for (std::size_t at : {0, 1, 5, 13}) {
+        check_resume<threads<3>, simulator<3>, threads<3>>(options, at);
+        check_resume<simulator<3>, threads<3>, simulator<3>>(options, at);
+    }
+}
+
+TEST_CASE("pipeline checkpoint: pause() stops the threads where the simulator stands" * doctest::timeout(120))
+{
+    const test::micro_batches data(micro_batches_per_epoch, 4, 5);
+    auto threaded = pipeline_network::make_parameters<float>(3);
+    auto simulated = threaded;
+    threads<4> running(threaded, plain_sgd, decaying_rate, {.batch = 4});
+    simulator<4> stepping(simulated, plain_sgd, decaying_rate, {.batch = 4});
+    for (std::size_t m = 0; m < micro_batches_per_epoch; ++m) {
+        running.feed(data.images[m].data(), data.labels[m].data());
+        stepping.feed(data.images[m].data(), data.labels[m].data());
+        running.pause();
+        CAPTURE(m);
+        CHECK(std::equal(simulated.values().begin(), simulated.values().end(), threaded.values().begin()));
+        CHECK(std::equal(simulated.state().begin(), simulated.state().end(), threaded.state().begin()));
+        CHECK(running.progress().loss_sum == stepping.progress().loss_sum);
+    }
+    CHECK(running.drain().correct == stepping.drain().correct);
+}
+
+TEST_CASE("pipeline checkpoint: loading needs a fresh epoch and the same pipeline" * doctest::timeout(60))
+{
+    const test::micro_batches data(micro_batches_per_epoch, 4, 8);
+    const std::string path = temporary_path("refused");
+    auto parameters = pipeline_network::make_parameters<float>(1);
+    {
+        threads<3> pipeline(parameters, plain_sgd, decaying_rate, {.batch = 4});
+        feed_range(pipeline, data, 0, 4);
+        checkpoint_writer out(path, pipeline_network::signature);
+        pipeline.transfer_state(out);
+        out.commit();
+        // Into a pipeline already fed this epoch: refused before reading.
+        checkpoint_reader in(path, pipeline_network::signature);
+        CHECK_THROWS_WITH_AS(pipeline.transfer_state(in),
+                             "pipeline: a checkpoint can only be loaded before the epoch's first feed.",
+                             std::logic_error);
+        pipeline.drain();
+    }
+    {
+        threads<2> other(parameters, plain_sgd, decaying_rate, {.batch = 4});
+        checkpoint_reader in(path, pipeline_network::signature);
+        CHECK_THROWS_WITH_AS(other.transfer_state(in), doctest::Contains("its stage count is 3, here it is 2"),
+                             checkpoint_error);
+    }
+    {
+        simulator<3> other(parameters, plain_sgd, decaying_rate, {.batch = 4, .accumulation = 2});
+        checkpoint_reader in(path, pipeline_network::signature);
+        CHECK_THROWS_WITH_AS(other.transfer_state(in), doctest::Contains("accumulation"), checkpoint_error);
+    }
+    {
+        simulator<3> other(parameters, plain_sgd, decaying_rate, {.batch = 8});
+        checkpoint_reader in(path, pipeline_network::signature);
+        CHECK_THROWS_WITH_AS(other.transfer_state(in), doctest::Contains("micro-batch size is 4, here it is 8"),
+                             checkpoint_error);
+    }
+    std::remove(path.c_str());
+}
