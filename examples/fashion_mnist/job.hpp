@@ -5,16 +5,24 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <random>
+#include <span>
+#include <sstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <petra/petra.hpp>
@@ -43,6 +51,16 @@ struct job_options {
     std::string summary_path;  // the JSON summary, also written here; empty: stdout only
     std::size_t max_steps = 0; // cap on micro-batches trained; 0: none
     bool quiet = false;        // no progress on stderr
+    // Checkpoints: written to checkpoint_path every checkpoint_every
+    // micro-batches (0: never on a count), when a stop is requested and at
+    // the end. resume: start from it (it must exist; without resume it must
+    // not, so that a run never overwrites another's checkpoint by mistake).
+    std::string checkpoint_path;
+    std::size_t checkpoint_every = 500;
+    bool resume = false;
+    // Asked before every micro-batch; true: save the checkpoint and stop
+    // (the front end sets it from SIGINT and SIGTERM).
+    std::function<bool()> stop_requested;
 };
 
 struct epoch_record {
@@ -57,6 +75,9 @@ struct job_summary {
     double test_accuracy = 0, test_loss = 0, train_seconds = 0, examples_per_second = 0;
     std::size_t peak_rss_bytes = 0;
     std::vector<epoch_record> epochs;
+    bool interrupted = false;                            // stopped on request before the end
+    std::size_t position_epoch = 0, position_batch = 0; // where it stopped: the next micro-batch
+    std::string parameter_digest;                        // of the final parameters and statistics
 
     std::string json() const
     {
@@ -65,11 +86,11 @@ struct job_summary {
                       "{\"method\": \"%s\", \"stages\": %zu, \"accumulation\": %zu, \"epochs\": %zu, \"steps\": %zu, "
                       "\"batch\": %zu, \"seed\": %llu, \"learning_rate\": %g, \"test_accuracy\": %.4f, "
                       "\"test_loss\": %.4f, \"train_seconds\": %.1f, \"examples_per_second\": %.1f, "
-                      "\"peak_rss_bytes\": %zu}",
+                      "\"peak_rss_bytes\": %zu, \"parameter_digest\": \"%s\"}",
                       options.method.c_str(), options.method == "petra" ? options.stages : 1, options.accumulation,
                       epochs_run, steps, options.batch, static_cast<unsigned long long>(options.seed),
                       options.learning_rate, test_accuracy, test_loss, train_seconds, examples_per_second,
-                      peak_rss_bytes);
+                      peak_rss_bytes, parameter_digest.c_str());
         return text;
     }
 };
@@ -167,162 +188,413 @@ struct run_context {
     }
 };
 
+// Where a run stands: the next micro-batch to train, the time spent, the
+// augmentation generator, the finished epochs. With the method's state and
+// the parameters, what a checkpoint holds.
+struct run_position {
+    std::size_t epoch = 0; // the current epoch, from 0
+    std::size_t batch = 0; // the next micro-batch of this epoch's order
+    std::size_t steps = 0; // micro-batches trained in the whole run
+    double training_seconds = 0;
+    std::mt19937_64 generator; // this epoch's augmentation generator
+    std::vector<epoch_record> epochs;
+};
+
 // Exact or reversible backprop with SGD on the caller's thread.
 template <class Trainer>
-void train_sequentially(run_context& run, petra::network_parameters<net, float>& parameters, job_summary& summary,
-                        petra::progress_reporter& progress, const std::function<void(std::size_t, double, double)>& end_epoch)
-{
-    const job_options& options = run.options;
-    Trainer trainer(options.batch);
-    petra::sgd<float> optimizer({.momentum = options.momentum, .nesterov = true, .weight_decay = options.weight_decay},
-                                net::weight_mask<float>());
-    std::vector<float> gradient(net::parameter_count, 0.0f);
-    std::size_t pending = 0, optimizer_steps = 0;
-    for (std::size_t epoch = 0; epoch < options.epochs && summary.steps < run.total_steps; ++epoch) {
-        run.order.shuffle(epoch);
-        std::mt19937_64 generator(options.seed * 1000003 + epoch);
-        double loss_sum = 0;
-        std::size_t correct = 0, seen = 0;
-        for (std::size_t b = 0; b < run.batches_per_epoch && summary.steps < run.total_steps; ++b) {
-            run.load(b, generator);
-            const float loss = trainer.accumulate_gradient(parameters, options.batch, run.images.data(),
-                                                           run.labels.data(), gradient);
-            if (!std::isfinite(loss)) {
-                throw std::runtime_error("the loss of micro-batch " + std::to_string(b) + " of epoch " +
-                                         std::to_string(epoch + 1) + " is not finite (" + std::to_string(loss) +
-                                         "): training diverged.");
-            }
-            loss_sum += loss;
-            correct += classifier_loss::correct(options.batch, trainer.logits().data(), run.labels.data());
-            seen += 1;
-            if (++pending == options.accumulation) {
-                optimizer.step(parameters.values(), gradient, pending, run.schedule(optimizer_steps++));
-                std::fill(gradient.begin(), gradient.end(), 0.0f);
-                pending = 0;
-            }
-            ++summary.steps;
-            if (!options.quiet) {
-                progress.update(epoch + 1, options.epochs, summary.steps, loss_sum / double(seen),
-                                double(correct) / double(seen * options.batch));
-            }
-        }
-        if (pending > 0) { // the epoch's last partial accumulation
-            optimizer.step(parameters.values(), gradient, pending, run.schedule(optimizer_steps++));
-            std::fill(gradient.begin(), gradient.end(), 0.0f);
-            pending = 0;
-        }
-        end_epoch(epoch, loss_sum / double(seen), double(correct) / double(seen * options.batch));
+class sequential_method {
+public:
+    sequential_method(const run_context& run, petra::network_parameters<net, float>&)
+        : run_(run), trainer_(run.options.batch),
+          optimizer_({.momentum = run.options.momentum, .nesterov = true, .weight_decay = run.options.weight_decay},
+                     net::weight_mask<float>()),
+          gradient_(net::parameter_count, 0.0f)
+    {
     }
-}
+
+    void train(petra::network_parameters<net, float>& parameters, const run_position& position)
+    {
+        const job_options& options = run_.options;
+        const float loss = trainer_.accumulate_gradient(parameters, options.batch, run_.images.data(),
+                                                        run_.labels.data(), gradient_);
+        if (!std::isfinite(loss)) {
+            throw std::runtime_error("the loss of micro-batch " + std::to_string(position.batch) + " of epoch " +
+                                     std::to_string(position.epoch + 1) + " is not finite (" + std::to_string(loss) +
+                                     "): training diverged.");
+        }
+        statistics_.loss_sum += loss;
+        statistics_.correct += classifier_loss::correct(options.batch, trainer_.logits().data(), run_.labels.data());
+        statistics_.micro_batches += 1;
+        statistics_.examples += options.batch;
+        if (++pending_ == options.accumulation) step(parameters);
+    }
+
+    petra::epoch_statistics progress() const { return statistics_; }
+
+    // The epoch's last partial accumulation is applied, and its statistics
+    // returned.
+    petra::epoch_statistics end_epoch(petra::network_parameters<net, float>& parameters)
+    {
+        if (pending_ > 0) step(parameters);
+        return std::exchange(statistics_, {});
+    }
+
+    void pause() {}
+
+    template <petra::state_archive Archive>
+    void transfer_state(Archive& archive)
+    {
+        constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
+        archive.section("sequential trainer");
+        optimizer_.transfer_state(archive);
+        archive.values(std::span<float>(gradient_));
+        archive.count(pending_, run_.options.accumulation);
+        archive.count(optimizer_steps_, unlimited);
+        archive.count(statistics_.micro_batches, unlimited);
+        archive.count(statistics_.examples, unlimited);
+        archive.count(statistics_.correct, unlimited);
+        archive.values(std::span<double>(&statistics_.loss_sum, 1));
+    }
+
+private:
+    void step(petra::network_parameters<net, float>& parameters)
+    {
+        optimizer_.step(parameters.values(), gradient_, pending_, run_.schedule(optimizer_steps_++));
+        std::fill(gradient_.begin(), gradient_.end(), 0.0f);
+        pending_ = 0;
+    }
+
+    const run_context& run_;
+    Trainer trainer_;
+    petra::sgd<float> optimizer_;
+    std::vector<float> gradient_;
+    std::size_t pending_ = 0;
+    std::size_t optimizer_steps_ = 0;
+    petra::epoch_statistics statistics_;
+};
 
 // PETRA: J stages on J threads.
 template <std::size_t Stages>
-void train_with_petra(run_context& run, petra::network_parameters<net, float>& parameters, job_summary& summary,
-                      petra::progress_reporter& progress, const std::function<void(std::size_t, double, double)>& end_epoch)
+class petra_method {
+public:
+    static constexpr auto cuts = petra::partition<net, Stages>();
+
+    petra_method(const run_context& run, petra::network_parameters<net, float>& parameters)
+        : run_(run),
+          pipeline_(parameters,
+                    {.momentum = run.options.momentum, .nesterov = true, .weight_decay = run.options.weight_decay},
+                    run.schedule, {.batch = run.options.batch, .accumulation = run.options.accumulation})
+    {
+    }
+
+    void train(petra::network_parameters<net, float>&, const run_position&)
+    {
+        pipeline_.feed(run_.images.data(), run_.labels.data());
+    }
+    petra::epoch_statistics progress() { return pipeline_.progress(); }
+    petra::epoch_statistics end_epoch(petra::network_parameters<net, float>&) { return pipeline_.drain(); }
+    // Every stage done with the micro-batches fed: the parameters are
+    // readable until the next train().
+    void pause() { pipeline_.pause(); }
+
+    template <petra::state_archive Archive>
+    void transfer_state(Archive& archive)
+    {
+        pipeline_.transfer_state(archive);
+    }
+
+private:
+    const run_context& run_;
+    petra::thread_pipeline<net, cuts, petra::sgd<float>> pipeline_;
+};
+
+// The options a run's numbers depend on: a checkpoint resumes only under
+// the same ones. Loading compares and names the first that differs.
+template <petra::state_archive Archive>
+void transfer_configuration(Archive& archive, const job_options& options, std::size_t batches_per_epoch)
 {
-    const job_options& options = run.options;
-    constexpr auto cuts = petra::partition<net, Stages>();
-    petra::thread_pipeline<net, cuts, petra::sgd<float>> pipeline(
-        parameters, {.momentum = options.momentum, .nesterov = true, .weight_decay = options.weight_decay},
-        run.schedule, {.batch = options.batch, .accumulation = options.accumulation});
-    for (std::size_t epoch = 0; epoch < options.epochs && summary.steps < run.total_steps; ++epoch) {
-        run.order.shuffle(epoch);
-        std::mt19937_64 generator(options.seed * 1000003 + epoch);
-        for (std::size_t b = 0; b < run.batches_per_epoch && summary.steps < run.total_steps; ++b) {
-            run.load(b, generator);
-            pipeline.feed(run.images.data(), run.labels.data());
-            ++summary.steps;
-            if (!options.quiet) {
-                const petra::epoch_statistics so_far = pipeline.progress();
-                progress.update(epoch + 1, options.epochs, summary.steps, so_far.mean_loss(), so_far.accuracy());
-            }
+    constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
+    job_options saved = options;
+    std::size_t seed = saved.seed;
+    archive.section("job options");
+    archive.text(saved.method);
+    archive.text(saved.schedule);
+    archive.count(saved.stages, unlimited);
+    archive.count(saved.accumulation, unlimited);
+    archive.count(saved.epochs, unlimited);
+    archive.count(saved.batch, unlimited);
+    archive.count(saved.max_steps, unlimited);
+    archive.count(seed, unlimited);
+    petra::transfer_flag(archive, saved.augment);
+    std::array<double, 4> rates{saved.learning_rate, saved.warmup_epochs, saved.momentum, saved.weight_decay};
+    archive.values(std::span<double>(rates));
+    archive.expect(batches_per_epoch, "micro-batches per epoch (training images / batch)");
+    if constexpr (Archive::loading) {
+        auto differs = [](const std::string& option, const auto& stored, const auto& asked) {
+            std::ostringstream text;
+            text << option << ": the checkpoint's run used " << stored << ", this command asks for " << asked
+                 << "; resume with the options the run started with.";
+            throw std::invalid_argument(text.str());
+        };
+        if (saved.method != options.method) differs("--method", saved.method, options.method);
+        if (saved.method == "petra" && saved.stages != options.stages) differs("--stages", saved.stages, options.stages);
+        if (saved.accumulation != options.accumulation) {
+            differs("--accumulation", saved.accumulation, options.accumulation);
         }
-        const petra::epoch_statistics statistics = pipeline.drain();
-        end_epoch(epoch, statistics.mean_loss(), statistics.accuracy());
+        if (saved.epochs != options.epochs) differs("--epochs", saved.epochs, options.epochs);
+        if (saved.batch != options.batch) differs("--batch", saved.batch, options.batch);
+        if (saved.max_steps != options.max_steps) differs("--max-steps", saved.max_steps, options.max_steps);
+        if (seed != options.seed) differs("--seed", seed, options.seed);
+        if (saved.augment != options.augment) differs("--augment", saved.augment ? "it" : "none", options.augment ? "it" : "none");
+        if (saved.schedule != options.schedule) differs("--schedule", saved.schedule, options.schedule);
+        if (rates[0] != options.learning_rate) differs("--lr", rates[0], options.learning_rate);
+        if (rates[1] != options.warmup_epochs) differs("--warmup", rates[1], options.warmup_epochs);
+        if (rates[2] != options.momentum) differs("--momentum", rates[2], options.momentum);
+        if (rates[3] != options.weight_decay) differs("--weight-decay", rates[3], options.weight_decay);
     }
 }
 
-// Loads the data, trains, evaluates after every epoch, writes the metrics
-// file and returns the summary. Throws std::invalid_argument for bad
-// options, petra::data_error for bad data, and whatever training throws
-// (a non-finite loss names its stage).
+// The run's position, finished epochs and augmentation generator.
+template <petra::state_archive Archive>
+void transfer_position(Archive& archive, run_position& position)
+{
+    constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
+    archive.section("position");
+    archive.count(position.epoch, unlimited);
+    archive.count(position.batch, unlimited);
+    archive.count(position.steps, unlimited);
+    archive.values(std::span<double>(&position.training_seconds, 1));
+    std::string generator;
+    if constexpr (!Archive::loading) {
+        std::ostringstream text;
+        text << position.generator;
+        generator = text.str();
+    }
+    archive.text(generator);
+    if constexpr (Archive::loading) {
+        std::istringstream text(generator);
+        text >> position.generator;
+        if (!text) throw petra::checkpoint_error("checkpoint: the augmentation generator's state cannot be read.");
+    }
+    std::size_t finished = position.epochs.size();
+    archive.count(finished, position.epoch);
+    position.epochs.resize(finished);
+    for (epoch_record& record : position.epochs) {
+        std::array<double, 8> fields{double(record.epoch), double(record.steps), record.train_loss,
+                                     record.train_accuracy,  record.test_loss,   record.test_accuracy,
+                                     record.seconds,         record.learning_rate};
+        archive.values(std::span<double>(fields));
+        record = {std::size_t(fields[0]), std::size_t(fields[1]), fields[2], fields[3],
+                  fields[4],              fields[5],              fields[6], fields[7]};
+    }
+}
+
+// FNV-1a of the parameters' and running statistics' bytes: two runs that
+// end with equal digests ended with equal networks.
+inline std::string parameter_digest(const petra::network_parameters<net, float>& parameters)
+{
+    std::uint64_t hash = 14695981039346656037ull;
+    auto mix = [&](std::span<const float> values) {
+        const auto* bytes = reinterpret_cast<const unsigned char*>(values.data());
+        for (std::size_t i = 0; i < values.size_bytes(); ++i) {
+            hash ^= bytes[i];
+            hash *= 1099511628211ull;
+        }
+    };
+    mix(parameters.values());
+    mix(parameters.state());
+    char text[17];
+    std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash));
+    return text;
+}
+
+// What one run does between the data and the summary, whatever the method.
+struct run_hooks {
+    std::function<void(const petra::epoch_statistics&)> end_epoch; // evaluates, records, reports
+    std::function<void()> save;                                     // writes the checkpoint
+};
+
+// The training loop shared by all methods: from the position (a fresh run
+// or a checkpoint's) to the end of the budget, or until a stop is
+// requested. Saves every options.checkpoint_every micro-batches, at a stop
+// and at the end when a checkpoint path is set. Returns false if stopped.
+template <class Method>
+bool train(run_context& run, Method& method, petra::network_parameters<net, float>& parameters,
+           run_position& position, petra::progress_reporter& progress, const run_hooks& hooks)
+{
+    const job_options& options = run.options;
+    const bool checkpoints = !options.checkpoint_path.empty();
+    for (; position.epoch < options.epochs && position.steps < run.total_steps; ++position.epoch) {
+        run.order.shuffle(position.epoch);
+        if (position.batch == 0) position.generator.seed(options.seed * 1000003 + position.epoch);
+        for (; position.batch < run.batches_per_epoch && position.steps < run.total_steps; ++position.batch) {
+            if (options.stop_requested && options.stop_requested()) {
+                if (checkpoints) hooks.save();
+                return false;
+            }
+            run.load(position.batch, position.generator);
+            method.train(parameters, position);
+            ++position.steps;
+            if (!options.quiet) {
+                const petra::epoch_statistics so_far = method.progress();
+                progress.update(position.epoch + 1, options.epochs, position.steps, so_far.mean_loss(),
+                                so_far.accuracy());
+            }
+            if (checkpoints && options.checkpoint_every != 0 && position.steps % options.checkpoint_every == 0) {
+                ++position.batch; // the position saved is the next micro-batch's
+                hooks.save();
+                --position.batch;
+            }
+        }
+        hooks.end_epoch(method.end_epoch(parameters));
+        position.batch = 0;
+    }
+    if (checkpoints) hooks.save();
+    return true;
+}
+
+// Loads the data, trains (from a checkpoint with options.resume),
+// evaluates after every epoch, writes the metrics file and returns the
+// summary; summary.interrupted if options.stop_requested stopped it (the
+// checkpoint, if any, saved). Throws std::invalid_argument for bad options
+// (and for a checkpoint of other options), petra::data_error for bad data,
+// petra::checkpoint_error for a bad checkpoint, and whatever training
+// throws (a non-finite loss names its stage).
 inline job_summary run_job(const job_options& options)
 {
     check(options);
+    if (options.resume && options.checkpoint_path.empty()) {
+        throw std::invalid_argument("--resume needs --checkpoint PATH, the checkpoint to resume.");
+    }
+    if (!options.resume && !options.checkpoint_path.empty() && std::filesystem::exists(options.checkpoint_path)) {
+        throw std::invalid_argument("--checkpoint " + options.checkpoint_path +
+                                    " exists: pass --resume to go on with it, or remove it to start afresh.");
+    }
     const std::string dir = options.data_dir.empty() || options.data_dir.back() == '/' ? options.data_dir
                                                                                           : options.data_dir + "/";
-    const auto train = petra::load_idx_dataset(dir + "train-images-idx3-ubyte.gz", dir + "train-labels-idx1-ubyte.gz",
-                                               10, petra::fashion_mnist_normalisation);
+    const auto train_set = petra::load_idx_dataset(dir + "train-images-idx3-ubyte.gz",
+                                                   dir + "train-labels-idx1-ubyte.gz", 10,
+                                                   petra::fashion_mnist_normalisation);
     const auto test = petra::load_idx_dataset(dir + "t10k-images-idx3-ubyte.gz", dir + "t10k-labels-idx1-ubyte.gz", 10,
                                               petra::fashion_mnist_normalisation);
-    if (train.images.shape()[2] != 28 || train.images.shape()[3] != 28 || test.images.shape()[2] != 28 ||
+    if (train_set.images.shape()[2] != 28 || train_set.images.shape()[3] != 28 || test.images.shape()[2] != 28 ||
         test.images.shape()[3] != 28) {
         throw petra::data_error(dir + ": the reference network takes 28 x 28 images.");
     }
-    if (train.size() < options.batch) {
+    if (train_set.size() < options.batch) {
         throw std::invalid_argument("--batch " + std::to_string(options.batch) + " is larger than the " +
-                                    std::to_string(train.size()) + " training images.");
-    }
-
-    std::unique_ptr<std::ofstream> metrics;
-    if (!options.metrics_path.empty()) {
-        metrics = std::make_unique<std::ofstream>(options.metrics_path);
-        if (!*metrics) throw std::runtime_error(options.metrics_path + ": cannot write the metrics file.");
-        *metrics << "method,stages,accumulation,seed,epoch,steps,train_loss,train_accuracy,test_loss,test_accuracy,"
-                    "seconds,learning_rate\n";
+                                    std::to_string(train_set.size()) + " training images.");
     }
 
     job_summary summary;
     summary.options = options;
-    run_context run(options, train);
+    run_context run(options, train_set);
     auto parameters = net::make_parameters<float>(options.seed);
+    run_position position;
     petra::progress_reporter progress(run.total_steps, options.batch);
-    double training_seconds = 0;
+    std::unique_ptr<std::ofstream> metrics;
     auto epoch_start = std::chrono::steady_clock::now();
-    auto end_epoch = [&](std::size_t epoch, double train_loss, double train_accuracy) {
+
+    auto write_metrics_row = [&](const epoch_record& record) {
+        *metrics << options.method << ',' << (options.method == "petra" ? options.stages : 1) << ','
+                 << options.accumulation << ',' << options.seed << ',' << record.epoch << ',' << record.steps << ','
+                 << record.train_loss << ',' << record.train_accuracy << ',' << record.test_loss << ','
+                 << record.test_accuracy << ',' << record.seconds << ',' << record.learning_rate << '\n';
+        metrics->flush();
+    };
+    // The metrics file holds the finished epochs: rewritten whole when a
+    // run resumes, so that nothing is lost or written twice.
+    auto open_metrics = [&] {
+        if (options.metrics_path.empty()) return;
+        metrics = std::make_unique<std::ofstream>(options.metrics_path, std::ios::trunc);
+        if (!*metrics) throw std::runtime_error(options.metrics_path + ": cannot write the metrics file.");
+        *metrics << "method,stages,accumulation,seed,epoch,steps,train_loss,train_accuracy,test_loss,test_accuracy,"
+                    "seconds,learning_rate\n";
+        for (const epoch_record& record : position.epochs) write_metrics_row(record);
+    };
+
+    run_hooks hooks;
+    hooks.end_epoch = [&](const petra::epoch_statistics& statistics) {
         const auto now = std::chrono::steady_clock::now();
-        training_seconds += std::chrono::duration<double>(now - epoch_start).count();
+        position.training_seconds += std::chrono::duration<double>(now - epoch_start).count();
         const auto [test_loss, test_accuracy] = evaluate(parameters, test);
-        epoch_record record{epoch + 1, summary.steps, train_loss, train_accuracy, test_loss, test_accuracy,
-                            training_seconds,
-                            run.schedule((summary.steps + options.accumulation - 1) / options.accumulation)};
-        summary.epochs.push_back(record);
-        summary.epochs_run = epoch + 1;
+        const epoch_record record{position.epoch + 1,    position.steps,
+                                  statistics.mean_loss(), statistics.accuracy(),
+                                  test_loss,             test_accuracy,
+                                  position.training_seconds,
+                                  run.schedule((position.steps + options.accumulation - 1) / options.accumulation)};
+        position.epochs.push_back(record);
         if (!options.quiet) {
             char extra[96];
             std::snprintf(extra, sizeof extra, "  test loss %.4f  test accuracy %.2f%%", test_loss,
                           100.0 * test_accuracy);
-            progress.epoch_done(epoch + 1, options.epochs, summary.steps, train_loss, train_accuracy, extra);
+            progress.epoch_done(record.epoch, options.epochs, position.steps, record.train_loss,
+                                record.train_accuracy, extra);
         }
-        if (metrics) {
-            *metrics << options.method << ',' << (options.method == "petra" ? options.stages : 1) << ','
-                     << options.accumulation << ',' << options.seed << ',' << record.epoch << ',' << record.steps
-                     << ',' << record.train_loss << ',' << record.train_accuracy << ',' << record.test_loss << ','
-                     << record.test_accuracy << ',' << record.seconds << ',' << record.learning_rate << '\n';
-            metrics->flush();
-        }
+        if (metrics) write_metrics_row(record);
         epoch_start = std::chrono::steady_clock::now(); // evaluation is not training time
     };
 
+    auto run_with = [&]<class Method>(std::type_identity<Method>) {
+        Method method(run, parameters);
+        auto transfer = [&](auto& archive) {
+            transfer_configuration(archive, options, run.batches_per_epoch);
+            transfer_position(archive, position);
+            parameters.transfer_state(archive);
+            method.transfer_state(archive);
+        };
+        hooks.save = [&] {
+            method.pause(); // the parameters are read below: every stage must be done with them
+            const double before = position.training_seconds;
+            position.training_seconds +=
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
+            petra::checkpoint_writer out(options.checkpoint_path, net::signature);
+            transfer(out);
+            out.commit();
+            position.training_seconds = before;
+        };
+        if (options.resume) {
+            petra::checkpoint_reader in(options.checkpoint_path, net::signature);
+            transfer(in);
+            in.finish();
+            progress.resumed_at(position.steps);
+            if (!options.quiet) {
+                std::fprintf(stderr, "resumed from %s at epoch %zu, micro-batch %zu (step %zu of %zu)\n",
+                             options.checkpoint_path.c_str(), position.epoch + 1, position.batch, position.steps,
+                             run.total_steps);
+            }
+        }
+        open_metrics();
+        epoch_start = std::chrono::steady_clock::now();
+        summary.interrupted = !train(run, method, parameters, position, progress, hooks);
+    };
+
     if (options.method == "backprop") {
-        train_sequentially<petra::exact_backprop<net, float>>(run, parameters, summary, progress, end_epoch);
+        run_with(std::type_identity<sequential_method<petra::exact_backprop<net, float>>>{});
     } else if (options.method == "reversible-backprop") {
-        train_sequentially<petra::reversible_backprop<net, float>>(run, parameters, summary, progress, end_epoch);
+        run_with(std::type_identity<sequential_method<petra::reversible_backprop<net, float>>>{});
     } else {
         switch (options.stages) {
-        case 1: train_with_petra<1>(run, parameters, summary, progress, end_epoch); break;
-        case 2: train_with_petra<2>(run, parameters, summary, progress, end_epoch); break;
-        case 3: train_with_petra<3>(run, parameters, summary, progress, end_epoch); break;
-        default: train_with_petra<4>(run, parameters, summary, progress, end_epoch); break;
+        case 1: run_with(std::type_identity<petra_method<1>>{}); break;
+        case 2: run_with(std::type_identity<petra_method<2>>{}); break;
+        case 3: run_with(std::type_identity<petra_method<3>>{}); break;
+        default: run_with(std::type_identity<petra_method<4>>{}); break;
         }
     }
 
-    summary.train_seconds = training_seconds;
-    summary.examples_per_second = training_seconds > 0 ? double(summary.steps * options.batch) / training_seconds : 0;
+    summary.steps = position.steps;
+    summary.position_epoch = position.epoch;
+    summary.position_batch = position.batch;
+    summary.epochs = position.epochs;
+    summary.epochs_run = position.epochs.size();
+    summary.train_seconds = position.training_seconds;
+    summary.examples_per_second =
+        summary.train_seconds > 0 ? double(summary.steps * options.batch) / summary.train_seconds : 0;
     summary.test_loss = summary.epochs.empty() ? 0 : summary.epochs.back().test_loss;
     summary.test_accuracy = summary.epochs.empty() ? 0 : summary.epochs.back().test_accuracy;
     summary.peak_rss_bytes = petra::peak_rss_bytes();
-    if (!options.summary_path.empty()) {
+    summary.parameter_digest = parameter_digest(parameters);
+    if (!options.summary_path.empty() && !summary.interrupted) {
         std::ofstream out(options.summary_path);
         if (!out) throw std::runtime_error(options.summary_path + ": cannot write the summary file.");
         out << summary.json() << '\n';

@@ -1,6 +1,9 @@
 // The main job: train the reference network on Fashion-MNIST with PETRA,
 // exact backprop or reversible backprop, and report test accuracy, time,
 // throughput and memory. Run with --help for the options.
+#include <signal.h>
+
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -31,7 +34,15 @@ on Fashion-MNIST and scores it on the 10,000 test images.
   --data-dir D        IDX files (gzip)  (/usr/share/datasets/fashion-mnist)
   --metrics PATH      CSV, one row per epoch
   --summary PATH      the JSON summary line, also written to PATH
-  --max-steps N       stop after N micro-batches (quick runs)
+  --max-steps N       stop after N micro-batches (quick runs; the
+                      schedule is compressed into them)
+  --checkpoint PATH   save the whole training state to PATH every
+                      --checkpoint-every micro-batches (500), at the end,
+                      and on SIGINT or SIGTERM (the current tick finishes,
+                      the state is saved, the job exits with 130 or 143)
+  --checkpoint-every N  0: only at the end and on a signal
+  --resume            go on from --checkpoint PATH; the other options must
+                      be those the run started with (paths aside)
   --quiet             no progress on stderr
   --help              this text
 
@@ -95,10 +106,29 @@ fashion::job_options parse(int argc, char** argv, bool& help)
         else if (name == "--metrics") options.metrics_path = value();
         else if (name == "--summary") options.summary_path = value();
         else if (name == "--max-steps") options.max_steps = count(value());
+        else if (name == "--checkpoint") options.checkpoint_path = value();
+        else if (name == "--checkpoint-every") options.checkpoint_every = count(value());
+        else if (name == "--resume") options.resume = true;
         else if (name == "--quiet") options.quiet = true;
         else throw usage_error("unknown option '" + name + "' (see --help).");
     }
     return options;
+}
+
+// The signal that asked the job to stop, 0 if none. A second signal of
+// either kind ends the process at once (the handler resets itself).
+volatile std::sig_atomic_t stop_signal = 0;
+
+extern "C" void request_stop(int signal) { stop_signal = signal; }
+
+void install_stop_handlers()
+{
+    struct sigaction action{};
+    action.sa_handler = request_stop;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESETHAND;
+    sigaction(SIGINT, &action, nullptr);
+    sigaction(SIGTERM, &action, nullptr);
 }
 
 } // namespace
@@ -118,8 +148,22 @@ int main(int argc, char** argv)
         std::fprintf(stderr, "fashion_mnist: %s\n", error.what());
         return 2;
     }
+    // Without a checkpoint there is nothing to save: a signal ends the job
+    // as it ends any program.
+    if (!options.checkpoint_path.empty()) {
+        install_stop_handlers();
+        options.stop_requested = [] { return stop_signal != 0; };
+    }
     try {
         const fashion::job_summary summary = fashion::run_job(options);
+        if (summary.interrupted) {
+            std::fprintf(stderr,
+                         "\nfashion_mnist: stopped by %s at epoch %zu, micro-batch %zu (step %zu); checkpoint saved "
+                         "to %s. Resume with the same options and --resume.\n",
+                         stop_signal == SIGTERM ? "SIGTERM" : "SIGINT", summary.position_epoch + 1,
+                         summary.position_batch, summary.steps, options.checkpoint_path.c_str());
+            return 128 + (stop_signal == SIGTERM ? SIGTERM : SIGINT);
+        }
         std::fprintf(stderr,
                      "%s%s: test accuracy %.2f%% after %zu epochs (%zu steps), %.1f s of training, %.0f examples/s, "
                      "peak memory %.0f MiB\n",
@@ -129,6 +173,9 @@ int main(int argc, char** argv)
                      summary.examples_per_second, double(summary.peak_rss_bytes) / (1 << 20));
         std::printf("%s\n", summary.json().c_str());
         return 0;
+    } catch (const std::invalid_argument& error) { // options, or a checkpoint of other options
+        std::fprintf(stderr, "fashion_mnist: %s\n", error.what());
+        return 2;
     } catch (const petra::data_error& error) {
         std::fprintf(stderr, "fashion_mnist: %s\n", error.what());
         return 3;

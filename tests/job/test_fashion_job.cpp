@@ -1,11 +1,13 @@
 // The Fashion-MNIST job end to end on generated data: IDX files written by
 // the test (28 x 28 images whose class shows as a bright square at its own
 // place), a few epochs with each method; the loss must fall and the test
-// accuracy beat chance; the metrics file and the summary must say so.
+// accuracy beat chance; the metrics file and the summary must say so. A run
+// stopped and resumed from its checkpoint ends as one that was not.
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -123,4 +125,123 @@ TEST_CASE("fashion_mnist job: --max-steps caps the run, and bad options or data 
     options = quick(data, "backprop", 1);
     options.data_dir = (data.dir / "missing").string();
     CHECK_THROWS_AS(fashion::run_job(options), petra::data_error);
+}
+
+namespace {
+
+// The metrics of a run without the seconds column (time differs between
+// runs; everything else must not).
+std::vector<std::string> metrics_without_time(const std::string& path)
+{
+    std::ifstream csv(path);
+    std::vector<std::string> rows;
+    for (std::string line; std::getline(csv, line);) {
+        std::vector<std::string> fields;
+        std::stringstream split(line);
+        for (std::string field; std::getline(split, field, ',');) fields.push_back(field);
+        REQUIRE(fields.size() == 12);
+        fields.erase(fields.begin() + 10); // seconds
+        std::string kept;
+        for (const std::string& field : fields) kept += field + ",";
+        rows.push_back(kept);
+    }
+    return rows;
+}
+
+} // namespace
+
+TEST_CASE("fashion_mnist job: a run stopped and resumed from its checkpoint ends as an uninterrupted run")
+{
+    const generated_data data;
+    for (const auto& [method, stages] : {std::pair<std::string, std::size_t>{"petra", 3}, {"backprop", 1}}) {
+        CAPTURE(method);
+        auto options = quick(data, method, stages);
+        options.epochs = 3;
+        options.augment = true; // the generator's state must come back too
+        options.checkpoint_every = 7;
+        options.metrics_path = (data.dir / (method + "-whole.csv")).string();
+        const fashion::job_summary whole = fashion::run_job(options);
+        REQUIRE(!whole.interrupted);
+
+        // Stopped at step 27 (epoch 2, micro-batch 7), then at step 41.
+        options.metrics_path = (data.dir / (method + "-resumed.csv")).string();
+        options.checkpoint_path = (data.dir / (method + ".checkpoint")).string();
+        std::size_t asked = 0;
+        std::size_t stop_at = 27;
+        options.stop_requested = [&] { return asked++ == stop_at; };
+        fashion::job_summary part = fashion::run_job(options);
+        CHECK(part.interrupted);
+        CHECK(part.steps == 27);
+        CHECK(part.position_epoch == 1);
+        CHECK(part.position_batch == 7);
+        CHECK(metrics_without_time(options.metrics_path).size() == 2); // the header and epoch 1
+
+        options.resume = true;
+        asked = 0;
+        stop_at = 41 - 27;
+        part = fashion::run_job(options);
+        CHECK(part.interrupted);
+        CHECK(part.steps == 41);
+
+        options.stop_requested = nullptr;
+        const fashion::job_summary resumed = fashion::run_job(options);
+        REQUIRE(!resumed.interrupted);
+        CHECK(resumed.steps == whole.steps);
+        CHECK(resumed.parameter_digest == whole.parameter_digest);
+        CHECK(resumed.test_accuracy == whole.test_accuracy);
+        CHECK(resumed.epochs_run == 3);
+        CHECK(metrics_without_time(options.metrics_path) == metrics_without_time((data.dir / (method + "-whole.csv")).string()));
+        // A finished run's checkpoint resumes to the same end without training.
+        const fashion::job_summary again = fashion::run_job(options);
+        CHECK(again.parameter_digest == whole.parameter_digest);
+        CHECK(again.steps == whole.steps);
+    }
+}
+
+TEST_CASE("fashion_mnist job: checkpoints of other options, corrupted ones and overwrites are refused")
+{
+    const generated_data data;
+    auto options = quick(data, "petra", 2);
+    options.epochs = 1;
+    options.checkpoint_path = (data.dir / "run.checkpoint").string();
+    std::size_t asked = 0;
+    options.stop_requested = [&] { return asked++ == 5; };
+    REQUIRE(fashion::run_job(options).interrupted);
+    options.stop_requested = nullptr;
+
+    // Starting again without --resume would overwrite it.
+    CHECK_THROWS_WITH_AS(fashion::run_job(options), doctest::Contains("exists: pass --resume"),
+                         std::invalid_argument);
+    options.resume = true;
+    auto other = options;
+    other.learning_rate = 0.1;
+    CHECK_THROWS_WITH_AS(fashion::run_job(other),
+                         doctest::Contains("--lr: the checkpoint's run used 0.05, this command asks for 0.1"),
+                         std::invalid_argument);
+    other = options;
+    other.stages = 3;
+    CHECK_THROWS_WITH_AS(fashion::run_job(other), doctest::Contains("--stages: the checkpoint's run used 2"),
+                         std::invalid_argument);
+    other = options;
+    other.method = "backprop";
+    CHECK_THROWS_WITH_AS(fashion::run_job(other), doctest::Contains("--method"), std::invalid_argument);
+
+    // One byte changed anywhere: refused before anything is loaded.
+    std::string bytes;
+    {
+        std::ifstream in(options.checkpoint_path, std::ios::binary);
+        bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    bytes[bytes.size() / 3] ^= 0x20;
+    {
+        std::ofstream out(options.checkpoint_path, std::ios::binary | std::ios::trunc);
+        out << bytes;
+    }
+    CHECK_THROWS_WITH_AS(fashion::run_job(options), doctest::Contains("is corrupted"), petra::checkpoint_error);
+
+    options.checkpoint_path = (data.dir / "missing.checkpoint").string();
+    CHECK_THROWS_WITH_AS(fashion::run_job(options), doctest::Contains("cannot be opened"), petra::checkpoint_error);
+    options.checkpoint_path.clear();
+    CHECK_THROWS_WITH_AS(fashion::run_job(options), doctest::Contains("--resume needs --checkpoint"),
+                         std::invalid_argument);
 }

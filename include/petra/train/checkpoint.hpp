@@ -3,13 +3,13 @@
 //
 //   {
 //       checkpoint_writer out("run.checkpoint", net::signature);
-//       parameters.transfer_state(out);
-//       pipeline.transfer_state(out);   // pauses the pipeline at a tick
+//       pipeline.transfer_state(out);   // pauses the pipeline at a tick first
+//       parameters.transfer_state(out); // so that no stage is updating them
 //       out.commit();                   // atomically replaces run.checkpoint
 //   }
 //   checkpoint_reader in("run.checkpoint", net::signature);
-//   parameters.transfer_state(in);
 //   pipeline.transfer_state(in);
+//   parameters.transfer_state(in);
 //   in.finish();                        // nothing left unread
 //
 // The file: a 32-byte header (the magic "PETRACKP", the format version, a

@@ -77,6 +77,10 @@ public:
 
     double elapsed_seconds() const { return seconds(clock::now() - start_); }
 
+    // A run resumed from a checkpoint: its first `step` steps were done
+    // before, and do not count in the rate and the time left.
+    void resumed_at(std::size_t step) { first_step_ = step; }
+
 private:
     using clock = std::chrono::steady_clock;
 
@@ -86,9 +90,10 @@ private:
                      clock::time_point now) const
     {
         const double elapsed = seconds(now - start_);
-        const double rate = elapsed > 0 ? double(step * examples_per_step_) / elapsed : 0.0;
+        const std::size_t done = step > first_step_ ? step - first_step_ : 0;
+        const double rate = elapsed > 0 ? double(done * examples_per_step_) / elapsed : 0.0;
         const double left =
-            step > 0 && total_steps_ > step ? elapsed / double(step) * double(total_steps_ - step) : 0.0;
+            done > 0 && total_steps_ > step ? elapsed / double(done) * double(total_steps_ - step) : 0.0;
         char text[256];
         std::snprintf(text, sizeof text, "epoch %zu/%zu  step %zu/%zu  loss %.4f  accuracy %.2f%%  %.0f examples/s  "
                       "elapsed %s  left %s",
@@ -98,6 +103,7 @@ private:
     }
 
     std::size_t total_steps_;
+    std::size_t first_step_ = 0;
     std::size_t examples_per_step_;
     std::FILE* out_;
     double interval_;

@@ -1,0 +1,48 @@
+#!/bin/bash
+# The job's front end under a real signal: a PETRA run on Fashion-MNIST sent
+# SIGINT mid-run finishes its tick, saves, exits with 130 and says how to
+# resume; resumed, it ends with the parameters of a run never stopped (the
+# summaries' parameter digests agree). SIGTERM the same, with 143.
+# Usage: stop_and_resume.sh JOB_BINARY WORK_DIR. Exits 77 (skipped) when the
+# dataset is not installed.
+set -u
+job=$1
+work=$2
+data=/usr/share/datasets/fashion-mnist
+if [[ ! -r $data/train-images-idx3-ubyte.gz ]]; then
+    echo "skipped: $data has no Fashion-MNIST (the dataset-fashion-mnist package)"
+    exit 77
+fi
+rm -rf "$work" && mkdir -p "$work" || exit 1
+fail() { echo "FAILED: $*"; exit 1; }
+common=(--method petra --stages 3 --epochs 1 --max-steps 120 --batch 32 --quiet)
+
+"$job" "${common[@]}" --summary "$work/whole.json" > /dev/null || fail "the uninterrupted run failed"
+digest() { sed -n 's/.*"parameter_digest": "\([0-9a-f]*\)".*/\1/p' "$1"; }
+whole=$(digest "$work/whole.json")
+[[ -n $whole ]] || fail "no parameter digest in $work/whole.json"
+
+for signal in INT TERM; do
+    checkpoint=$work/$signal.checkpoint
+    "$job" "${common[@]}" --checkpoint "$checkpoint" --checkpoint-every 0 > /dev/null 2> "$work/$signal.log" &
+    pid=$!
+    # Wait until it trains (the data takes a moment to load), then signal.
+    sleep 3
+    kill -s "$signal" "$pid"
+    wait "$pid"
+    status=$?
+    expected=$([[ $signal == INT ]] && echo 130 || echo 143)
+    # A run that ended before the signal proves nothing: a failure, so that
+    # it cannot pass unnoticed (raise --max-steps if machines get that fast).
+    [[ $status != 0 ]] || fail "the run finished before SIG$signal arrived, 3 s after its start"
+    [[ $status == "$expected" ]] || { cat "$work/$signal.log"; fail "SIG$signal: exit status $status, not $expected"; }
+    grep -q "stopped by SIG$signal at epoch 1, micro-batch" "$work/$signal.log" || { cat "$work/$signal.log"; fail "no stop message"; }
+    [[ -s $checkpoint ]] || fail "SIG$signal: no checkpoint at $checkpoint"
+    grep "stopped by" "$work/$signal.log"
+    "$job" "${common[@]}" --checkpoint "$checkpoint" --resume --summary "$work/$signal.json" > /dev/null 2>> "$work/$signal.log" ||
+        { cat "$work/$signal.log"; fail "SIG$signal: the resumed run failed"; }
+    resumed=$(digest "$work/$signal.json")
+    [[ $resumed == "$whole" ]] || fail "SIG$signal: resumed digest $resumed, uninterrupted $whole"
+    echo "SIG$signal: stopped, resumed, digest $resumed equals the uninterrupted run's"
+done
+rm -rf "$work"
