@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -27,6 +28,8 @@
 
 #include <petra/petra.hpp>
 #include <petra/train/progress.hpp>
+
+#include "fidelity.hpp"
 
 namespace fashion {
 
@@ -61,7 +64,19 @@ struct job_options {
     // Asked before every micro-batch; true: save the checkpoint and stop
     // (the front end sets it from SIGINT and SIGTERM).
     std::function<bool()> stop_requested;
+    // PETRA only: every fidelity_every micro-batches, the gradient each
+    // stage applies is compared with the true gradient (fidelity.hpp); one
+    // row per stage in the fidelity file, next to the metrics file
+    // (fidelity_path_of). 0: never.
+    std::size_t fidelity_every = 0;
 };
+
+// "run.csv" -> "run-fidelity.csv"; any other name gets "-fidelity.csv".
+inline std::string fidelity_path_of(const std::string& metrics_path)
+{
+    const bool csv = metrics_path.size() > 4 && metrics_path.compare(metrics_path.size() - 4, 4, ".csv") == 0;
+    return (csv ? metrics_path.substr(0, metrics_path.size() - 4) : metrics_path) + "-fidelity.csv";
+}
 
 struct epoch_record {
     std::size_t epoch = 0, steps = 0;
@@ -133,6 +148,12 @@ inline void check(const job_options& options)
     if (!(options.weight_decay >= 0) || !std::isfinite(options.weight_decay)) {
         fail("--weight-decay must be 0 or more.");
     }
+    if (options.fidelity_every != 0 && options.method != "petra") {
+        fail("--fidelity-every measures PETRA's gradients against backprop's: it needs --method petra.");
+    }
+    if (options.fidelity_every != 0 && options.metrics_path.empty()) {
+        fail("--fidelity-every writes next to the metrics file: it needs --metrics PATH.");
+    }
     if (options.schedule != "cosine" && options.schedule != "step" && options.schedule != "constant") {
         fail("--schedule must be cosine, step or constant, not '" + options.schedule + "'.");
     }
@@ -149,6 +170,8 @@ struct run_context {
     std::vector<float> images;
     std::vector<std::int32_t> labels;
     std::vector<float> augmentation_scratch;
+    // Where gradient-fidelity measurements go (set by run_job when asked).
+    std::function<void(std::size_t step, const std::vector<stage_fidelity>&)> record_fidelity;
 
     run_context(const job_options& job, const petra::labelled_images& train_set)
         : options(job), train(train_set), order(train_set.size(), job.batch, job.seed),
@@ -285,11 +308,32 @@ public:
                     {.momentum = run.options.momentum, .nesterov = true, .weight_decay = run.options.weight_decay},
                     run.schedule, {.batch = run.options.batch, .accumulation = run.options.accumulation})
     {
+        if (run.options.fidelity_every != 0) {
+            probe_ = std::make_unique<fidelity_probe<net, cuts>>(run.options.batch);
+            pipeline_.set_trace([probe = probe_.get()](const petra::pipeline_event<float>& event) {
+                probe->observe(event);
+            });
+        }
     }
 
-    void train(petra::network_parameters<net, float>&, const run_position&)
+    void train(petra::network_parameters<net, float>& parameters, const run_position& position)
     {
+        if (!probe_) {
+            pipeline_.feed(run_.images.data(), run_.labels.data());
+            return;
+        }
+        probe_->remember(position.batch, run_.images.data(), run_.labels.data());
+        const bool measure = (position.steps + 1) % run_.options.fidelity_every == 0 && probe_->measurable();
+        if (measure) {
+            pipeline_.pause();
+            probe_->before_tick(pipeline_, parameters, position.batch);
+        }
         pipeline_.feed(run_.images.data(), run_.labels.data());
+        if (measure) {
+            pipeline_.pause();
+            const std::vector<stage_fidelity> results = probe_->after_tick();
+            if (run_.record_fidelity) run_.record_fidelity(position.steps + 1, results);
+        }
     }
     petra::epoch_statistics progress() { return pipeline_.progress(); }
     petra::epoch_statistics end_epoch(petra::network_parameters<net, float>&) { return pipeline_.drain(); }
@@ -306,6 +350,7 @@ public:
 private:
     const run_context& run_;
     petra::thread_pipeline<net, cuts, petra::sgd<float>> pipeline_;
+    std::unique_ptr<fidelity_probe<net, cuts>> probe_;
 };
 
 // The options a run's numbers depend on: a checkpoint resumes only under
@@ -513,6 +558,40 @@ inline job_summary run_job(const job_options& options)
         for (const epoch_record& record : position.epochs) write_metrics_row(record);
     };
 
+    // The fidelity file, like the metrics: on resume, only the rows of
+    // the steps the checkpoint covers are kept.
+    std::unique_ptr<std::ofstream> fidelity;
+    const char* const fidelity_header = "method,stages,accumulation,seed,epoch,step,stage,micro_batch,cosine,norm_ratio";
+    auto open_fidelity = [&] {
+        if (options.fidelity_every == 0) return;
+        const std::string path = fidelity_path_of(options.metrics_path);
+        std::vector<std::string> kept;
+        if (options.resume) {
+            std::ifstream old(path);
+            std::string line;
+            std::getline(old, line);
+            while (std::getline(old, line)) {
+                std::stringstream fields(line);
+                std::string step; // the sixth field
+                for (int i = 0; i < 6; ++i) std::getline(fields, step, ',');
+                if (std::strtoull(step.c_str(), nullptr, 10) <= position.steps) kept.push_back(line);
+            }
+        }
+        fidelity = std::make_unique<std::ofstream>(path, std::ios::trunc);
+        if (!*fidelity) throw std::runtime_error(path + ": cannot write the gradient-fidelity file.");
+        *fidelity << fidelity_header << '\n';
+        for (const std::string& line : kept) *fidelity << line << '\n';
+        fidelity->flush();
+    };
+    run.record_fidelity = [&](std::size_t step, const std::vector<stage_fidelity>& results) {
+        for (const stage_fidelity& result : results) {
+            *fidelity << options.method << ',' << options.stages << ',' << options.accumulation << ','
+                      << options.seed << ',' << position.epoch + 1 << ',' << step << ',' << result.stage << ','
+                      << result.micro_batch << ',' << result.cosine << ',' << result.norm_ratio << '\n';
+        }
+        fidelity->flush();
+    };
+
     run_hooks hooks;
     hooks.end_epoch = [&](const petra::epoch_statistics& statistics) {
         const auto now = std::chrono::steady_clock::now();
@@ -565,6 +644,7 @@ inline job_summary run_job(const job_options& options)
             }
         }
         open_metrics();
+        open_fidelity();
         epoch_start = std::chrono::steady_clock::now();
         summary.interrupted = !train(run, method, parameters, position, progress, hooks);
     };

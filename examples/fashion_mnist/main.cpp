@@ -43,6 +43,10 @@ on Fashion-MNIST and scores it on the 10,000 test images.
   --checkpoint-every N  0: only at the end and on a signal
   --resume            go on from --checkpoint PATH; the other options must
                       be those the run started with (paths aside)
+  --fidelity-every N  PETRA: every N micro-batches, compare the gradient
+                      each stage applies with the true (backprop) gradient
+                      at the same parameters; cosine and norm ratio per
+                      stage go to <metrics>-fidelity.csv (needs --metrics)
   --quiet             no progress on stderr
   --help              this text
 
@@ -109,6 +113,7 @@ fashion::job_options parse(int argc, char** argv, bool& help)
         else if (name == "--checkpoint") options.checkpoint_path = value();
         else if (name == "--checkpoint-every") options.checkpoint_every = count(value());
         else if (name == "--resume") options.resume = true;
+        else if (name == "--fidelity-every") options.fidelity_every = count(value());
         else if (name == "--quiet") options.quiet = true;
         else throw usage_error("unknown option '" + name + "' (see --help).");
     }

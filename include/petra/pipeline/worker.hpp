@@ -50,9 +50,9 @@ struct pipeline_event {
     std::size_t tick;        // within the epoch
     std::size_t micro_batch; // within the epoch; for a step, the last one it applies
     std::size_t step;        // optimizer steps this stage took before this event
-    std::size_t gradients;   // step: how many micro-batch gradients it averages
+    std::size_t gradients;   // step: how many micro-batch gradients it averages; backward: how many it has summed
     std::span<const T> parameters; // forward: those used; step: those before the step
-    std::span<const T> gradient;   // step: the sum of the gradients it applies
+    std::span<const T> gradient;   // step: the sum of the gradients it applies; backward: the sum so far
 };
 
 // Per-epoch results of the last stage.
@@ -264,7 +264,9 @@ private:
     {
         ++backward_count_;
         ++pending_;
-        if (shared_.trace) shared_.trace({pipeline_event<T>::kind::backward, index, t, m, steps_, 0, {}, {}});
+        if (shared_.trace) {
+            shared_.trace({pipeline_event<T>::kind::backward, index, t, m, steps_, pending_, {}, stage_.gradient()});
+        }
         last_differentiated_ = m;
         if (pending_ == accumulation_) step(t);
     }
