@@ -93,6 +93,8 @@ struct job_summary {
     bool interrupted = false;                            // stopped on request before the end
     std::size_t position_epoch = 0, position_batch = 0; // where it stopped: the next micro-batch
     std::string parameter_digest;                        // of the final parameters and statistics
+    std::size_t checkpoint_bytes = 0;                    // the last checkpoint saved, if any
+    double checkpoint_seconds = 0;                       // and how long saving it took
 
     std::string json() const
     {
@@ -627,10 +629,14 @@ inline job_summary run_job(const job_options& options)
             const double before = position.training_seconds;
             position.training_seconds +=
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
+            const auto start = std::chrono::steady_clock::now();
             petra::checkpoint_writer out(options.checkpoint_path, net::signature);
             transfer(out);
             out.commit();
             position.training_seconds = before;
+            summary.checkpoint_bytes = std::filesystem::file_size(options.checkpoint_path);
+            summary.checkpoint_seconds =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         };
         if (options.resume) {
             petra::checkpoint_reader in(options.checkpoint_path, net::signature);

@@ -164,9 +164,10 @@ int main(int argc, char** argv)
         if (summary.interrupted) {
             std::fprintf(stderr,
                          "\nfashion_mnist: stopped by %s at epoch %zu, micro-batch %zu (step %zu); checkpoint saved "
-                         "to %s. Resume with the same options and --resume.\n",
+                         "to %s (%.1f MiB in %.2f s). Resume with the same options and --resume.\n",
                          stop_signal == SIGTERM ? "SIGTERM" : "SIGINT", summary.position_epoch + 1,
-                         summary.position_batch, summary.steps, options.checkpoint_path.c_str());
+                         summary.position_batch, summary.steps, options.checkpoint_path.c_str(),
+                         double(summary.checkpoint_bytes) / (1 << 20), summary.checkpoint_seconds);
             return 128 + (stop_signal == SIGTERM ? SIGTERM : SIGINT);
         }
         std::fprintf(stderr,
