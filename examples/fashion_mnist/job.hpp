@@ -64,8 +64,10 @@ struct job_options {
     // Asked before every micro-batch; true: save the checkpoint and stop
     // (the front end sets it from SIGINT and SIGTERM).
     std::function<bool()> stop_requested;
+    // Called after each checkpoint is saved, with the step it was saved at.
+    std::function<void(std::size_t step)> checkpoint_saved;
     // PETRA only: every fidelity_every micro-batches, the gradient each
-    // stage applies is compared with the true gradient (fidelity.hpp); one
+    // stage computes is compared with the true gradient (fidelity.hpp); one
     // row per stage in the fidelity file, next to the metrics file
     // (fidelity_path_of). 0: never.
     std::size_t fidelity_every = 0;
@@ -375,7 +377,8 @@ void transfer_configuration(Archive& archive, const job_options& options, std::s
     petra::transfer_flag(archive, saved.augment);
     std::array<double, 4> rates{saved.learning_rate, saved.warmup_epochs, saved.momentum, saved.weight_decay};
     archive.values(std::span<double>(rates));
-    archive.expect(batches_per_epoch, "micro-batches per epoch (training images / batch)");
+    std::size_t saved_batches_per_epoch = batches_per_epoch;
+    archive.count(saved_batches_per_epoch, unlimited);
     if constexpr (Archive::loading) {
         auto differs = [](const std::string& option, const auto& stored, const auto& asked) {
             std::ostringstream text;
@@ -398,6 +401,11 @@ void transfer_configuration(Archive& archive, const job_options& options, std::s
         if (rates[1] != options.warmup_epochs) differs("--warmup", rates[1], options.warmup_epochs);
         if (rates[2] != options.momentum) differs("--momentum", rates[2], options.momentum);
         if (rates[3] != options.weight_decay) differs("--weight-decay", rates[3], options.weight_decay);
+        if (saved_batches_per_epoch != batches_per_epoch) {
+            throw std::invalid_argument("the training set gives " + std::to_string(batches_per_epoch) +
+                                        " micro-batches per epoch here, " + std::to_string(saved_batches_per_epoch) +
+                                        " in the checkpoint's run: resume on the same data.");
+        }
     }
 }
 
@@ -471,7 +479,10 @@ bool train(run_context& run, Method& method, petra::network_parameters<net, floa
 {
     const job_options& options = run.options;
     const bool checkpoints = !options.checkpoint_path.empty();
-    for (; position.epoch < options.epochs && position.steps < run.total_steps; ++position.epoch) {
+    // An epoch begun (a checkpoint saved after its last micro-batch) is
+    // always finished: drained, scored and recorded.
+    for (; position.epoch < options.epochs && (position.batch > 0 || position.steps < run.total_steps);
+         ++position.epoch) {
         run.order.shuffle(position.epoch);
         if (position.batch == 0) position.generator.seed(options.seed * 1000003 + position.epoch);
         for (; position.batch < run.batches_per_epoch && position.steps < run.total_steps; ++position.batch) {
@@ -637,6 +648,7 @@ inline job_summary run_job(const job_options& options)
             summary.checkpoint_bytes = std::filesystem::file_size(options.checkpoint_path);
             summary.checkpoint_seconds =
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            if (options.checkpoint_saved) options.checkpoint_saved(position.steps);
         };
         if (options.resume) {
             petra::checkpoint_reader in(options.checkpoint_path, net::signature);

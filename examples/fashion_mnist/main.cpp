@@ -3,6 +3,7 @@
 // throughput and memory. Run with --help for the options.
 #include <signal.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -44,7 +45,7 @@ on Fashion-MNIST and scores it on the 10,000 test images.
   --resume            go on from --checkpoint PATH; the other options must
                       be those the run started with (paths aside)
   --fidelity-every N  PETRA: every N micro-batches, compare the gradient
-                      each stage applies with the true (backprop) gradient
+                      each stage computes with the true (backprop) gradient
                       at the same parameters; cosine and norm ratio per
                       stage go to <metrics>-fidelity.csv (needs --metrics)
   --quiet             no progress on stderr
@@ -120,18 +121,20 @@ fashion::job_options parse(int argc, char** argv, bool& help)
     return options;
 }
 
-// The signal that asked the job to stop, 0 if none. A second signal of
-// either kind ends the process at once (the handler resets itself).
-volatile std::sig_atomic_t stop_signal = 0;
+// The signal that asked the job to stop, 0 if none; it may arrive on any
+// thread, hence a lock-free atomic. A second signal of either kind ends the
+// process at once (the handler resets itself).
+std::atomic<int> stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
 
-extern "C" void request_stop(int signal) { stop_signal = signal; }
+extern "C" void request_stop(int signal) { stop_signal.store(signal); }
 
 void install_stop_handlers()
 {
     struct sigaction action{};
     action.sa_handler = request_stop;
     sigemptyset(&action.sa_mask);
-    action.sa_flags = SA_RESETHAND;
+    action.sa_flags = SA_RESETHAND | SA_RESTART; // writes in progress are not cut short
     sigaction(SIGINT, &action, nullptr);
     sigaction(SIGTERM, &action, nullptr);
 }
@@ -157,7 +160,7 @@ int main(int argc, char** argv)
     // as it ends any program.
     if (!options.checkpoint_path.empty()) {
         install_stop_handlers();
-        options.stop_requested = [] { return stop_signal != 0; };
+        options.stop_requested = [] { return stop_signal.load() != 0; };
     }
     try {
         const fashion::job_summary summary = fashion::run_job(options);
@@ -165,10 +168,10 @@ int main(int argc, char** argv)
             std::fprintf(stderr,
                          "\nfashion_mnist: stopped by %s at epoch %zu, micro-batch %zu (step %zu); checkpoint saved "
                          "to %s (%.1f MiB in %.2f s). Resume with the same options and --resume.\n",
-                         stop_signal == SIGTERM ? "SIGTERM" : "SIGINT", summary.position_epoch + 1,
+                         stop_signal.load() == SIGTERM ? "SIGTERM" : "SIGINT", summary.position_epoch + 1,
                          summary.position_batch, summary.steps, options.checkpoint_path.c_str(),
                          double(summary.checkpoint_bytes) / (1 << 20), summary.checkpoint_seconds);
-            return 128 + (stop_signal == SIGTERM ? SIGTERM : SIGINT);
+            return 128 + (stop_signal.load() == SIGTERM ? SIGTERM : SIGINT);
         }
         std::fprintf(stderr,
                      "%s%s: test accuracy %.2f%% after %zu epochs (%zu steps), %.1f s of training, %.0f examples/s, "

@@ -22,15 +22,27 @@ digest() { sed -n 's/.*"parameter_digest": "\([0-9a-f]*\)".*/\1/p' "$1"; }
 whole=$(digest "$work/whole.json")
 [[ -n $whole ]] || fail "no parameter digest in $work/whole.json"
 
-for signal in INT TERM; do
-    checkpoint=$work/$signal.checkpoint
+# Starts a run and sends it the signal after $2 seconds; sets status.
+stop_after() {
+    local signal=$1 delay=$2
+    rm -f "$checkpoint"
     "$job" "${common[@]}" --checkpoint "$checkpoint" --checkpoint-every 0 > /dev/null 2> "$work/$signal.log" &
-    pid=$!
-    # Wait until it trains (the data takes a moment to load), then signal.
-    sleep 3
+    local pid=$!
+    sleep "$delay"
     kill -s "$signal" "$pid"
     wait "$pid"
     status=$?
+}
+
+for signal in INT TERM; do
+    checkpoint=$work/$signal.checkpoint
+    # The data takes a moment to load: a stop before the first micro-batch
+    # has nothing in flight to save, so wait longer until one lands inside.
+    for delay in 3 6 12; do
+        stop_after "$signal" "$delay"
+        grep -q "micro-batch 0 " "$work/$signal.log" || break
+    done
+    grep -q "micro-batch 0 " "$work/$signal.log" && fail "SIG$signal: every stop came before the first micro-batch"
     expected=$([[ $signal == INT ]] && echo 130 || echo 143)
     # A run that ended before the signal proves nothing: a failure, so that
     # it cannot pass unnoticed (raise --max-steps if machines get that fast).

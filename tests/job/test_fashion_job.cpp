@@ -331,3 +331,34 @@ TEST_CASE("fashion_mnist job: gradient fidelity is measured per stage, and measu
     options.method = "backprop";
     CHECK_THROWS_WITH_AS(fashion::run_job(options), doctest::Contains("needs --method petra"), std::invalid_argument);
 }
+
+TEST_CASE("fashion_mnist job: a checkpoint saved after the run's last micro-batch resumes into the final epoch's end")
+{
+    // As if the process died while draining or scoring the last epoch: the
+    // checkpoint holds micro-batches still in flight, which must be
+    // drained, scored and recorded on resume.
+    const generated_data data;
+    auto options = quick(data, "petra", 2);
+    options.epochs = 2;
+    const fashion::job_summary whole = fashion::run_job(options);
+    options.checkpoint_path = (data.dir / "run.checkpoint").string();
+    options.checkpoint_every = 40; // the run's 40th and last micro-batch
+    const std::string last = (data.dir / "last.checkpoint").string();
+    options.checkpoint_saved = [&](std::size_t step) {
+        if (step == 40 && !std::filesystem::exists(last)) std::filesystem::copy_file(options.checkpoint_path, last);
+    };
+    fashion::run_job(options);
+    REQUIRE(std::filesystem::exists(last));
+    options.checkpoint_path = last;
+    options.checkpoint_saved = nullptr;
+    options.resume = true;
+    const fashion::job_summary resumed = fashion::run_job(options);
+    CHECK(resumed.epochs_run == 2);
+    CHECK(resumed.parameter_digest == whole.parameter_digest);
+    CHECK(resumed.test_accuracy == whole.test_accuracy);
+
+    // Another batch size: named as such.
+    options.batch = 32;
+    CHECK_THROWS_WITH_AS(fashion::run_job(options), doctest::Contains("--batch: the checkpoint's run used 16"),
+                         std::invalid_argument);
+}

@@ -5,10 +5,14 @@
 // buffer configuration; the saved run itself goes on unchanged. pause()
 // stops the threads where the simulator stands after the same feeds.
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdio>
+#include <filesystem>
 #include <stdexcept>
+#include <span>
 #include <string>
+#include <string_view>
 #include <unistd.h>
 #include <vector>
 
@@ -35,7 +39,9 @@ using simulator = sequential_pipeline<pipeline_network, cuts_of<J>, sgd<float>>;
 
 std::string temporary_path(const std::string& name)
 {
-    return "petra_test_" + std::to_string(::getpid()) + "_" + name + ".checkpoint";
+    return (std::filesystem::temp_directory_path() /
+            ("petra_test_" + std::to_string(::getpid()) + "_" + name + ".checkpoint"))
+        .string();
 }
 
 // A learning rate that changes at every step, so that a step counter
@@ -151,15 +157,16 @@ template <std::size_t J>
 void check_every_configuration()
 {
     CAPTURE(J);
-    std::size_t at = 0;
+    // Interruption points from the epoch's start (nothing in flight) to
+    // after its last micro-batch, through the pipeline's fill.
+    constexpr std::array<std::size_t, 8> points{0, micro_batches_per_epoch, 1, 6, 12, 3, 9, 4};
+    std::size_t configuration = 0;
     for (std::size_t accumulation : {1, 2}) {
         for (bool input_buffer : {false, true}) {
             for (bool parameter_buffer : {false, true}) {
                 const pipeline_options options{.batch = 4, .accumulation = accumulation,
                                                .input_buffer = input_buffer, .parameter_buffer = parameter_buffer};
-                // Interruption points from the epoch's start to its last
-                // micro-batch, through the pipeline's fill.
-                at = (at + 3) % (micro_batches_per_epoch + 1);
+                const std::size_t at = points[(configuration++ + J) % points.size()];
                 check_resume<threads<J>, threads<J>, simulator<J>>(options, at);
             }
         }
@@ -238,5 +245,54 @@ TEST_CASE("pipeline checkpoint: loading needs a fresh epoch and the same pipelin
         CHECK_THROWS_WITH_AS(other.transfer_state(in), doctest::Contains("micro-batch size is 4, here it is 8"),
                              checkpoint_error);
     }
+    std::remove(path.c_str());
+}
+
+namespace {
+
+// Forwards to a checkpoint writer its first `records` records only: a file
+// with a valid checksum whose pipeline state stops part-way.
+struct cut_short_writer {
+    static constexpr bool loading = false;
+    checkpoint_writer& out;
+    std::size_t records;
+
+    bool keep() { return records > 0 && records-- > 0; }
+    void section(std::string_view name) { if (keep()) out.section(name); }
+    void count(std::size_t& value, std::size_t limit) { if (keep()) out.count(value, limit); }
+    void expect(std::size_t value, std::string_view what) { if (keep()) out.expect(value, what); }
+    template <class T>
+    void values(std::span<T> values) { if (keep()) out.values(values); }
+    void text(std::string& text) { if (keep()) out.text(text); }
+};
+static_assert(state_archive<cut_short_writer>);
+
+} // namespace
+
+TEST_CASE("pipeline checkpoint: a load that fails part-way leaves a pipeline that reports it, never one that hangs" *
+          doctest::timeout(60))
+{
+    const test::micro_batches data(micro_batches_per_epoch, 4, 9);
+    const std::string path = temporary_path("cut_short");
+    auto parameters = pipeline_network::make_parameters<float>(1);
+    {
+        threads<3> pipeline(parameters, plain_sgd, decaying_rate, {.batch = 4});
+        feed_range(pipeline, data, 0, 6);
+        checkpoint_writer out(path, pipeline_network::signature);
+        cut_short_writer cut{out, 60};
+        pipeline.transfer_state(cut);
+        out.commit();
+        pipeline.drain();
+    }
+    threads<3> restored(parameters, plain_sgd, decaying_rate, {.batch = 4});
+    {
+        checkpoint_reader in(path, pipeline_network::signature);
+        CHECK_THROWS_AS(restored.transfer_state(in), checkpoint_error);
+    }
+    // Every later call reports that failure: no half-restored stage runs.
+    CHECK_THROWS_AS(restored.drain(), checkpoint_error);
+    CHECK_THROWS_AS(restored.feed(data.images[0].data(), data.labels[0].data()), checkpoint_error);
+    checkpoint_reader again(path, pipeline_network::signature);
+    CHECK_THROWS_AS(restored.transfer_state(again), checkpoint_error);
     std::remove(path.c_str());
 }

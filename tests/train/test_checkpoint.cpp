@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <span>
@@ -23,7 +24,20 @@ namespace {
 
 std::string temporary_path(const std::string& name)
 {
-    return "petra_test_" + std::to_string(::getpid()) + "_" + name + ".checkpoint";
+    return (std::filesystem::temp_directory_path() /
+            ("petra_test_" + std::to_string(::getpid()) + "_" + name + ".checkpoint"))
+        .string();
+}
+
+// What a refusal of a damaged file says: one of the reasons the reader
+// gives, never a failure to open it.
+bool names_the_damage(const std::string& message)
+{
+    for (const char* reason : {"is corrupted", "is truncated", "is not a petra checkpoint", "has format version",
+                               "another byte order"}) {
+        if (message.find(reason) != std::string::npos) return true;
+    }
+    return false;
 }
 
 std::vector<char> read_bytes(const std::string& path)
@@ -143,7 +157,14 @@ TEST_CASE("checkpoint: every single corrupted byte is refused before anything is
             bad[i] = char(bad[i] ^ flip);
             write_bytes(path, bad);
             CAPTURE(i);
-            CHECK_THROWS_AS(checkpoint_reader(path, signature), checkpoint_error);
+            std::string message;
+            try {
+                checkpoint_reader refused(path, signature);
+            } catch (const checkpoint_error& error) {
+                message = error.what();
+            }
+            CAPTURE(message);
+            CHECK(names_the_damage(message));
         }
     }
     // The specific messages of the header's fields.

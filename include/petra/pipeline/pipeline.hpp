@@ -404,7 +404,7 @@ public:
         guarded([&] { core::send_micro_batch(images, labels); });
         std::lock_guard lock(mutex_);
         granted_ = core::fed_;
-        changed_.notify_all();
+        to_stages_.notify_all();
     }
 
     epoch_statistics drain()
@@ -413,8 +413,8 @@ public:
         guarded([&] { core::send_end_of_epoch(); });
         std::unique_lock lock(mutex_);
         granted_ = std::numeric_limits<std::size_t>::max();
-        changed_.notify_all();
-        changed_.wait(lock, [&] { return finished_ == core::stage_count || failure_; });
+        to_stages_.notify_all();
+        to_caller_.wait(lock, [&] { return finished_ == core::stage_count || failure_; });
         if (failure_) std::rethrow_exception(failure_);
         finished_ = 0;
         granted_ = 0;
@@ -422,7 +422,7 @@ public:
         // Every stage waits for the next epoch: none touches its worker.
         core::start_epoch();
         ++epoch_;
-        changed_.notify_all(); // the stages wait for this before the next epoch
+        to_stages_.notify_all(); // they wait for this before the next epoch
         return epoch;
     }
 
@@ -432,7 +432,7 @@ public:
     void pause()
     {
         std::unique_lock lock(mutex_);
-        changed_.wait(lock, [&] {
+        to_caller_.wait(lock, [&] {
             return failure_ || std::all_of(waiting_for_.begin(), waiting_for_.end(),
                                            [&](std::size_t tick) { return tick == granted_; });
         });
@@ -444,20 +444,33 @@ public:
     // current tick of every stage is finished, and the pipeline goes on at
     // the next feed. Restoring needs a pipeline not fed this epoch; the
     // checkpoint may come from either driver.
+    // A load that fails part-way (a checkpoint of another configuration)
+    // leaves the stages half-restored: the pipeline then counts as failed,
+    // and every later call rethrows that error.
     template <state_archive Archive>
     void transfer_state(Archive& archive)
     {
         rethrow_if_failed();
         pause();
-        std::lock_guard lock(mutex_);
+        std::unique_lock lock(mutex_);
         if constexpr (Archive::loading) {
             if (!core::at_epoch_start()) {
                 throw std::logic_error("pipeline: a checkpoint can only be loaded before the epoch's first feed.");
             }
+            try {
+                core::transfer_pipeline_state(archive);
+            } catch (...) {
+                failure_ = std::current_exception();
+                lock.unlock();
+                core::stop_.stop();
+                notify_everyone();
+                throw;
+            }
+            granted_ = core::fed_;
+            to_stages_.notify_all();
+        } else {
+            core::transfer_pipeline_state(archive);
         }
-        core::transfer_pipeline_state(archive);
-        granted_ = core::fed_;
-        changed_.notify_all();
     }
 
 private:
@@ -471,7 +484,7 @@ private:
                     // Start epoch e + 1 only once the caller has taken epoch
                     // e's results (drain resets the counters it reads).
                     std::unique_lock lock(mutex_);
-                    changed_.wait(lock, [&] { return epoch_ == epoch || core::stop_.stopped(); });
+                    to_stages_.wait(lock, [&] { return epoch_ == epoch || core::stop_.stopped(); });
                     if (core::stop_.stopped()) return;
                 }
                 do {
@@ -479,16 +492,18 @@ private:
                     // Says which tick it waits for at every wake-up: a
                     // checkpoint loaded meanwhile moves it.
                     while (worker.next_tick() >= granted_ && !core::stop_.stopped()) {
-                        waiting_for_[I] = worker.next_tick();
-                        changed_.notify_all(); // pause() looks at who waits for which tick
-                        changed_.wait(lock);
+                        if (waiting_for_[I] != worker.next_tick()) {
+                            waiting_for_[I] = worker.next_tick();
+                            to_caller_.notify_all(); // pause() looks at who waits for which tick
+                        }
+                        to_stages_.wait(lock);
                     }
                     waiting_for_[I] = not_waiting;
                     if (core::stop_.stopped()) return;
                 } while (!worker.tick());
                 std::lock_guard lock(mutex_);
                 ++finished_;
-                changed_.notify_all();
+                to_caller_.notify_all();
             }
         } catch (const pipeline_stopped&) {
             // Stopped by another stage's failure or by the destructor.
@@ -499,18 +514,21 @@ private:
             }
             // Stop first, so that every waiter woken next sees it.
             core::stop_.stop();
-            std::lock_guard lock(mutex_);
-            changed_.notify_all();
+            notify_everyone();
         }
+    }
+
+    void notify_everyone()
+    {
+        std::lock_guard lock(mutex_);
+        to_stages_.notify_all();
+        to_caller_.notify_all();
     }
 
     void shut_down()
     {
         core::stop_.stop();
-        {
-            std::lock_guard lock(mutex_);
-            changed_.notify_all();
-        }
+        notify_everyone();
         for (std::thread& thread : threads_) {
             if (thread.joinable()) thread.join();
         }
@@ -534,7 +552,12 @@ private:
     }
 
     std::mutex mutex_;
-    std::condition_variable changed_;
+    // Two conditions, so that waiting stages do not wake one another: the
+    // stages wait on to_stages_ (a grant, the next epoch, a stop), the
+    // caller on to_caller_ (a stage done with the epoch or waiting for a
+    // tick, a failure).
+    std::condition_variable to_stages_;
+    std::condition_variable to_caller_;
     std::exception_ptr failure_;
     std::size_t finished_ = 0;
     std::size_t epoch_ = 0;

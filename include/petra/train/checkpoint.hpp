@@ -40,6 +40,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -96,6 +97,11 @@ inline const char* describe(record_kind kind)
     return "an unknown record";
 }
 
+struct file_closer {
+    void operator()(std::FILE* file) const { std::fclose(file); }
+};
+using file_handle = std::unique_ptr<std::FILE, file_closer>;
+
 inline std::uint32_t crc32_of(std::uint32_t crc, const void* data, std::size_t size)
 {
     const auto* bytes = static_cast<const unsigned char*>(data);
@@ -120,17 +126,23 @@ public:
     checkpoint_writer(std::string path, std::uint64_t signature)
         : path_(std::move(path)), partial_(path_ + ".partial." + std::to_string(::getpid()))
     {
-        file_ = std::fopen(partial_.c_str(), "wb");
-        if (file_ == nullptr) fail("cannot be written (" + std::string(std::strerror(errno)) + ")", partial_);
+        file_.reset(std::fopen(partial_.c_str(), "wb"));
+        if (!file_) fail("cannot be written (" + std::string(std::strerror(errno)) + ")", partial_);
         header_.signature = signature;
-        write_raw(&header_, sizeof header_, false); // the length is filled in by commit()
+        try {
+            write_raw(&header_, sizeof header_, false); // the length is filled in by commit()
+        } catch (...) {
+            file_.reset();
+            std::remove(partial_.c_str());
+            throw;
+        }
     }
     checkpoint_writer(const checkpoint_writer&) = delete;
     checkpoint_writer& operator=(const checkpoint_writer&) = delete;
     ~checkpoint_writer()
     {
-        if (file_ != nullptr) {
-            std::fclose(file_);
+        if (file_) {
+            file_.reset();
             std::remove(partial_.c_str());
         }
     }
@@ -176,17 +188,16 @@ public:
     // it over `path`. The writer is spent afterwards.
     void commit()
     {
-        if (file_ == nullptr) throw std::logic_error("checkpoint: commit() called twice.");
+        if (!file_) throw std::logic_error("checkpoint: commit() called twice.");
         header_.payload_bytes = payload_bytes_;
         const std::uint32_t header_crc = detail::crc32_of(0, &header_, sizeof header_);
         const std::uint32_t crc = static_cast<std::uint32_t>(
             ::crc32_combine(header_crc, payload_crc_, static_cast<z_off_t>(payload_bytes_)));
         write_raw(&crc, sizeof crc, false);
-        if (std::fseek(file_, 0, SEEK_SET) != 0) fail_io();
+        if (std::fseek(file_.get(), 0, SEEK_SET) != 0) fail_io();
         write_raw(&header_, sizeof header_, false);
-        if (std::fflush(file_) != 0 || ::fsync(::fileno(file_)) != 0) fail_io();
-        const int closed = std::fclose(file_);
-        file_ = nullptr;
+        if (std::fflush(file_.get()) != 0 || ::fsync(::fileno(file_.get())) != 0) fail_io();
+        const int closed = std::fclose(file_.release());
         if (closed != 0) {
             std::remove(partial_.c_str());
             fail_io();
@@ -214,7 +225,7 @@ private:
 
     void write_raw(const void* data, std::size_t size, bool payload = true)
     {
-        if (size > 0 && std::fwrite(data, 1, size, file_) != size) fail_io();
+        if (size > 0 && std::fwrite(data, 1, size, file_.get()) != size) fail_io();
         if (payload) {
             payload_crc_ = detail::crc32_of(payload_crc_, data, size);
             payload_bytes_ += size;
@@ -229,7 +240,7 @@ private:
 
     std::string path_;
     std::string partial_;
-    std::FILE* file_ = nullptr;
+    detail::file_handle file_;
     detail::checkpoint_header header_;
     std::uint32_t payload_crc_ = 0;
     std::uint64_t payload_bytes_ = 0;
@@ -244,11 +255,11 @@ public:
 
     checkpoint_reader(std::string path, std::uint64_t signature) : path_(std::move(path))
     {
-        file_ = std::fopen(path_.c_str(), "rb");
-        if (file_ == nullptr) fail("cannot be opened (" + std::string(std::strerror(errno)) + ")");
-        if (std::fseek(file_, 0, SEEK_END) != 0) fail_read();
-        const long size = std::ftell(file_);
-        if (size < 0 || std::fseek(file_, 0, SEEK_SET) != 0) fail_read();
+        file_.reset(std::fopen(path_.c_str(), "rb"));
+        if (!file_) fail("cannot be opened (" + std::string(std::strerror(errno)) + ")");
+        if (std::fseek(file_.get(), 0, SEEK_END) != 0) fail_read();
+        const long size = std::ftell(file_.get());
+        if (size < 0 || std::fseek(file_.get(), 0, SEEK_SET) != 0) fail_read();
         const auto file_bytes = static_cast<std::uint64_t>(size);
         if (file_bytes < detail::checkpoint_header_bytes + sizeof(std::uint32_t)) {
             fail("is too short to be a checkpoint (" + std::to_string(file_bytes) + " bytes)");
@@ -287,14 +298,10 @@ public:
                  hex(signature) + ")");
         }
         payload_left_ = header.payload_bytes;
-        if (std::fseek(file_, long(detail::checkpoint_header_bytes), SEEK_SET) != 0) fail_read();
+        if (std::fseek(file_.get(), long(detail::checkpoint_header_bytes), SEEK_SET) != 0) fail_read();
     }
     checkpoint_reader(const checkpoint_reader&) = delete;
     checkpoint_reader& operator=(const checkpoint_reader&) = delete;
-    ~checkpoint_reader()
-    {
-        if (file_ != nullptr) std::fclose(file_);
-    }
 
     void section(std::string_view name)
     {
@@ -383,7 +390,7 @@ private:
     }
     void read_exact(void* data, std::size_t size)
     {
-        if (size > 0 && std::fread(data, 1, size, file_) != size) fail_read();
+        if (size > 0 && std::fread(data, 1, size, file_.get()) != size) fail_read();
     }
 
     [[noreturn]] void mismatch(const std::string& what)
@@ -393,7 +400,7 @@ private:
     }
     [[noreturn]] void fail_read()
     {
-        fail(std::ferror(file_) != 0 ? "could not be read (" + std::string(std::strerror(errno)) + ")"
+        fail(std::ferror(file_.get()) != 0 ? "could not be read (" + std::string(std::strerror(errno)) + ")"
                                      : "ended unexpectedly");
     }
     [[noreturn]] void fail(const std::string& what) const
@@ -408,7 +415,7 @@ private:
     }
 
     std::string path_;
-    std::FILE* file_ = nullptr;
+    detail::file_handle file_;
     std::uint64_t payload_left_ = 0;
     std::string section_ = "(none)";
 };
