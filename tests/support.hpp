@@ -5,14 +5,26 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <filesystem>
 #include <limits>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include <doctest/doctest.h>
 
 namespace petra::test {
+
+// A path in the temporary directory, unique to this process, for a file a
+// test writes (and removes).
+inline std::string temporary_path(const std::string& name)
+{
+    return (std::filesystem::temp_directory_path() / ("petra_test_" + std::to_string(::getpid()) + "_" + name))
+        .string();
+}
 
 // Uniform values in [low, high) from a generator seeded by the caller, so that
 // every failure is reproducible.

@@ -47,6 +47,12 @@ struct micro_batches {
 
 inline double constant_rate(std::size_t) { return 0.02; }
 
+// The optimizer settings of the paper's experiments, and the balanced cuts
+// of pipeline_network into J stages.
+constexpr sgd_options plain_sgd{.momentum = 0.9, .nesterov = true, .weight_decay = 5e-4};
+template <std::size_t J>
+constexpr auto cuts_of = partition<pipeline_network, J>();
+
 // Feeds every micro-batch, once per epoch, then drains; returns the epochs'
 // statistics.
 template <class Pipeline>

@@ -22,14 +22,12 @@
 #include "support.hpp"
 
 using namespace petra;
+using test::cuts_of;
 using test::pipeline_network;
+using test::plain_sgd;
 
 namespace {
 
-constexpr sgd_options plain_sgd{.momentum = 0.9, .nesterov = true, .weight_decay = 5e-4};
-
-template <std::size_t J>
-constexpr auto cuts_of = partition<pipeline_network, J>();
 
 template <std::size_t J>
 void check_threads_equal_simulation(std::size_t accumulation, bool input_buffer, bool parameter_buffer)

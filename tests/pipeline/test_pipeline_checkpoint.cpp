@@ -20,29 +20,24 @@
 
 #include <petra/petra.hpp>
 
+#include "support.hpp"
+
 #include "pipeline/pipeline_support.hpp"
 
 using namespace petra;
+using test::cuts_of;
 using test::pipeline_network;
+using test::plain_sgd;
 
 namespace {
 
-constexpr sgd_options plain_sgd{.momentum = 0.9, .nesterov = true, .weight_decay = 5e-4};
-
-template <std::size_t J>
-constexpr auto cuts_of = partition<pipeline_network, J>();
 
 template <std::size_t J>
 using threads = thread_pipeline<pipeline_network, cuts_of<J>, sgd<float>>;
 template <std::size_t J>
 using simulator = sequential_pipeline<pipeline_network, cuts_of<J>, sgd<float>>;
 
-std::string temporary_path(const std::string& name)
-{
-    return (std::filesystem::temp_directory_path() /
-            ("petra_test_" + std::to_string(::getpid()) + "_" + name + ".checkpoint"))
-        .string();
-}
+std::string temporary_path(const std::string& name) { return test::temporary_path(name + ".checkpoint"); }
 
 // A learning rate that changes at every step, so that a step counter
 // restored wrong shows.
@@ -61,6 +56,15 @@ template <class Pipeline>
 void feed_range(Pipeline& pipeline, const test::micro_batches& data, std::size_t first, std::size_t end)
 {
     for (std::size_t m = first; m < end; ++m) pipeline.feed(data.images[m].data(), data.labels[m].data());
+}
+
+// The rest of epoch 1 from micro-batch `at`, then epoch 2.
+template <class Pipeline>
+void finish_run(Pipeline& pipeline, const test::micro_batches& data, std::size_t at, run_result& result)
+{
+    feed_range(pipeline, data, at, micro_batches_per_epoch);
+    result.epochs.push_back(pipeline.drain());
+    result.epochs.push_back(test::train_epochs(pipeline, data, 1).front());
 }
 
 template <class Pipeline>
@@ -90,9 +94,7 @@ run_result saved_at(const test::micro_batches& data, const pipeline_options& opt
         result.parameters.transfer_state(out);
         out.commit();
     }
-    feed_range(pipeline, data, at, micro_batches_per_epoch);
-    result.epochs.push_back(pipeline.drain());
-    result.epochs.push_back(test::train_epochs(pipeline, data, 1).front());
+    finish_run(pipeline, data, at, result);
     return result;
 }
 
@@ -111,9 +113,7 @@ run_result resumed_from(const test::micro_batches& data, const pipeline_options&
         result.parameters.transfer_state(in);
         in.finish();
     }
-    feed_range(pipeline, data, at, micro_batches_per_epoch);
-    result.epochs.push_back(pipeline.drain());
-    result.epochs.push_back(test::train_epochs(pipeline, data, 1).front());
+    finish_run(pipeline, data, at, result);
     return result;
 }
 

@@ -18,16 +18,13 @@
 
 #include <petra/petra.hpp>
 
+#include "support.hpp"
+
 using namespace petra;
 
 namespace {
 
-std::string temporary_path(const std::string& name)
-{
-    return (std::filesystem::temp_directory_path() /
-            ("petra_test_" + std::to_string(::getpid()) + "_" + name + ".checkpoint"))
-        .string();
-}
+std::string temporary_path(const std::string& name) { return test::temporary_path(name + ".checkpoint"); }
 
 // What a refusal of a damaged file says: one of the reasons the reader
 // gives, never a failure to open it.
