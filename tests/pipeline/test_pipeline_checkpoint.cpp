@@ -31,7 +31,6 @@ using test::plain_sgd;
 
 namespace {
 
-
 template <std::size_t J>
 using threads = thread_pipeline<pipeline_network, cuts_of<J>, sgd<float>>;
 template <std::size_t J>
