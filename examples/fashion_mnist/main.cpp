@@ -54,7 +54,12 @@ on Fashion-MNIST and scores it on the 10,000 test images.
 Progress goes to stderr (a bar on a terminal, plain lines otherwise). At the
 end, a short report on stderr and one line of JSON on stdout with method,
 stages, accumulation, epochs, steps, seed, test_accuracy, train_seconds,
-examples_per_second and peak_rss_bytes.
+examples_per_second, peak_rss_bytes and parameter_digest (equal digests:
+equal final networks).
+
+Exit status: 0 done; 2 bad options (or a resume under other options); 3
+bad data; 1 any other failure (a diverging loss, a bad checkpoint); 130 or
+143 stopped by SIGINT or SIGTERM with the checkpoint saved.
 )";
 
 struct usage_error : std::invalid_argument {
