@@ -13,9 +13,14 @@
 // The parameters stay in the caller's network_parameters, ONE copy: each
 // stage reads and updates its own slice. The caller may read them once
 // drain() has returned (and, with sequential_pipeline, between feed()
-// calls); a thread_pipeline's stages update them at any time in between.
-// The learning-rate function is called by every stage's thread, possibly at
+// calls; with thread_pipeline, after pause() until the next feed()); a
+// thread_pipeline's stages update them at any time otherwise. The
+// learning-rate function is called by every stage's thread, possibly at
 // once: it must not keep unsynchronised state.
+//
+// transfer_state(archive) saves or restores everything in flight between
+// two ticks (train/checkpoint.hpp writes it to a file): a run stopped
+// mid-epoch resumes, in either driver, exactly where it stood.
 #pragma once
 
 #include <algorithm>
