@@ -395,7 +395,9 @@ void transfer_configuration(Archive& archive, const job_options& options, std::s
         if (saved.batch != options.batch) differs("--batch", saved.batch, options.batch);
         if (saved.max_steps != options.max_steps) differs("--max-steps", saved.max_steps, options.max_steps);
         if (seed != options.seed) differs("--seed", seed, options.seed);
-        if (saved.augment != options.augment) differs("--augment", saved.augment ? "it" : "none", options.augment ? "it" : "none");
+        if (saved.augment != options.augment) {
+            differs("--augment", saved.augment ? "on" : "off", options.augment ? "on" : "off");
+        }
         if (saved.schedule != options.schedule) differs("--schedule", saved.schedule, options.schedule);
         if (rates[0] != options.learning_rate) differs("--lr", rates[0], options.learning_rate);
         if (rates[1] != options.warmup_epochs) differs("--warmup", rates[1], options.warmup_epochs);
