@@ -316,3 +316,19 @@ TEST_CASE("checkpoint: a writer that does not commit leaves the previous checkpo
     CHECK_THROWS_WITH_AS(checkpoint_writer("no/such/directory/run.checkpoint", signature),
                          doctest::Contains("cannot be written"), checkpoint_error);
 }
+
+TEST_CASE("checkpoint: a file cut far short is reported as truncated, an impossible length as corruption")
+{
+    const std::string path = temporary_path("cut");
+    write_sample(path);
+    const std::vector<char> good = read_bytes(path);
+    write_bytes(path, std::vector<char>(good.begin(), good.begin() + 40));
+    CHECK_THROWS_WITH_AS(checkpoint_reader(path, signature), doctest::Contains("is truncated (40 bytes"),
+                         checkpoint_error);
+    std::vector<char> bad = good;
+    for (std::size_t i = 24; i < 32; ++i) bad[i] = char(0xff); // the payload length
+    write_bytes(path, bad);
+    CHECK_THROWS_WITH_AS(checkpoint_reader(path, signature), doctest::Contains("announces an impossible length"),
+                         checkpoint_error);
+    std::remove(path.c_str());
+}

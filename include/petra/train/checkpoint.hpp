@@ -274,12 +274,14 @@ public:
             fail("has format version " + std::to_string(header.version) + "; this build reads version " +
                  std::to_string(detail::checkpoint_format_version));
         }
-        const std::uint64_t expected_bytes = detail::checkpoint_header_bytes + header.payload_bytes + 4;
-        if (header.payload_bytes > file_bytes || file_bytes != expected_bytes) {
-            fail(file_bytes < expected_bytes ? "is truncated (" + std::to_string(file_bytes) + " bytes, its header announces " +
-                                                   std::to_string(expected_bytes) + ")"
-                                             : "is corrupted (" + std::to_string(file_bytes) + " bytes, its header announces " +
-                                                   std::to_string(expected_bytes) + ")");
+        const std::uint64_t framing = detail::checkpoint_header_bytes + sizeof(std::uint32_t);
+        const bool impossible = header.payload_bytes > std::numeric_limits<std::uint64_t>::max() - framing;
+        const std::uint64_t expected_bytes = framing + header.payload_bytes;
+        if (impossible || file_bytes != expected_bytes) {
+            const bool shorter = !impossible && file_bytes < expected_bytes;
+            const std::string announced = impossible ? "an impossible length" : std::to_string(expected_bytes);
+            fail(std::string(shorter ? "is truncated (" : "is corrupted (") + std::to_string(file_bytes) +
+                 " bytes, its header announces " + announced + ")");
         }
         // The checksum, over everything before it, in one pass.
         std::uint32_t crc = detail::crc32_of(0, &header, sizeof header);
