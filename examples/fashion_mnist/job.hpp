@@ -202,6 +202,12 @@ struct run_context {
         }
     }
 
+    // Nesterov SGD with the run's momentum and weight decay, for every method.
+    petra::sgd_options optimizer_options() const
+    {
+        return {.momentum = options.momentum, .nesterov = true, .weight_decay = options.weight_decay};
+    }
+
     // Micro-batch b of the current epoch's order into images and labels
     // (augmented if asked, with the epoch's generator).
     void load(std::size_t b, std::mt19937_64& generator)
@@ -233,8 +239,7 @@ class sequential_method {
 public:
     sequential_method(const run_context& run, petra::network_parameters<net, float>&)
         : run_(run), trainer_(run.options.batch),
-          optimizer_({.momentum = run.options.momentum, .nesterov = true, .weight_decay = run.options.weight_decay},
-                     net::weight_mask<float>()),
+          optimizer_(run.optimizer_options(), net::weight_mask<float>()),
           gradient_(net::parameter_count, 0.0f)
     {
     }
@@ -271,15 +276,14 @@ public:
     template <petra::state_archive Archive>
     void transfer_state(Archive& archive)
     {
-        constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
         archive.section("sequential trainer");
         optimizer_.transfer_state(archive);
         archive.values(std::span<float>(gradient_));
         archive.count(pending_, run_.options.accumulation);
-        archive.count(optimizer_steps_, unlimited);
-        archive.count(statistics_.micro_batches, unlimited);
-        archive.count(statistics_.examples, unlimited);
-        archive.count(statistics_.correct, unlimited);
+        archive.count(optimizer_steps_, petra::any_count);
+        archive.count(statistics_.micro_batches, petra::any_count);
+        archive.count(statistics_.examples, petra::any_count);
+        archive.count(statistics_.correct, petra::any_count);
         archive.values(std::span<double>(&statistics_.loss_sum, 1));
     }
 
@@ -308,9 +312,8 @@ public:
 
     petra_method(const run_context& run, petra::network_parameters<net, float>& parameters)
         : run_(run),
-          pipeline_(parameters,
-                    {.momentum = run.options.momentum, .nesterov = true, .weight_decay = run.options.weight_decay},
-                    run.schedule, {.batch = run.options.batch, .accumulation = run.options.accumulation})
+          pipeline_(parameters, run.optimizer_options(), run.schedule,
+                    {.batch = run.options.batch, .accumulation = run.options.accumulation})
     {
         if (run.options.fidelity_every != 0) {
             probe_ = std::make_unique<fidelity_probe<net, cuts>>(run.options.batch);
@@ -362,23 +365,22 @@ private:
 template <petra::state_archive Archive>
 void transfer_configuration(Archive& archive, const job_options& options, std::size_t batches_per_epoch)
 {
-    constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
     job_options saved = options;
     std::size_t seed = saved.seed;
     archive.section("job options");
     archive.text(saved.method);
     archive.text(saved.schedule);
-    archive.count(saved.stages, unlimited);
-    archive.count(saved.accumulation, unlimited);
-    archive.count(saved.epochs, unlimited);
-    archive.count(saved.batch, unlimited);
-    archive.count(saved.max_steps, unlimited);
-    archive.count(seed, unlimited);
+    archive.count(saved.stages, petra::any_count);
+    archive.count(saved.accumulation, petra::any_count);
+    archive.count(saved.epochs, petra::any_count);
+    archive.count(saved.batch, petra::any_count);
+    archive.count(saved.max_steps, petra::any_count);
+    archive.count(seed, petra::any_count);
     petra::transfer_flag(archive, saved.augment);
     std::array<double, 4> rates{saved.learning_rate, saved.warmup_epochs, saved.momentum, saved.weight_decay};
     archive.values(std::span<double>(rates));
     std::size_t saved_batches_per_epoch = batches_per_epoch;
-    archive.count(saved_batches_per_epoch, unlimited);
+    archive.count(saved_batches_per_epoch, petra::any_count);
     if constexpr (Archive::loading) {
         auto differs = [](const std::string& option, const auto& stored, const auto& asked) {
             std::ostringstream text;
@@ -415,11 +417,10 @@ void transfer_configuration(Archive& archive, const job_options& options, std::s
 template <petra::state_archive Archive>
 void transfer_position(Archive& archive, run_position& position)
 {
-    constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
     archive.section("position");
-    archive.count(position.epoch, unlimited);
-    archive.count(position.batch, unlimited);
-    archive.count(position.steps, unlimited);
+    archive.count(position.epoch, petra::any_count);
+    archive.count(position.batch, petra::any_count);
+    archive.count(position.steps, petra::any_count);
     archive.values(std::span<double>(&position.training_seconds, 1));
     std::string generator;
     if constexpr (!Archive::loading) {

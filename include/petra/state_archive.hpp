@@ -22,6 +22,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -41,6 +42,10 @@ concept state_archive = requires(A& archive, std::string_view name, std::size_t&
     archive.values(integers);
     archive.text(text);                // bytes of any length
 };
+
+// The limit of a count that no figure of the saving side bounds (a step
+// counter, a position).
+inline constexpr std::size_t any_count = std::numeric_limits<std::size_t>::max();
 
 // A flag, through count().
 template <state_archive Archive>

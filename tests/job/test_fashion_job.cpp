@@ -129,6 +129,14 @@ TEST_CASE("fashion_mnist job: --max-steps caps the run, and bad options or data 
 
 namespace {
 
+std::vector<std::string> csv_fields(const std::string& line)
+{
+    std::vector<std::string> fields;
+    std::stringstream split(line);
+    for (std::string field; std::getline(split, field, ',');) fields.push_back(field);
+    return fields;
+}
+
 // The metrics of a run without the seconds column (time differs between
 // runs; everything else must not).
 std::vector<std::string> metrics_without_time(const std::string& path)
@@ -136,9 +144,7 @@ std::vector<std::string> metrics_without_time(const std::string& path)
     std::ifstream csv(path);
     std::vector<std::string> rows;
     for (std::string line; std::getline(csv, line);) {
-        std::vector<std::string> fields;
-        std::stringstream split(line);
-        for (std::string field; std::getline(split, field, ',');) fields.push_back(field);
+        std::vector<std::string> fields = csv_fields(line);
         REQUIRE(fields.size() == 12);
         fields.erase(fields.begin() + 10); // seconds
         std::string kept;
@@ -262,9 +268,7 @@ std::vector<fidelity_row> read_fidelity(const std::string& path)
     CHECK(line == "method,stages,accumulation,seed,epoch,step,stage,micro_batch,cosine,norm_ratio");
     std::vector<fidelity_row> rows;
     while (std::getline(csv, line)) {
-        std::vector<std::string> fields;
-        std::stringstream split(line);
-        for (std::string field; std::getline(split, field, ',');) fields.push_back(field);
+        std::vector<std::string> fields = csv_fields(line);
         REQUIRE(fields.size() == 10);
         rows.push_back({std::stoul(fields[4]), std::stoul(fields[5]), std::stoul(fields[6]), std::stoul(fields[7]),
                         std::stod(fields[8]), std::stod(fields[9])});

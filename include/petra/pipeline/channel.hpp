@@ -27,7 +27,6 @@
 #include <concepts>
 #include <condition_variable>
 #include <cstddef>
-#include <limits>
 #include <mutex>
 #include <span>
 #include <stdexcept>
@@ -170,7 +169,7 @@ public:
         }
         for (std::size_t i = received_; i < sent_; ++i) {
             const std::size_t slot = i % capacity_;
-            archive.count(headers_[slot].micro_batch, std::numeric_limits<std::size_t>::max());
+            archive.count(headers_[slot].micro_batch, any_count);
             transfer_flag(archive, headers_[slot].end_of_epoch);
             archive.values(std::span<T>(values_.data() + slot * message_size_, message_size_));
         }

@@ -164,7 +164,6 @@ protected:
     template <state_archive Archive>
     void transfer_pipeline_state(Archive& archive)
     {
-        constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
         archive.section("pipeline");
         archive.expect(stage_count, "stage count");
         for (std::size_t cut : Cuts) archive.expect(cut, "cut between stages");
@@ -172,13 +171,13 @@ protected:
         archive.expect(options_.accumulation, "accumulation (micro-batches per step)");
         archive.expect(options_.input_buffer ? 1 : 0, "input buffer");
         archive.expect(options_.parameter_buffer ? 1 : 0, "parameter buffer");
-        archive.count(fed_, unlimited);
+        archive.count(fed_, any_count);
         {
             std::lock_guard lock(shared_.statistics_mutex);
             epoch_statistics& statistics = shared_.statistics;
-            archive.count(statistics.micro_batches, unlimited);
-            archive.count(statistics.examples, unlimited);
-            archive.count(statistics.correct, unlimited);
+            archive.count(statistics.micro_batches, any_count);
+            archive.count(statistics.examples, any_count);
+            archive.count(statistics.correct, any_count);
             archive.values(std::span<double>(&statistics.loss_sum, 1));
         }
         std::apply([&](auto&... worker) { (worker.transfer_state(archive), ...); }, workers_);

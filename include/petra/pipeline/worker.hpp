@@ -26,7 +26,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <limits>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -149,22 +148,21 @@ public:
     {
         static_assert(requires { optimizer_.transfer_state(archive); },
                       "The optimizer must offer transfer_state(archive) for its pipeline to be checkpointed.");
-        constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
         archive.section("stage worker");
         archive.expect(index, "stage index");
         archive.expect(accumulation_, "accumulation (micro-batches per step)");
         stage_.transfer_state(archive);
         optimizer_.transfer_state(archive);
-        archive.count(tick_, unlimited);
+        archive.count(tick_, any_count);
         bool epoch_size_known = epoch_size_.has_value();
         transfer_flag(archive, epoch_size_known);
         std::size_t epoch_size = epoch_size_.value_or(0);
-        archive.count(epoch_size, unlimited);
+        archive.count(epoch_size, any_count);
         if (epoch_size_known) epoch_size_ = epoch_size; else epoch_size_.reset();
         archive.count(backward_count_, tick_);
         archive.count(pending_, accumulation_);
-        archive.count(steps_, unlimited);
-        archive.count(last_differentiated_, unlimited);
+        archive.count(steps_, any_count);
+        archive.count(last_differentiated_, any_count);
     }
 
     std::size_t memory_bytes() const
