@@ -2,7 +2,9 @@
 // drivers (the sequential simulator and one thread per stage).
 #pragma once
 
+#include <petra/pipeline/array_fifo.hpp>
 #include <petra/pipeline/channel.hpp>
+#include <petra/pipeline/options.hpp>
 #include <petra/pipeline/pipeline.hpp>
 #include <petra/pipeline/stage.hpp>
 #include <petra/pipeline/worker.hpp>
