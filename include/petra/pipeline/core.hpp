@@ -1,0 +1,260 @@
+// What both drivers of a pipeline share (floor 7): the workers of the
+// stages of a network cut at Cuts, the channels between them, the feeder's
+// side of the first channel and of the labels channel, and the state a
+// checkpoint saves. The drivers (sequential_pipeline.hpp,
+// thread_pipeline.hpp) decide who runs each stage's ticks and when.
+//
+// The parameters stay in the caller's network_parameters, ONE copy: each
+// stage reads and updates its own slice. The caller may read them once
+// drain() has returned (and, with sequential_pipeline, between feed()
+// calls; with thread_pipeline, after pause() until the next feed()); a
+// thread_pipeline's stages update them at any time otherwise. The
+// learning-rate function is called by every stage's thread, possibly at
+// once: it must not keep unsynchronised state.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <petra/kernels/simd.hpp>
+#include <petra/network.hpp>
+#include <petra/partition.hpp>
+#include <petra/pipeline/channel.hpp>
+#include <petra/pipeline/options.hpp>
+#include <petra/pipeline/stage.hpp>
+#include <petra/pipeline/worker.hpp>
+#include <petra/state_archive.hpp>
+
+namespace petra {
+
+namespace detail {
+
+template <class Network, auto Cuts, class Optimizer, class T, class Indices>
+struct worker_tuple;
+
+template <class Network, auto Cuts, class Optimizer, class T, std::size_t... I>
+struct worker_tuple<Network, Cuts, Optimizer, T, std::index_sequence<I...>> {
+    using type = std::tuple<stage_worker<stage<Network, Cuts, I, T>, Optimizer, T>...>;
+};
+
+} // namespace detail
+
+template <class Network, auto Cuts, class Optimizer, class T>
+class pipeline_core {
+    static_assert(valid_cuts<Network>(Cuts),
+                  "The cuts must run from 0 to the network's block count, every stage holding at least one block.");
+
+public:
+    static constexpr std::size_t stage_count = Cuts.size() - 1;
+    static constexpr std::size_t input_values = Network::input::size;
+
+    template <std::size_t I>
+    using worker_type = stage_worker<stage<Network, Cuts, I, T>, Optimizer, T>;
+
+    // Observes every forward, backward and step of every stage (called on
+    // the stages' threads). Set before feeding.
+    void set_trace(std::function<void(const pipeline_event<T>&)> trace) { shared_.trace = std::move(trace); }
+
+    // The statistics of the current epoch so far (loss and accuracy of the
+    // micro-batches the last stage has seen).
+    epoch_statistics progress()
+    {
+        std::lock_guard lock(shared_.statistics_mutex);
+        return shared_.statistics;
+    }
+
+    template <std::size_t I>
+    worker_type<I>& worker()
+    {
+        return std::get<I>(workers_);
+    }
+
+    // Bytes held by the stages (FIFOs, stashes, buffers, optimizer state) and
+    // the channels; not the parameters themselves.
+    std::size_t memory_bytes() const
+    {
+        std::size_t bytes = labels_.memory_bytes();
+        for (const auto& channel : forward_) bytes += channel->memory_bytes();
+        for (const auto& channel : backward_) bytes += channel->memory_bytes();
+        std::apply([&](const auto&... worker) { ((bytes += worker.memory_bytes()), ...); }, workers_);
+        return bytes;
+    }
+
+protected:
+    pipeline_core(network_parameters<Network, T>& parameters, const typename Optimizer::options& optimizer_options,
+                  std::function<double(std::size_t)> learning_rate, const pipeline_options& options,
+                  channel_waiting mode)
+        : pipeline_core(parameters, optimizer_options, std::move(learning_rate), options, mode,
+                        std::make_index_sequence<stage_count>{})
+    {
+    }
+
+    // The feeder's side: one micro-batch of options.batch examples.
+    void send_micro_batch(const T* images, const std::int32_t* labels)
+    {
+        message<T> in = forward_.front()->begin_send();
+        std::copy(images, images + options_.batch * input_values, in.values);
+        *in.header = {fed_, false};
+        forward_.front()->end_send();
+        message<std::int32_t> out = labels_.begin_send();
+        std::copy(labels, labels + options_.batch, out.values);
+        *out.header = {fed_, false};
+        labels_.end_send();
+        ++fed_;
+    }
+
+    void send_end_of_epoch()
+    {
+        message<T> in = forward_.front()->begin_send();
+        *in.header = {fed_, true};
+        forward_.front()->end_send();
+    }
+
+    epoch_statistics take_statistics()
+    {
+        std::lock_guard lock(shared_.statistics_mutex);
+        epoch_statistics epoch = shared_.statistics;
+        shared_.statistics = {};
+        return epoch;
+    }
+
+    void start_epoch()
+    {
+        fed_ = 0;
+        std::apply([](auto&... worker) { (worker.start_epoch(), ...); }, workers_);
+    }
+
+    // Whether nothing has been fed since the epoch began.
+    bool at_epoch_start() const
+    {
+        bool all_at_zero = fed_ == 0;
+        std::apply([&](const auto&... worker) { ((all_at_zero = all_at_zero && worker.next_tick() == 0), ...); },
+                   workers_);
+        return all_at_zero;
+    }
+
+    // Everything that lives from one tick to the next, with every stage
+    // between the same two ticks: the schedule's position, the epoch's
+    // statistics so far, each stage's state and the messages in transit.
+    template <state_archive Archive>
+    void transfer_pipeline_state(Archive& archive)
+    {
+        archive.section("pipeline");
+        archive.expect(stage_count, "stage count");
+        for (std::size_t cut : Cuts) archive.expect(cut, "cut between stages");
+        archive.expect(options_.batch, "micro-batch size");
+        archive.expect(options_.accumulation, "accumulation (micro-batches per step)");
+        archive.expect(options_.input_buffer ? 1 : 0, "input buffer");
+        archive.expect(options_.parameter_buffer ? 1 : 0, "parameter buffer");
+        archive.count(fed_, any_count);
+        {
+            std::lock_guard lock(shared_.statistics_mutex);
+            epoch_statistics& statistics = shared_.statistics;
+            archive.count(statistics.micro_batches, any_count);
+            archive.count(statistics.examples, any_count);
+            archive.count(statistics.correct, any_count);
+            archive.values(std::span<double>(&statistics.loss_sum, 1));
+        }
+        std::apply([&](auto&... worker) { (worker.transfer_state(archive), ...); }, workers_);
+        for (auto& channel : forward_) channel->transfer_state(archive);
+        for (auto& channel : backward_) channel->transfer_state(archive);
+        labels_.transfer_state(archive);
+        if constexpr (Archive::loading) {
+            bool consistent = true;
+            std::apply([&](const auto&... worker) { ((consistent = consistent && worker.next_tick() == fed_), ...); },
+                       workers_);
+            if (!consistent) {
+                throw std::runtime_error("pipeline checkpoint: the stages are not all at the tick of the micro-batches "
+                                         "fed; the checkpoint is inconsistent.");
+            }
+        }
+    }
+
+    pipeline_options options_;
+    stop_signal stop_;
+    pipeline_shared<T> shared_;
+    kernels::aligned_vector<T> weight_mask_;
+    std::vector<std::unique_ptr<channel<T>>> forward_;  // forward_[j]: into stage j
+    std::vector<std::unique_ptr<channel<T>>> backward_; // backward_[j]: from stage j + 1 into stage j
+    channel<std::int32_t> labels_;
+    typename detail::worker_tuple<Network, Cuts, Optimizer, T, std::make_index_sequence<stage_count>>::type workers_;
+    std::size_t fed_ = 0;
+
+private:
+    template <std::size_t... I>
+    pipeline_core(network_parameters<Network, T>& parameters, const typename Optimizer::options& optimizer_options,
+                  std::function<double(std::size_t)> learning_rate, const pipeline_options& options,
+                  channel_waiting mode, std::index_sequence<I...>)
+        : options_(checked(options)), shared_{std::move(learning_rate), {}, {}, {}},
+          weight_mask_(Network::template weight_mask<T>()), forward_(make_forward(mode)),
+          backward_(make_backward(mode)),
+          labels_("labels", 2 * stage_count + 2, options.batch, stop_, mode),
+          workers_(worker_type<I>(parameters, optimizer_options, weight_mask_, options_, links<I>(), shared_)...)
+    {
+        if (!shared_.learning_rate) throw std::invalid_argument("pipeline: a learning-rate schedule is needed.");
+    }
+
+    static const pipeline_options& checked(const pipeline_options& options)
+    {
+        if (options.batch == 0) throw std::invalid_argument("pipeline: the batch must hold at least one example.");
+        if (options.accumulation == 0) {
+            throw std::invalid_argument("pipeline: the accumulation (micro-batches per step) must be at least 1.");
+        }
+        return options;
+    }
+
+    // Two messages per channel. Forward: at tick t stage j may send its
+    // tick-t activation before stage j + 1 has taken the tick t - 1 one (the
+    // simulator runs stage j first). Backward: one message would do for the
+    // schedule, but a stage computes straight into its outgoing slot and its
+    // neighbour reads straight from it, so with one slot the sender's
+    // backward would wait for the receiver's whole backward (measured: 467
+    // against 652 examples/s for the reference network in 2 stages).
+    std::vector<std::unique_ptr<channel<T>>> make_forward(channel_waiting mode)
+    {
+        std::vector<std::unique_ptr<channel<T>>> channels;
+        for (std::size_t j = 0; j < stage_count; ++j) {
+            const std::size_t values = Network::profile[Cuts[j]].input_values;
+            channels.push_back(std::make_unique<channel<T>>("forward into stage " + std::to_string(j), 2,
+                                                            options_.batch * values, stop_, mode));
+        }
+        return channels;
+    }
+    std::vector<std::unique_ptr<channel<T>>> make_backward(channel_waiting mode)
+    {
+        std::vector<std::unique_ptr<channel<T>>> channels;
+        for (std::size_t j = 0; j + 1 < stage_count; ++j) {
+            const std::size_t values = Network::profile[Cuts[j + 1]].input_values;
+            channels.push_back(std::make_unique<channel<T>>("backward into stage " + std::to_string(j), 2,
+                                                            2 * options_.batch * values, stop_, mode));
+        }
+        return channels;
+    }
+
+    template <std::size_t I>
+    typename worker_type<I>::links links()
+    {
+        typename worker_type<I>::links connections;
+        connections.forward_in = forward_[I].get();
+        if constexpr (I + 1 < stage_count) {
+            connections.forward_out = forward_[I + 1].get();
+            connections.backward_in = backward_[I].get();
+        } else {
+            connections.labels = &labels_;
+        }
+        if constexpr (I > 0) connections.backward_out = backward_[I - 1].get();
+        return connections;
+    }
+};
+
+} // namespace petra

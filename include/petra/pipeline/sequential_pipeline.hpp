@@ -1,0 +1,112 @@
+// The sequential simulator (floor 7): every stage's ticks on the caller's
+// thread, in order of ticks, then of stages. It computes what
+// thread_pipeline computes, bit for bit, and serves as its reference.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <stdexcept>
+#include <utility>
+
+#include <petra/network.hpp>
+#include <petra/pipeline/core.hpp>
+#include <petra/pipeline/options.hpp>
+#include <petra/pipeline/worker.hpp>
+#include <petra/state_archive.hpp>
+
+namespace petra {
+
+// feed() runs one tick of every stage; drain() runs the ticks that empty the
+// pipeline. Channels never wait: a message missing where the schedule
+// expects one is a std::logic_error. After an exception the pipeline is
+// unusable: later calls rethrow it.
+template <class Network, auto Cuts, class Optimizer, class T = float>
+class sequential_pipeline : public pipeline_core<Network, Cuts, Optimizer, T> {
+    using core = pipeline_core<Network, Cuts, Optimizer, T>;
+
+public:
+    sequential_pipeline(network_parameters<Network, T>& parameters,
+                        const typename Optimizer::options& optimizer_options,
+                        std::function<double(std::size_t)> learning_rate, const pipeline_options& options)
+        : core(parameters, optimizer_options, std::move(learning_rate), options, channel_waiting::never)
+    {
+        core::start_epoch();
+    }
+
+    // One micro-batch: options.batch images (NCHW) and their labels.
+    void feed(const T* images, const std::int32_t* labels)
+    {
+        guarded([&] {
+            core::send_micro_batch(images, labels);
+            run_tick();
+        });
+    }
+
+    // Saves (a writing archive) or restores (a reading one) the whole
+    // in-flight state: between feeds, every stage has finished the same
+    // tick, so the state is complete. Restoring needs a pipeline of the same
+    // network, cuts and options that has not been fed this epoch; it then
+    // goes on exactly as the saved one would have (the saved one goes on
+    // too). The parameters are the caller's to save.
+    template <state_archive Archive>
+    void transfer_state(Archive& archive)
+    {
+        guarded([&] {
+            if constexpr (Archive::loading) {
+                if (!core::at_epoch_start()) {
+                    throw std::logic_error("pipeline: a checkpoint can only be loaded before the epoch's first feed.");
+                }
+            }
+            core::transfer_pipeline_state(archive);
+        });
+    }
+
+    // Ends the epoch: runs ticks until every stage has differentiated every
+    // micro-batch fed, and returns the epoch's statistics.
+    epoch_statistics drain()
+    {
+        epoch_statistics epoch;
+        guarded([&] {
+            core::send_end_of_epoch();
+            while (!run_tick()) {
+            }
+            epoch = core::take_statistics();
+            core::start_epoch();
+            done_ = {};
+        });
+        return epoch;
+    }
+
+private:
+    // One tick of every stage not yet done; true once all are.
+    bool run_tick()
+    {
+        bool all_done = true;
+        [&]<std::size_t... I>(std::index_sequence<I...>) {
+            ((done_[I] = done_[I] || core::template worker<I>().tick(), all_done = all_done && done_[I]), ...);
+        }(std::make_index_sequence<core::stage_count>{});
+        return all_done;
+    }
+
+    // A stage that threw left its FIFOs and counters mid-tick: from then on
+    // every call reports that first failure instead of computing on them.
+    template <class Operation>
+    void guarded(Operation&& operation)
+    {
+        if (failure_) std::rethrow_exception(failure_);
+        try {
+            operation();
+        } catch (...) {
+            failure_ = std::current_exception();
+            throw;
+        }
+    }
+
+    std::array<bool, core::stage_count> done_{};
+    std::exception_ptr failure_;
+};
+
+} // namespace petra

@@ -1,0 +1,244 @@
+// The threaded driver (floor 7): one std::thread per stage, each running
+// its stage's ticks as soon as the schedule allows, gated by the micro-batches
+// fed so that all can be paused at the same tick. It computes what
+// sequential_pipeline computes, bit for bit.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <petra/network.hpp>
+#include <petra/pipeline/channel.hpp>
+#include <petra/pipeline/core.hpp>
+#include <petra/pipeline/options.hpp>
+#include <petra/pipeline/worker.hpp>
+#include <petra/state_archive.hpp>
+
+namespace petra {
+
+// The threads are started once and reused across epochs. feed() blocks while
+// the first stage's channel is full; drain() waits for every stage to finish
+// the epoch; pause() waits for every stage to finish the ticks of the
+// micro-batches fed. An exception in any stage stops every stage, and the
+// next (or current) feed() or drain() rethrows it; a failure after
+// the last feed() is reported only by drain(), so end every epoch with one.
+// The destructor stops and joins every thread; it never hangs and never
+// throws.
+template <class Network, auto Cuts, class Optimizer, class T = float>
+class thread_pipeline : public pipeline_core<Network, Cuts, Optimizer, T> {
+    using core = pipeline_core<Network, Cuts, Optimizer, T>;
+
+public:
+    thread_pipeline(network_parameters<Network, T>& parameters, const typename Optimizer::options& optimizer_options,
+                    std::function<double(std::size_t)> learning_rate, const pipeline_options& options)
+        : core(parameters, optimizer_options, std::move(learning_rate), options, channel_waiting::blocking)
+    {
+        core::start_epoch();
+        threads_.reserve(core::stage_count);
+        try {
+            [&]<std::size_t... I>(std::index_sequence<I...>) {
+                (threads_.emplace_back([this] { run_stage<I>(); }), ...);
+            }(std::make_index_sequence<core::stage_count>{});
+        } catch (...) {
+            // A thread that could not start: stop and join those that did.
+            shut_down();
+            throw;
+        }
+    }
+
+    thread_pipeline(const thread_pipeline&) = delete;
+    thread_pipeline& operator=(const thread_pipeline&) = delete;
+
+    ~thread_pipeline() { shut_down(); }
+
+    // A stage runs tick t of an epoch only once micro-batch t has been fed
+    // (or the epoch's end announced), so that the stages can be stopped all
+    // at the same tick (pause). Stage 0 needs micro-batch t at tick t
+    // anyway, and the others depend on it: the feeder, up to two
+    // micro-batches ahead, rarely holds anyone back.
+    void feed(const T* images, const std::int32_t* labels)
+    {
+        rethrow_if_failed();
+        guarded([&] { core::send_micro_batch(images, labels); });
+        std::lock_guard lock(mutex_);
+        granted_ = core::fed_;
+        to_stages_.notify_all();
+    }
+
+    epoch_statistics drain()
+    {
+        rethrow_if_failed();
+        guarded([&] { core::send_end_of_epoch(); });
+        std::unique_lock lock(mutex_);
+        granted_ = std::numeric_limits<std::size_t>::max();
+        to_stages_.notify_all();
+        to_caller_.wait(lock, [&] { return finished_ == core::stage_count || failure_; });
+        if (failure_) std::rethrow_exception(failure_);
+        finished_ = 0;
+        granted_ = 0;
+        epoch_statistics epoch = core::take_statistics();
+        // Every stage waits for the next epoch: none touches its worker.
+        core::start_epoch();
+        ++epoch_;
+        to_stages_.notify_all(); // they wait for this before the next epoch
+        return epoch;
+    }
+
+    // Waits until every stage has run every tick of the micro-batches fed,
+    // and no more: all stages then sit between the same two ticks. After
+    // this (until the next feed) the caller may read the parameters.
+    void pause()
+    {
+        std::unique_lock lock(mutex_);
+        to_caller_.wait(lock, [&] {
+            return failure_ || std::all_of(waiting_for_.begin(), waiting_for_.end(),
+                                           [&](std::size_t tick) { return tick == granted_; });
+        });
+        if (failure_) std::rethrow_exception(failure_);
+    }
+
+    // Saves or restores the whole in-flight state (see
+    // sequential_pipeline::transfer_state): saving pauses first, the
+    // current tick of every stage is finished, and the pipeline goes on at
+    // the next feed. Restoring needs a pipeline not fed this epoch; the
+    // checkpoint may come from either driver. A load that fails part-way (a
+    // checkpoint of another configuration) leaves the stages half-restored:
+    // the pipeline then counts as failed, and every later call rethrows that
+    // error.
+    template <state_archive Archive>
+    void transfer_state(Archive& archive)
+    {
+        rethrow_if_failed();
+        pause();
+        std::unique_lock lock(mutex_);
+        if constexpr (Archive::loading) {
+            if (!core::at_epoch_start()) {
+                throw std::logic_error("pipeline: a checkpoint can only be loaded before the epoch's first feed.");
+            }
+            try {
+                core::transfer_pipeline_state(archive);
+            } catch (...) {
+                failure_ = std::current_exception();
+                lock.unlock();
+                core::stop_.stop();
+                notify_everyone();
+                throw;
+            }
+            granted_ = core::fed_;
+            to_stages_.notify_all();
+        } else {
+            core::transfer_pipeline_state(archive);
+        }
+    }
+
+private:
+    template <std::size_t I>
+    void run_stage()
+    {
+        try {
+            auto& worker = core::template worker<I>();
+            for (std::size_t epoch = 0;; ++epoch) {
+                {
+                    // Start epoch e + 1 only once the caller has taken epoch
+                    // e's results (drain resets the counters it reads).
+                    std::unique_lock lock(mutex_);
+                    to_stages_.wait(lock, [&] { return epoch_ == epoch || core::stop_.stopped(); });
+                    if (core::stop_.stopped()) return;
+                }
+                do {
+                    std::unique_lock lock(mutex_);
+                    // Says which tick it waits for at every wake-up: a
+                    // checkpoint loaded meanwhile moves it.
+                    while (worker.next_tick() >= granted_ && !core::stop_.stopped()) {
+                        if (waiting_for_[I] != worker.next_tick()) {
+                            waiting_for_[I] = worker.next_tick();
+                            to_caller_.notify_all(); // pause() looks at who waits for which tick
+                        }
+                        to_stages_.wait(lock);
+                    }
+                    waiting_for_[I] = not_waiting;
+                    if (core::stop_.stopped()) return;
+                } while (!worker.tick());
+                std::lock_guard lock(mutex_);
+                ++finished_;
+                to_caller_.notify_all();
+            }
+        } catch (const pipeline_stopped&) {
+            // Stopped by another stage's failure or by the destructor.
+        } catch (...) {
+            {
+                std::lock_guard lock(mutex_);
+                if (!failure_) failure_ = std::current_exception();
+            }
+            // Stop first, so that every waiter woken next sees it.
+            core::stop_.stop();
+            notify_everyone();
+        }
+    }
+
+    void notify_everyone()
+    {
+        std::lock_guard lock(mutex_);
+        to_stages_.notify_all();
+        to_caller_.notify_all();
+    }
+
+    void shut_down()
+    {
+        core::stop_.stop();
+        notify_everyone();
+        for (std::thread& thread : threads_) {
+            if (thread.joinable()) thread.join();
+        }
+    }
+
+    template <class Operation>
+    void guarded(Operation&& operation)
+    {
+        try {
+            operation();
+        } catch (const pipeline_stopped&) {
+            rethrow_if_failed();
+            throw;
+        }
+    }
+
+    void rethrow_if_failed()
+    {
+        std::lock_guard lock(mutex_);
+        if (failure_) std::rethrow_exception(failure_);
+    }
+
+    std::mutex mutex_;
+    // Two conditions, so that waiting stages do not wake one another: the
+    // stages wait on to_stages_ (a grant, the next epoch, a stop), the
+    // caller on to_caller_ (a stage done with the epoch or waiting for a
+    // tick, a failure).
+    std::condition_variable to_stages_;
+    std::condition_variable to_caller_;
+    std::exception_ptr failure_;
+    std::size_t finished_ = 0;
+    std::size_t epoch_ = 0;
+    std::size_t granted_ = 0; // ticks the stages may run this epoch: the micro-batches fed
+    // For each stage, the tick it waits to be granted, or not_waiting.
+    static constexpr std::size_t not_waiting = std::numeric_limits<std::size_t>::max();
+    std::array<std::size_t, core::stage_count> waiting_for_ = [] {
+        std::array<std::size_t, core::stage_count> all;
+        all.fill(not_waiting);
+        return all;
+    }();
+    std::vector<std::thread> threads_;
+};
+
+} // namespace petra
