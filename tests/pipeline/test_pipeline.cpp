@@ -385,3 +385,22 @@ TEST_CASE("pipeline: bad options are refused")
                         parameters, plain_sgd, test::constant_rate, {.batch = 4, .accumulation = 0})),
                     std::invalid_argument);
 }
+
+TEST_CASE("pipeline: a bad batch or accumulation is refused with one sentence, by either driver and by a stage alone")
+{
+    auto parameters = pipeline_network::make_parameters<float>(1);
+    const char* batch = "pipeline: the batch must hold at least one example.";
+    const char* accumulation = "pipeline: the accumulation (micro-batches per step) must be at least 1.";
+    using simulator = sequential_pipeline<pipeline_network, cuts_of<2>, sgd<float>>;
+    using threads = thread_pipeline<pipeline_network, cuts_of<2>, sgd<float>>;
+    CHECK_THROWS_WITH_AS(simulator(parameters, plain_sgd, test::constant_rate, {.batch = 0}), batch,
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(threads(parameters, plain_sgd, test::constant_rate, {.batch = 0}), batch,
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(simulator(parameters, plain_sgd, test::constant_rate, {.batch = 4, .accumulation = 0}),
+                         accumulation, std::invalid_argument);
+    CHECK_THROWS_WITH_AS(threads(parameters, plain_sgd, test::constant_rate, {.batch = 4, .accumulation = 0}),
+                         accumulation, std::invalid_argument);
+    CHECK_THROWS_WITH_AS((stage<pipeline_network, cuts_of<2>, 0, float>(parameters, {.batch = 0})), batch,
+                         std::invalid_argument);
+}

@@ -11,6 +11,10 @@
 // thread_pipeline's stages update them at any time otherwise. The
 // learning-rate function is called by every stage's thread, possibly at
 // once: it must not keep unsynchronised state.
+//
+// The options and the cuts are checked once, where they are used: the
+// stage checks the cuts (static_assert) and the batch, the worker the
+// accumulation; a pipeline passes their errors on.
 #pragma once
 
 #include <algorithm>
@@ -28,7 +32,6 @@
 
 #include <petra/kernels/simd.hpp>
 #include <petra/network.hpp>
-#include <petra/partition.hpp>
 #include <petra/pipeline/channel.hpp>
 #include <petra/pipeline/options.hpp>
 #include <petra/pipeline/stage.hpp>
@@ -51,9 +54,6 @@ struct worker_tuple<Network, Cuts, Optimizer, T, std::index_sequence<I...>> {
 
 template <class Network, auto Cuts, class Optimizer, class T>
 class pipeline_core {
-    static_assert(valid_cuts<Network>(Cuts),
-                  "The cuts must run from 0 to the network's block count, every stage holding at least one block.");
-
 public:
     static constexpr std::size_t stage_count = Cuts.size() - 1;
     static constexpr std::size_t input_values = Network::input::size;
@@ -195,22 +195,13 @@ private:
     pipeline_core(network_parameters<Network, T>& parameters, const typename Optimizer::options& optimizer_options,
                   std::function<double(std::size_t)> learning_rate, const pipeline_options& options,
                   channel_waiting mode, std::index_sequence<I...>)
-        : options_(checked(options)), shared_{std::move(learning_rate), {}, {}, {}},
+        : options_(options), shared_{std::move(learning_rate), {}, {}, {}},
           weight_mask_(Network::template weight_mask<T>()), forward_(make_forward(mode)),
           backward_(make_backward(mode)),
           labels_("labels", 2 * stage_count + 2, options.batch, stop_, mode),
           workers_(worker_type<I>(parameters, optimizer_options, weight_mask_, options_, links<I>(), shared_)...)
     {
         if (!shared_.learning_rate) throw std::invalid_argument("pipeline: a learning-rate schedule is needed.");
-    }
-
-    static const pipeline_options& checked(const pipeline_options& options)
-    {
-        if (options.batch == 0) throw std::invalid_argument("pipeline: the batch must hold at least one example.");
-        if (options.accumulation == 0) {
-            throw std::invalid_argument("pipeline: the accumulation (micro-batches per step) must be at least 1.");
-        }
-        return options;
     }
 
     // Two messages per channel. Forward: at tick t stage j may send its
