@@ -86,16 +86,14 @@ public:
     // remembered (not one fed before a resume).
     bool measurable() const { return next_ >= first_ + history; }
 
-    // Before the tick, with the pipeline paused: the parameters and each
-    // stage's gradient sum so far.
-    template <class Pipeline>
-    void before_tick(Pipeline& pipeline, const petra::network_parameters<Network, float>& parameters, std::size_t tick)
+    // Before the tick, read through the pipeline's pause guard: the
+    // parameters and each stage's gradient sum so far.
+    void before_tick(const petra::paused_pipeline<Network, Cuts, float>& paused, std::size_t tick)
     {
-        copy_ = parameters;
+        std::ranges::copy(paused.parameters(), copy_.values().begin());
+        std::ranges::copy(paused.state(), copy_.state().begin());
         tick_ = tick;
-        [&]<std::size_t... J>(std::index_sequence<J...>) {
-            ((copy_sum(pipeline.template worker<J>().stage().gradient(), before_[J])), ...);
-        }(std::make_index_sequence<stage_count>{});
+        for (std::size_t j = 0; j < stage_count; ++j) copy_sum(paused.gradient_sum(j), before_[j]);
         captured_.fill(false);
         armed_ = true;
     }

@@ -271,7 +271,9 @@ public:
         return std::exchange(statistics_, {});
     }
 
-    void pause() {}
+    // Nothing runs between train() calls: there is nothing to hold.
+    struct nothing_running {};
+    nothing_running pause() { return {}; }
 
     template <petra::state_archive Archive>
     void transfer_state(Archive& archive)
@@ -323,7 +325,7 @@ public:
         }
     }
 
-    void train(petra::network_parameters<net, float>& parameters, const run_position& position)
+    void train(petra::network_parameters<net, float>&, const run_position& position)
     {
         if (!probe_) {
             pipeline_.feed(run_.images.data(), run_.labels.data());
@@ -331,13 +333,10 @@ public:
         }
         probe_->remember(position.batch, run_.images.data(), run_.labels.data());
         const bool measure = (position.steps + 1) % run_.options.fidelity_every == 0 && probe_->measurable();
-        if (measure) {
-            pipeline_.pause();
-            probe_->before_tick(pipeline_, parameters, position.batch);
-        }
+        if (measure) probe_->before_tick(pipeline_.pause(), position.batch);
         pipeline_.feed(run_.images.data(), run_.labels.data());
         if (measure) {
-            pipeline_.pause();
+            const auto paused = pipeline_.pause();
             const std::vector<stage_fidelity> results = probe_->after_tick();
             if (run_.record_fidelity) run_.record_fidelity(position.steps + 1, results);
         }
@@ -345,8 +344,8 @@ public:
     petra::epoch_statistics progress() { return pipeline_.progress(); }
     petra::epoch_statistics end_epoch(petra::network_parameters<net, float>&) { return pipeline_.drain(); }
     // Every stage done with the micro-batches fed: the parameters are
-    // readable until the next train().
-    void pause() { pipeline_.pause(); }
+    // readable while the guard lives.
+    auto pause() { return pipeline_.pause(); }
 
     template <petra::state_archive Archive>
     void transfer_state(Archive& archive)
@@ -639,7 +638,8 @@ inline job_summary run_job(const job_options& options)
             method.transfer_state(archive);
         };
         hooks.save = [&] {
-            method.pause(); // the parameters are read below: every stage must be done with them
+            // The parameters are read below: no stage may run meanwhile.
+            [[maybe_unused]] const auto paused = method.pause();
             const double before = position.training_seconds;
             position.training_seconds +=
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();

@@ -6,6 +6,7 @@
 #include <petra/pipeline/channel.hpp>
 #include <petra/pipeline/core.hpp>
 #include <petra/pipeline/options.hpp>
+#include <petra/pipeline/paused_pipeline.hpp>
 #include <petra/pipeline/pipeline.hpp>
 #include <petra/pipeline/sequential_pipeline.hpp>
 #include <petra/pipeline/stage.hpp>

@@ -39,13 +39,10 @@ std::vector<fashion::stage_fidelity> measure(double learning_rate, std::size_t a
         for (std::size_t m = 0; m < data.images.size(); ++m) {
             probe.remember(m, data.images[m].data(), data.labels[m].data());
             const bool measured = probe.measurable() && m % 3 == 0;
-            if (measured) {
-                pipeline.pause();
-                probe.before_tick(pipeline, parameters, m);
-            }
+            if (measured) probe.before_tick(pipeline.pause(), m);
             pipeline.feed(data.images[m].data(), data.labels[m].data());
             if (measured) {
-                pipeline.pause();
+                const auto paused = pipeline.pause();
                 for (const auto& result : probe.after_tick()) {
                     CHECK(result.micro_batch == m - 2 * (J - 1) + result.stage);
                     all.push_back(result);

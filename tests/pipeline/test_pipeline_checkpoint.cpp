@@ -2,8 +2,7 @@
 // epoch and resumed in a new pipeline (of either driver) ends with the
 // parameters, running statistics and epoch statistics of a run that was
 // never interrupted, bit for bit, for J = 2, 3, 4, k = 1, 2 and every
-// buffer configuration; the saved run itself goes on unchanged. pause()
-// stops the threads where the simulator stands after the same feeds.
+// buffer configuration; the saved run itself goes on unchanged.
 #include <algorithm>
 #include <array>
 #include <cstddef>
@@ -188,25 +187,6 @@ TEST_CASE("pipeline checkpoint: a checkpoint of either driver resumes in the oth
         check_resume<threads<3>, simulator<3>, threads<3>>(options, at);
         check_resume<simulator<3>, threads<3>, simulator<3>>(options, at);
     }
-}
-
-TEST_CASE("pipeline checkpoint: pause() stops the threads where the simulator stands" * doctest::timeout(120))
-{
-    const test::micro_batches data(micro_batches_per_epoch, 4, 5);
-    auto threaded = pipeline_network::make_parameters<float>(3);
-    auto simulated = threaded;
-    threads<4> running(threaded, plain_sgd, decaying_rate, {.batch = 4});
-    simulator<4> stepping(simulated, plain_sgd, decaying_rate, {.batch = 4});
-    for (std::size_t m = 0; m < micro_batches_per_epoch; ++m) {
-        running.feed(data.images[m].data(), data.labels[m].data());
-        stepping.feed(data.images[m].data(), data.labels[m].data());
-        running.pause();
-        CAPTURE(m);
-        CHECK(std::equal(simulated.values().begin(), simulated.values().end(), threaded.values().begin()));
-        CHECK(std::equal(simulated.state().begin(), simulated.state().end(), threaded.state().begin()));
-        CHECK(running.progress().loss_sum == stepping.progress().loss_sum);
-    }
-    CHECK(running.drain().correct == stepping.drain().correct);
 }
 
 TEST_CASE("pipeline checkpoint: loading needs a fresh epoch and the same pipeline" * doctest::timeout(60))

@@ -1,16 +1,16 @@
 // What both drivers of a pipeline share (floor 7): the workers of the
 // stages of a network cut at Cuts, the channels between them, the feeder's
-// side of the first channel and of the labels channel, and the state a
-// checkpoint saves. The drivers (sequential_pipeline.hpp,
-// thread_pipeline.hpp) decide who runs each stage's ticks and when.
+// side of the first channel and of the labels channel, the pause guard's
+// bookkeeping, and the state a checkpoint saves. The drivers
+// (sequential_pipeline.hpp, thread_pipeline.hpp) decide who runs each
+// stage's ticks and when.
 //
 // The parameters stay in the caller's network_parameters, ONE copy: each
 // stage reads and updates its own slice. The caller may read them once
-// drain() has returned (and, with sequential_pipeline, between feed()
-// calls; with thread_pipeline, after pause() until the next feed()); a
-// thread_pipeline's stages update them at any time otherwise. The
-// learning-rate function is called by every stage's thread, possibly at
-// once: it must not keep unsynchronised state.
+// drain() has returned, and while a paused_pipeline from pause() lives
+// (paused_pipeline.hpp); a thread_pipeline's stages update them at any
+// time otherwise. The learning-rate function is called by every stage's
+// thread, possibly at once: it must not keep unsynchronised state.
 //
 // The options and the cuts are checked once, where they are used: the
 // stage checks the cuts (static_assert) and the batch, the worker the
@@ -34,6 +34,7 @@
 #include <petra/network.hpp>
 #include <petra/pipeline/channel.hpp>
 #include <petra/pipeline/options.hpp>
+#include <petra/pipeline/paused_pipeline.hpp>
 #include <petra/pipeline/stage.hpp>
 #include <petra/pipeline/worker.hpp>
 #include <petra/state_archive.hpp>
@@ -57,6 +58,8 @@ class pipeline_core {
 public:
     static constexpr std::size_t stage_count = Cuts.size() - 1;
     static constexpr std::size_t input_values = Network::input::size;
+    // What pause() returns, in either driver.
+    using paused = paused_pipeline<Network, Cuts, T>;
 
     template <std::size_t I>
     using worker_type = stage_worker<stage<Network, Cuts, I, T>, Optimizer, T>;
@@ -97,6 +100,29 @@ protected:
         : pipeline_core(parameters, optimizer_options, std::move(learning_rate), options, mode,
                         std::make_index_sequence<stage_count>{})
     {
+    }
+
+    // A guard over the parameters and the stages' gradient sums. The driver
+    // has brought every stage to rest between the same two ticks.
+    paused hold_paused()
+    {
+        const auto sums = std::apply(
+            [](auto&... worker) {
+                return typename paused::gradient_sums{std::span<const T>(worker.stage().gradient())...};
+            },
+            workers_);
+        return paused(*parameters_, sums, pauses_held_);
+    }
+
+    // Called first by feed() and drain(): while a guard lives, no stage may
+    // run (see paused_pipeline.hpp).
+    void refuse_while_paused(const char* operation) const
+    {
+        if (pauses_held_ != 0) {
+            throw std::logic_error(std::string("pipeline: ") + operation +
+                                   " while the pipeline is paused; let the paused_pipeline that pause() returned "
+                                   "go out of scope first.");
+        }
     }
 
     // The feeder's side: one micro-batch of options.batch examples.
@@ -191,6 +217,9 @@ protected:
     std::size_t fed_ = 0;
 
 private:
+    network_parameters<Network, T>* parameters_;
+    std::size_t pauses_held_ = 0; // paused_pipeline guards alive; only the caller's thread touches it
+
     template <std::size_t... I>
     pipeline_core(network_parameters<Network, T>& parameters, const typename Optimizer::options& optimizer_options,
                   std::function<double(std::size_t)> learning_rate, const pipeline_options& options,
@@ -199,7 +228,8 @@ private:
           weight_mask_(Network::template weight_mask<T>()), forward_(make_forward(mode)),
           backward_(make_backward(mode)),
           labels_("labels", 2 * stage_count + 2, options.batch, stop_, mode),
-          workers_(worker_type<I>(parameters, optimizer_options, weight_mask_, options_, links<I>(), shared_)...)
+          workers_(worker_type<I>(parameters, optimizer_options, weight_mask_, options_, links<I>(), shared_)...),
+          parameters_(&parameters)
     {
         if (!shared_.learning_rate) throw std::invalid_argument("pipeline: a learning-rate schedule is needed.");
     }

@@ -20,9 +20,10 @@
 namespace petra {
 
 // feed() runs one tick of every stage; drain() runs the ticks that empty the
-// pipeline. Channels never wait: a message missing where the schedule
-// expects one is a std::logic_error. After an exception the pipeline is
-// unusable: later calls rethrow it.
+// pipeline; pause() returns a guard through which the parameters are read,
+// as from thread_pipeline. Channels never wait: a message missing where the
+// schedule expects one is a std::logic_error. After an exception the
+// pipeline is unusable: later calls rethrow it.
 template <class Network, auto Cuts, class Optimizer, class T = float>
 class sequential_pipeline : public pipeline_core<Network, Cuts, Optimizer, T> {
     using core = pipeline_core<Network, Cuts, Optimizer, T>;
@@ -39,10 +40,21 @@ public:
     // One micro-batch: options.batch images (NCHW) and their labels.
     void feed(const T* images, const std::int32_t* labels)
     {
+        core::refuse_while_paused("feed()");
         guarded([&] {
             core::send_micro_batch(images, labels);
             run_tick();
         });
+    }
+
+    // Between feeds every stage has finished the same tick: the guard only
+    // holds feed() and drain() back while it lives (paused_pipeline.hpp).
+    // Rethrows a stage's failure.
+    [[nodiscard("the guard releases the pipeline when it goes: hold it in a variable")]]
+    typename core::paused pause()
+    {
+        if (failure_) std::rethrow_exception(failure_);
+        return core::hold_paused();
     }
 
     // Saves (a writing archive) or restores (a reading one) the whole
@@ -68,6 +80,7 @@ public:
     // micro-batch fed, and returns the epoch's statistics.
     epoch_statistics drain()
     {
+        core::refuse_while_paused("drain()");
         epoch_statistics epoch;
         guarded([&] {
             core::send_end_of_epoch();

@@ -30,11 +30,12 @@ namespace petra {
 // The threads are started once and reused across epochs. feed() blocks while
 // the first stage's channel is full; drain() waits for every stage to finish
 // the epoch; pause() waits for every stage to finish the ticks of the
-// micro-batches fed. An exception in any stage stops every stage, and the
-// next (or current) feed() or drain() rethrows it; a failure after
-// the last feed() is reported only by drain(), so end every epoch with one.
-// The destructor stops and joins every thread; it never hangs and never
-// throws.
+// micro-batches fed and returns a guard through which the parameters are
+// read (paused_pipeline.hpp). An exception in any stage stops every stage,
+// and the next (or current) feed(), drain() or pause() rethrows it; a
+// failure after the last feed() is reported only by drain() or pause(), so
+// end every epoch with drain(). The destructor stops and joins every thread;
+// it never hangs and never throws.
 template <class Network, auto Cuts, class Optimizer, class T = float>
 class thread_pipeline : public pipeline_core<Network, Cuts, Optimizer, T> {
     using core = pipeline_core<Network, Cuts, Optimizer, T>;
@@ -70,6 +71,7 @@ public:
     void feed(const T* images, const std::int32_t* labels)
     {
         rethrow_if_failed();
+        core::refuse_while_paused("feed()");
         guarded([&] { core::send_micro_batch(images, labels); });
         std::lock_guard lock(mutex_);
         granted_ = core::fed_;
@@ -79,6 +81,7 @@ public:
     epoch_statistics drain()
     {
         rethrow_if_failed();
+        core::refuse_while_paused("drain()");
         guarded([&] { core::send_end_of_epoch(); });
         std::unique_lock lock(mutex_);
         granted_ = std::numeric_limits<std::size_t>::max();
@@ -96,31 +99,38 @@ public:
     }
 
     // Waits until every stage has run every tick of the micro-batches fed,
-    // and no more: all stages then sit between the same two ticks. After
-    // this (until the next feed) the caller may read the parameters.
-    void pause()
+    // and no more: all stages then sit between the same two ticks, where
+    // they stay while the guard lives (no tick is granted without a feed,
+    // and feed() refuses to run). Their last writes happen before this
+    // returns: reading through the guard is race-free. Rethrows a stage's
+    // failure.
+    [[nodiscard("the guard releases the pipeline when it goes: hold it in a variable")]]
+    typename core::paused pause()
     {
-        std::unique_lock lock(mutex_);
-        to_caller_.wait(lock, [&] {
-            return failure_ || std::all_of(waiting_for_.begin(), waiting_for_.end(),
-                                           [&](std::size_t tick) { return tick == granted_; });
-        });
-        if (failure_) std::rethrow_exception(failure_);
+        {
+            std::unique_lock lock(mutex_);
+            to_caller_.wait(lock, [&] {
+                return failure_ || std::all_of(waiting_for_.begin(), waiting_for_.end(),
+                                               [&](std::size_t tick) { return tick == granted_; });
+            });
+            if (failure_) std::rethrow_exception(failure_);
+        }
+        return core::hold_paused();
     }
 
     // Saves or restores the whole in-flight state (see
-    // sequential_pipeline::transfer_state): saving pauses first, the
-    // current tick of every stage is finished, and the pipeline goes on at
-    // the next feed. Restoring needs a pipeline not fed this epoch; the
-    // checkpoint may come from either driver. A load that fails part-way (a
-    // checkpoint of another configuration) leaves the stages half-restored:
-    // the pipeline then counts as failed, and every later call rethrows that
-    // error.
+    // sequential_pipeline::transfer_state), paused meanwhile: the current
+    // tick of every stage is finished, and the pipeline goes on at the next
+    // feed. It may run under the caller's own guard. Restoring needs a
+    // pipeline not fed this epoch; the checkpoint may come from either
+    // driver. A load that fails part-way (a checkpoint of another
+    // configuration) leaves the stages half-restored: the pipeline then
+    // counts as failed, and every later call rethrows that error.
     template <state_archive Archive>
     void transfer_state(Archive& archive)
     {
         rethrow_if_failed();
-        pause();
+        const typename core::paused held = pause();
         std::unique_lock lock(mutex_);
         if constexpr (Archive::loading) {
             if (!core::at_epoch_start()) {
