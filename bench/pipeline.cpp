@@ -77,9 +77,12 @@ void stage_tick(benchmark::State& state)
     stage alone(parameters, {.batch = batch});
     std::vector<float> x(batch * stage::input_values, 0.5f), y(batch * stage::output_values),
         grad_y(y.size(), 1e-3f), rebuilt(x.size()), grad_x(x.size());
+    using input = petra::batch_view<float, typename stage::input>;
+    using output = petra::batch_view<float, typename stage::output>;
     for (auto _ : state) {
-        alone.forward(x.data(), y.data());
-        alone.backward(y.data(), grad_y.data(), rebuilt.data(), grad_x.data());
+        alone.forward(input(x.data(), batch), output(y.data(), batch));
+        alone.backward(output(y.data(), batch), output(grad_y.data(), batch), input(rebuilt.data(), batch),
+                       input(grad_x.data(), batch));
         benchmark::ClobberMemory();
     }
     state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * batch));

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <limits>
 #include <random>
+#include <span>
 #include <vector>
 
 #include <petra/petra.hpp>
@@ -78,29 +79,32 @@ int main(int argc, char** argv)
         constexpr std::size_t i = decltype(index)::value;
         using block = net::block<i>;
         std::vector<float> y(batch * block::output::size), workspace(block::workspace_size(batch));
-        float* values = parameters.values().data() + net::parameter_offsets[i];
-        float* state = parameters.state().data() + net::state_offsets[i];
-        block::forward(petra::pass::training, batch, values, state, x.data(), y.data(), workspace.data());
+        const auto values = parameters.block_values<i>();
+        const auto state = parameters.block_state<i>();
+        const petra::batch_view<const float, typename block::input> input(x.data(), batch);
+        const petra::batch_view<float, typename block::output> output(y.data(), batch);
+        block::forward(petra::pass::training, values, state, input, output, std::span<float>(workspace));
         if constexpr (block::reversible) {
             std::vector<float> rebuilt(x.size());
-            block::inverse(batch, values, state, y.data(), rebuilt.data(), workspace.data());
+            const petra::batch_view<float, typename block::input> rebuilt_input(rebuilt.data(), batch);
+            block::inverse(values, state, output, rebuilt_input, std::span<float>(workspace));
             auto errors = relative_errors(rebuilt, x, batch, block::input::size);
             for (double& e : errors) e /= epsilon;
             std::printf("| %zu (coupling) | %.2f | %.2f | %.2f |\n", i, quantile(errors, 0.5), quantile(errors, 0.9),
                         *std::max_element(errors.begin(), errors.end()));
             all_errors.insert(all_errors.end(), errors.begin(), errors.end());
 
-            const std::vector<float> original(values, values + block::parameter_count);
+            const std::vector<float> original(values.begin(), values.end());
             std::normal_distribution<float> noise(0.0f, 1.0f);
             for (std::size_t s = 0; s < steps.size(); ++s) {
                 for (std::size_t p = 0; p < original.size(); ++p) {
                     values[p] = original[p] + float(steps[s]) * std::abs(original[p]) * noise(generator);
                 }
-                block::inverse(batch, values, state, y.data(), rebuilt.data(), workspace.data());
+                block::inverse(values, state, output, rebuilt_input, std::span<float>(workspace));
                 const auto moved = relative_errors(rebuilt, x, batch, block::input::size);
                 perturbed_errors[s].insert(perturbed_errors[s].end(), moved.begin(), moved.end());
             }
-            std::copy(original.begin(), original.end(), values);
+            std::copy(original.begin(), original.end(), values.begin());
         }
         x = std::move(y);
     });

@@ -16,6 +16,8 @@
 
 #include <doctest/doctest.h>
 
+#include <petra/batch_view.hpp>
+
 namespace petra::test {
 
 // A path in the temporary directory, unique to this process, for a file a
@@ -99,6 +101,33 @@ template <class T>
 double relative_distance(const std::vector<T>& actual, const std::vector<T>& expected)
 {
     return relative_distance(std::span<const T>(actual), std::span<const T>(expected));
+}
+
+// A test's vectors as the layer and block floors take them: the first Count
+// values as a span of static extent, or batch examples of Shape as a view.
+template <std::size_t Count, class T>
+std::span<T, Count> span_of(std::vector<T>& values)
+{
+    REQUIRE(values.size() >= Count);
+    return std::span<T, Count>(values.data(), Count);
+}
+template <std::size_t Count, class T>
+std::span<const T, Count> span_of(const std::vector<T>& values)
+{
+    REQUIRE(values.size() >= Count);
+    return std::span<const T, Count>(values.data(), Count);
+}
+template <class Shape, class T>
+petra::batch_view<T, Shape> batch_of(std::vector<T>& values, std::size_t batch)
+{
+    REQUIRE(values.size() >= batch * Shape::size);
+    return {values.data(), batch};
+}
+template <class Shape, class T>
+petra::batch_view<const T, Shape> batch_of(const std::vector<T>& values, std::size_t batch)
+{
+    REQUIRE(values.size() >= batch * Shape::size);
+    return {values.data(), batch};
 }
 
 } // namespace petra::test

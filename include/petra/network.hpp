@@ -32,15 +32,19 @@
 #include <type_traits>
 #include <utility>
 
+#include <boost/hana/flatten.hpp>
+#include <boost/hana/fold_left.hpp>
 #include <boost/hana/tuple.hpp>
 #include <boost/hana/type.hpp>
 
+#include <petra/batch_view.hpp>
 #include <petra/blocks/block.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/layers/chain.hpp>
 #include <petra/state_archive.hpp>
 #include <petra/layers/layer.hpp>
 #include <petra/shape.hpp>
+#include <petra/type_list.hpp>
 
 namespace petra {
 
@@ -115,33 +119,26 @@ struct network_element {
                          "downsample or head), not a layer.");
 };
 
-template <class... Blocks>
-struct sequence {};
-
-template <class... Left, class... Right>
-constexpr sequence<Left..., Right...> operator+(sequence<Left...>, sequence<Right...>)
-{
-    return {};
-}
-
-// An element of a network as a sequence of blocks (a block_sequence is
-// flattened); anything else is reported and becomes not_a_block, which stops
-// the binding.
+// What an element that is not a block becomes once reported: it stops the
+// binding.
 struct not_a_block {};
 
+// An element of a network as a type list of blocks (a block_sequence is
+// flattened).
 template <class Element>
-struct as_sequence {
-    using type = sequence<std::conditional_t<network_element<Element>::value, Element, not_a_block>>;
-};
-template <class Block>
-    requires a_block<Block>
-struct as_sequence<Block> {
-    using type = sequence<Block>;
-};
+constexpr auto blocks_of(std::type_identity<Element>)
+{
+    if constexpr (a_block<Element>) {
+        return type_list<Element>;
+    } else {
+        return type_list<std::conditional_t<network_element<Element>::value, Element, not_a_block>>;
+    }
+}
 template <class... Blocks>
-struct as_sequence<block_sequence<Blocks...>> {
-    using type = decltype((sequence<>{} + ... + typename as_sequence<Blocks>::type{}));
-};
+constexpr auto blocks_of(std::type_identity<block_sequence<Blocks...>>)
+{
+    return boost::hana::flatten(boost::hana::make_tuple(blocks_of(std::type_identity<Blocks>{})...));
+}
 
 // The binding checks: each names, in its template arguments, what disagrees.
 template <class Input, class FirstBlock>
@@ -154,6 +151,12 @@ template <class Before, class After, class BeforeOutput>
 struct consecutive_blocks {
     static constexpr bool value = block_accepts<After, BeforeOutput>();
     static_assert(value, "A block cannot take the output of the block before it: their shapes do not match.");
+};
+
+template <class Block, class Bound>
+struct block_contract {
+    static constexpr bool value = bound_block<Bound>;
+    static_assert(value, "This block does not follow the block contract stated in blocks/block.hpp.");
 };
 
 // Whether Block can follow Last (void: Block comes first), instantiating the
@@ -177,28 +180,29 @@ struct no_output {};
 template <class Output, class Last, class... Bound>
 struct binding {
     using output = Output;
-    using blocks = std::tuple<Bound...>;
 };
 
-template <class Output, class Last, class... Bound, class Block>
-constexpr auto operator|(binding<Output, Last, Bound...>, std::type_identity<Block>)
-{
+inline constexpr auto bind_next_block = []<class Output, class Last, class... Bound, class Block>(
+                                            binding<Output, Last, Bound...>, boost::hana::basic_type<Block>) {
     if constexpr (std::is_same_v<Output, no_output> || !a_block<Block>) {
         return binding<no_output, Block, Bound...>{};
     } else if constexpr (!link_fits<Last, Block, Output>()) {
+        return binding<no_output, Block, Bound...>{};
+    } else if constexpr (!block_contract<Block, layer_for<Block, Output>>::value) {
         return binding<no_output, Block, Bound...>{};
     } else {
         using bound = layer_for<Block, Output>;
         return binding<typename bound::output, Block, Bound..., bound>{};
     }
-}
+};
 
 // Blocks bound in order from Input (if Input is a shape: otherwise that
 // error is reported on its own and nothing is bound).
-template <class Input, class... Blocks>
-auto bind_blocks(sequence<Blocks...>)
-    -> decltype((binding<std::conditional_t<a_shape<Input>, Input, no_output>, void>{} | ... |
-                 std::type_identity<Blocks>{}));
+template <class Input, class... Elements>
+using bind_network =
+    decltype(boost::hana::fold_left(boost::hana::flatten(boost::hana::make_tuple(blocks_of(std::type_identity<Elements>{})...)),
+                                    binding<std::conditional_t<a_shape<Input>, Input, no_output>, void>{},
+                                    bind_next_block));
 
 // One field of every profile.
 template <std::size_t N>
@@ -210,13 +214,13 @@ constexpr std::array<std::size_t, N> each(const std::array<block_profile, N>& pr
     return values;
 }
 
-template <class Tuple>
+template <class Binding>
 struct bound_network;
 
-template <class... Bound>
-struct bound_network<std::tuple<Bound...>> {
+template <class Output, class Last, class... Bound>
+struct bound_network<binding<Output, Last, Bound...>> {
     static constexpr std::size_t block_count = sizeof...(Bound);
-    static constexpr auto hana_blocks = boost::hana::tuple_t<Bound...>;
+    static constexpr auto blocks = type_list<Bound...>;
     static constexpr std::array<block_profile, block_count> profile{
         block_profile{Bound::reversible, Bound::parameter_count, Bound::state_count, Bound::forward_flops,
                       Bound::backward_flops, Bound::input::size, Bound::output::size, Bound::workspace_size(1)}...};
@@ -236,9 +240,8 @@ class network {
     static_assert(a_shape<Input>, "A network begins with the shape of its input, input<C, H, W>.");
     static_assert(sizeof...(Elements) > 0, "A network needs at least one block.");
 
-    using flat = decltype((detail::sequence<>{} + ... + typename detail::as_sequence<Elements>::type{}));
-    using binding = decltype(detail::bind_blocks<Input>(flat{}));
-    using bound = detail::bound_network<typename binding::blocks>;
+    using binding = detail::bind_network<Input, Elements...>;
+    using bound = detail::bound_network<binding>;
 
 public:
     using input = Input;
@@ -246,10 +249,10 @@ public:
 
     static constexpr std::size_t block_count = bound::block_count;
 
-    // The bound blocks, as a type list and one by one.
-    static constexpr auto blocks = bound::hana_blocks;
+    // The bound blocks, as a type list (type_list.hpp) and one by one.
+    static constexpr auto blocks = bound::blocks;
     template <std::size_t I>
-    using block = std::tuple_element_t<I, typename binding::blocks>;
+    using block = type_at<I, decltype(blocks)>;
 
     static constexpr std::array<block_profile, block_count> profile = bound::profile;
 
@@ -315,16 +318,21 @@ public:
     static constexpr std::size_t largest_workspace(std::size_t batch) { return bound::largest_workspace(batch); }
 
     // Block I's part of an array laid out like the parameters (values,
-    // gradients, optimizer state) or like the state.
-    template <std::size_t I, class T>
-    static std::span<T> parameters_of(std::span<T> all)
+    // gradients, optimizer state) of blocks First, First + 1, ...: the whole
+    // network's by default, or a stage's (First its first block). A span of
+    // static extent, const or not as given.
+    template <std::size_t I, std::size_t First = 0, class T, std::size_t Extent>
+    static constexpr auto parameters_of(std::span<T, Extent> values)
     {
-        return all.subspan(parameter_offsets[I], profile[I].parameter_count);
+        static_assert(First <= I && I < block_count, "Block I is not one of the blocks the array holds.");
+        return values.template subspan<parameter_offsets[I] - parameter_offsets[First], profile[I].parameter_count>();
     }
-    template <std::size_t I, class T>
-    static std::span<T> state_of(std::span<T> all)
+    // The same for an array laid out like the state (running statistics).
+    template <std::size_t I, std::size_t First = 0, class T, std::size_t Extent>
+    static constexpr auto state_of(std::span<T, Extent> values)
     {
-        return all.subspan(state_offsets[I], profile[I].state_count);
+        static_assert(First <= I && I < block_count, "Block I is not one of the blocks the array holds.");
+        return values.template subspan<state_offsets[I] - state_offsets[First], profile[I].state_count>();
     }
 
     // Parameters and state initialised block after block from one generator
@@ -341,21 +349,22 @@ public:
     static kernels::aligned_vector<T> weight_mask()
     {
         kernels::aligned_vector<T> mask(parameter_count);
-        for_each_block([&](auto index) {
-            constexpr std::size_t i = decltype(index)::value;
-            petra::mark_weights<block<i>>(mask.data() + parameter_offsets[i]);
-        });
+        for_each_block([&](auto i) { petra::mark_weights<block<i>, T>(parameters_of<i>(std::span<T>(mask))); });
         return mask;
     }
 
-    // Calls visit(std::integral_constant<std::size_t, I>{}) for I = 0, 1, ...
-    // block_count - 1, in order.
+    // Calls visit(index) for each block index 0, 1, ... block_count - 1, in
+    // order; index is an integral constant (decltype(index)::value is I).
     template <class Visitor>
     static void for_each_block(Visitor&& visit)
     {
-        [&]<std::size_t... I>(std::index_sequence<I...>) {
-            (visit(std::integral_constant<std::size_t, I>{}), ...);
-        }(std::make_index_sequence<block_count>{});
+        for_each_index<block_count>(visit);
+    }
+    // The same from the last block down to block 0.
+    template <class Visitor>
+    static void for_each_block_down(Visitor&& visit)
+    {
+        for_each_index_down<block_count>(visit);
     }
 };
 
@@ -378,10 +387,8 @@ public:
     explicit network_parameters(std::uint64_t seed) : values_(Network::parameter_count), state_(Network::state_count)
     {
         std::mt19937_64 generator(seed);
-        Network::for_each_block([&](auto index) {
-            constexpr std::size_t i = decltype(index)::value;
-            Network::template block<i>::initialize(values_.data() + Network::parameter_offsets[i],
-                                                   state_.data() + Network::state_offsets[i], generator);
+        Network::for_each_block([&](auto i) {
+            Network::template block<i>::initialize(block_values<i>(), block_state<i>(), generator);
         });
     }
 
@@ -390,13 +397,25 @@ public:
     std::span<T> state() { return state_; }
     std::span<const T> state() const { return state_; }
 
+    // Block I's parameters and state: spans of static extent, read-only
+    // through a const network_parameters.
     template <std::size_t I>
-    std::span<T> block_values()
+    auto block_values()
     {
         return Network::template parameters_of<I>(values());
     }
     template <std::size_t I>
-    std::span<T> block_state()
+    auto block_values() const
+    {
+        return Network::template parameters_of<I>(values());
+    }
+    template <std::size_t I>
+    auto block_state()
+    {
+        return Network::template state_of<I>(state());
+    }
+    template <std::size_t I>
+    auto block_state() const
     {
         return Network::template state_of<I>(state());
     }
@@ -418,28 +437,43 @@ private:
     kernels::aligned_vector<T> state_;
 };
 
-// Inference on a batch: logits (batch * Network::output::size values) of
-// images (batch * Network::input::size values, NCHW), with the running
-// statistics of batch normalisation. Nothing is updated. Scratch memory is
-// per thread and grows once to the largest batch seen.
+// Inference on a batch: the logits of the images, with the running
+// statistics of batch normalisation, read-only. Nothing is updated. Scratch
+// memory is per thread and grows once to the largest batch seen.
 template <class Network, class T>
-void predict(const network_parameters<Network, T>& parameters, std::size_t batch, const T* images, T* logits)
+void predict(const network_parameters<Network, T>& parameters, const_batch<T, typename Network::input> images,
+             batch_view<T, typename Network::output> logits)
 {
+    const std::size_t batch = images.batch();
     if (batch == 0) return;
     struct predict_scratch;
     const std::size_t activation = batch * Network::largest_activation;
     T* scratch = kernels::thread_scratch<predict_scratch, T>(2 * activation + Network::largest_workspace(batch));
-    T* workspace = scratch + 2 * activation;
-    // pass::inference reads the running statistics and never writes them.
-    T* state = const_cast<T*>(parameters.state().data());
-    const T* values = parameters.values().data();
+    const std::span<T> workspace(scratch + 2 * activation, Network::largest_workspace(batch));
+    // Block i reads buffer (i - 1) % 2 and writes buffer i % 2.
     Network::for_each_block([&](auto index) {
         constexpr std::size_t i = decltype(index)::value;
-        const T* x = i == 0 ? images : scratch + ((i - 1) % 2) * activation;
-        T* y = i + 1 == Network::block_count ? logits : scratch + (i % 2) * activation;
-        Network::template block<i>::forward(pass::inference, batch, values + Network::parameter_offsets[i],
-                                            state + Network::state_offsets[i], x, y, workspace);
+        using block = typename Network::template block<i>;
+        const auto x = [&] {
+            if constexpr (i == 0) return images;
+            else return batch_view<const T, typename block::input>(scratch + ((i - 1) % 2) * activation, batch);
+        }();
+        const auto y = [&] {
+            if constexpr (i + 1 == Network::block_count) return logits;
+            else return batch_view<T, typename block::output>(scratch + (i % 2) * activation, batch);
+        }();
+        block::forward(pass::inference, parameters.template block_values<i>(), parameters.template block_state<i>(),
+                       x, y, workspace);
     });
+}
+
+// The same on pointers: images holds batch * Network::input::size values
+// (NCHW), logits batch * Network::output::size.
+template <class Network, class T>
+void predict(const network_parameters<Network, T>& parameters, std::size_t batch, const T* images, T* logits)
+{
+    predict(parameters, batch_view<const T, typename Network::input>(images, batch),
+            batch_view<T, typename Network::output>(logits, batch));
 }
 
 } // namespace petra

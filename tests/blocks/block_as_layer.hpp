@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <limits>
 #include <random>
+#include <span>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -34,79 +35,111 @@ struct block_as_layer_base {
     static constexpr std::size_t state_count = Block::state_count;
 
     template <class T>
-    static void initialize(T* parameters, T* state, std::mt19937_64& generator)
+    static void initialize(std::span<T, parameter_count> parameters, std::span<T, state_count> state,
+                           std::mt19937_64& generator)
     {
         Block::initialize(parameters, state, generator);
     }
 
-    template <class T>
-    static void forward(petra::pass mode, std::size_t batch, const T* parameters, T* state, const T* x, T* y,
-                        T* cache)
+    template <petra::forward_pass Pass, class T>
+    static void forward(Pass mode, petra::parameters_view<T, parameter_count> parameters,
+                        petra::statistics_view<Pass, T, state_count> state, petra::const_batch<T, input> x,
+                        petra::batch_view<T, output> y, std::span<T> cache)
     {
-        Block::forward(mode, batch, parameters, state, x, y, cache);
+        Block::forward(mode, parameters, state, x.template as<typename Block::input>(),
+                       y.template as<typename Block::output>(), cache);
     }
 
 protected:
     template <class T>
-    static void poison(T* values, std::size_t count)
+    static void poison(std::span<T> values)
     {
-        std::fill(values, values + count, std::numeric_limits<T>::quiet_NaN());
+        std::fill(values.begin(), values.end(), std::numeric_limits<T>::quiet_NaN());
+    }
+    // Running statistics the gradient check does not look at: the backward
+    // paths below run recomputation passes, which only read them.
+    template <class T>
+    static std::span<const T, state_count> unused_statistics()
+    {
+        static const std::vector<T> values(state_count + 1, T(1));
+        return std::span<const T, state_count>(values.data(), state_count);
     }
 };
 
 template <class Block>
 struct backward_after_forward : block_as_layer_base<Block> {
+    using base = block_as_layer_base<Block>;
     static constexpr std::size_t cache_size(std::size_t batch) { return Block::workspace_size(batch); }
 
     template <class T>
-    static void backward(std::size_t batch, const T* parameters, const T* x, T* cache, const T* grad_y, T* grad_x,
-                         T* grad_parameters)
+    static void backward(petra::parameters_view<T, base::parameter_count> parameters,
+                         petra::const_batch<T, typename base::input> x,
+                         petra::const_batch<T, typename base::output> grad_y,
+                         petra::batch_view<T, typename base::input> grad_x,
+                         std::span<T, base::parameter_count> grad_parameters, std::span<T> cache)
     {
-        std::vector<T> state(Block::state_count + 1);
-        Block::backward(batch, parameters, state.data(), x, grad_y, grad_x, grad_parameters, cache);
+        Block::backward(parameters, x.template as<typename Block::input>(),
+                        grad_y.template as<typename Block::output>(), grad_x.template as<typename Block::input>(),
+                        grad_parameters, cache);
     }
 };
 
 template <class Block>
 struct recompute_then_backward : block_as_layer_base<Block> {
+    using base = block_as_layer_base<Block>;
     static constexpr std::size_t cache_size(std::size_t batch)
     {
         return Block::workspace_size(batch) + batch * Block::output::size;
     }
 
     template <class T>
-    static void backward(std::size_t batch, const T* parameters, const T* x, T* cache, const T* grad_y, T* grad_x,
-                         T* grad_parameters)
+    static void backward(petra::parameters_view<T, base::parameter_count> parameters,
+                         petra::const_batch<T, typename base::input> x,
+                         petra::const_batch<T, typename base::output> grad_y,
+                         petra::batch_view<T, typename base::input> grad_x,
+                         std::span<T, base::parameter_count> grad_parameters, std::span<T> cache)
     {
-        block_as_layer_base<Block>::poison(cache, cache_size(batch));
-        std::vector<T> state(Block::state_count + 1);
-        recompute_backward<Block>(batch, parameters, state.data(), x, grad_y, grad_x, grad_parameters, cache,
-                                  cache + Block::workspace_size(batch));
+        base::poison(cache);
+        const std::size_t batch = x.batch();
+        recompute_backward<Block>(parameters, base::template unused_statistics<T>(),
+                                  x.template as<typename Block::input>(), grad_y.template as<typename Block::output>(),
+                                  grad_x.template as<typename Block::input>(), grad_parameters,
+                                  cache.first(Block::workspace_size(batch)),
+                                  petra::batch_view<T, typename Block::output>(
+                                      cache.data() + Block::workspace_size(batch), batch));
     }
 };
 
 template <class Block>
 struct reconstruct_then_backward : block_as_layer_base<Block> {
+    using base = block_as_layer_base<Block>;
     static constexpr std::size_t cache_size(std::size_t batch)
     {
         return Block::workspace_size(batch) + 2 * batch * Block::output::size;
     }
 
     template <class T>
-    static void backward(std::size_t batch, const T* parameters, const T* x, T* cache, const T* grad_y, T* grad_x,
-                         T* grad_parameters)
+    static void backward(petra::parameters_view<T, base::parameter_count> parameters,
+                         petra::const_batch<T, typename base::input> x,
+                         petra::const_batch<T, typename base::output> grad_y,
+                         petra::batch_view<T, typename base::input> grad_x,
+                         std::span<T, base::parameter_count> grad_parameters, std::span<T> cache)
     {
-        const std::size_t count = batch * Block::output::size;
-        T* workspace = cache;
-        T* y = cache + Block::workspace_size(batch);
-        T* reconstructed = y + count;
-        std::vector<T> state(Block::state_count + 1);
-        Block::forward(pass::recomputation, batch, parameters, state.data(), x, y, workspace);
-        block_as_layer_base<Block>::poison(workspace, Block::workspace_size(batch));
-        reconstruct_backward<Block>(batch, parameters, state.data(), static_cast<const T*>(y), grad_y,
-                                    reconstructed, grad_x, grad_parameters, workspace);
+        const std::size_t batch = x.batch();
+        const std::span<T> workspace = cache.first(Block::workspace_size(batch));
+        const petra::batch_view<T, typename Block::output> y(workspace.data() + workspace.size(), batch);
+        const petra::batch_view<T, typename Block::input> reconstructed(y.data() + y.size(), batch);
+        const auto block_x = x.template as<typename Block::input>();
+        Block::forward(petra::pass::recomputation, parameters, base::template unused_statistics<T>(), block_x, y,
+                       workspace);
+        base::poison(workspace);
+        reconstruct_backward<Block>(parameters, base::template unused_statistics<T>(), y,
+                                    grad_y.template as<typename Block::output>(), reconstructed,
+                                    grad_x.template as<typename Block::input>(), grad_parameters, workspace);
         double error = 0.0;
-        for (std::size_t i = 0; i < count; ++i) error = std::max(error, std::abs(double(reconstructed[i] - x[i])));
+        for (std::size_t i = 0; i < reconstructed.size(); ++i) {
+            error = std::max(error, std::abs(double(reconstructed.data()[i] - block_x.data()[i])));
+        }
         CHECK(error < 1e-12);
     }
 };

@@ -37,13 +37,14 @@ TEST_CASE("shape-changing blocks: shapes chain from the image to the logits")
 
 TEST_CASE("halves: splitting channels in two and merging them back is exact")
 {
-    const std::size_t batch = 3, half_size = 5;
-    std::vector<int> whole(2 * batch * half_size), pair(whole.size()), back(whole.size());
-    for (std::size_t i = 0; i < whole.size(); ++i) whole[i] = int(i);
-    split_into_halves(batch, half_size, whole.data(), pair.data());
+    using half = shape<5>;
+    const std::size_t batch = 3, half_size = half::size;
+    std::vector<float> whole(2 * batch * half_size), pair(whole.size()), back(whole.size());
+    for (std::size_t i = 0; i < whole.size(); ++i) whole[i] = float(i);
+    split_into_halves<half>(test::batch_of<shape<10>>(whole, batch), test::batch_of<halves<half>>(pair, batch));
     // Example 1's second half (values 15..19) is the second half's second example.
-    CHECK(pair[(batch + 1) * half_size] == 15);
-    merge_halves(batch, half_size, pair.data(), back.data());
+    CHECK(pair[(batch + 1) * half_size] == 15.0f);
+    merge_halves<half>(test::batch_of<halves<half>>(pair, batch), test::batch_of<shape<10>>(back, batch));
     CHECK(back == whole);
 }
 
@@ -69,7 +70,8 @@ TEST_CASE("a block initialises each of its functions in its own place")
     std::vector<float> parameters(downsample_block::parameter_count, std::nanf("")),
         state(downsample_block::state_count, std::nanf(""));
     std::mt19937_64 generator(12);
-    downsample_block::initialize(parameters.data(), state.data(), generator);
+    downsample_block::initialize(test::span_of<downsample_block::parameter_count>(parameters),
+                                 test::span_of<downsample_block::state_count>(state), generator);
     for (float value : parameters) CHECK(std::isfinite(value));
     for (float value : state) CHECK(std::isfinite(value));
     // Each function's batch norm: gamma 1 and beta 0 after its convolution's

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstddef>
 #include <random>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -37,12 +39,25 @@ struct coupling_setup {
           x(batch_size * coupling::input::size), y(x.size()), workspace(coupling::workspace_size(batch_size))
     {
         std::mt19937_64 generator(seed);
-        coupling::initialize(parameters.data(), state.data(), generator);
+        coupling::initialize(test::span_of<coupling::parameter_count>(parameters),
+                             test::span_of<coupling::state_count>(state), generator);
         std::uniform_real_distribution<T> uniform(T(-1), T(1));
         for (T& value : parameters) value += T(0.2) * uniform(generator);
         for (T& value : x) value = uniform(generator);
-        coupling::forward(pass::training, batch, parameters.data(), state.data(), x.data(), y.data(),
-                          workspace.data());
+        coupling::forward(pass::training, test::span_of<coupling::parameter_count>(parameters),
+                          test::span_of<coupling::state_count>(state), test::batch_of<block_input>(x, batch),
+                          test::batch_of<block_input>(y, batch), std::span<T>(workspace));
+    }
+
+    // The input rebuilt from y with the given parameters.
+    std::vector<T> inverse(const std::vector<T>& with_parameters)
+    {
+        std::vector<T> reconstructed(x.size());
+        coupling::inverse(test::span_of<coupling::parameter_count>(with_parameters),
+                          test::span_of<coupling::state_count>(std::as_const(state)),
+                          test::batch_of<block_input>(std::as_const(y), batch),
+                          test::batch_of<block_input>(reconstructed, batch), std::span<T>(workspace));
+        return reconstructed;
     }
 };
 
@@ -60,9 +75,7 @@ TEST_CASE_TEMPLATE("reversible blocks: inverse(forward(x)) == x in float", coupl
 {
     for (std::uint64_t seed : {1, 2, 3}) {
         coupling_setup<coupling, float> setup(3, seed);
-        std::vector<float> reconstructed(setup.x.size());
-        coupling::inverse(setup.batch, setup.parameters.data(), setup.state.data(), setup.y.data(),
-                          reconstructed.data(), setup.workspace.data());
+        const std::vector<float> reconstructed = setup.inverse(setup.parameters);
         const double error = test::relative_distance(reconstructed, setup.x);
         INFO("seed " << seed << ": relative reconstruction error " << error);
         CHECK(error < 1e-6);
@@ -95,9 +108,7 @@ TEST_CASE_TEMPLATE("reversible blocks: reconstruction error grows smoothly with 
     for (double size : {1e-4, 1e-3, 1e-2}) {
         auto perturbed = setup.parameters;
         for (std::size_t i = 0; i < perturbed.size(); ++i) perturbed[i] += size * direction[i];
-        std::vector<double> reconstructed(setup.x.size());
-        coupling::inverse(setup.batch, perturbed.data(), setup.state.data(), setup.y.data(), reconstructed.data(),
-                          setup.workspace.data());
+        const std::vector<double> reconstructed = setup.inverse(perturbed);
         errors.push_back(test::relative_distance(reconstructed, setup.x));
         INFO("perturbation " << size << ": relative reconstruction error " << errors.back());
         CHECK(errors.back() > 0.0);

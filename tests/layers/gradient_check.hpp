@@ -10,17 +10,20 @@
 #include <cmath>
 #include <cstddef>
 #include <random>
+#include <span>
+#include <type_traits>
 #include <vector>
 
 #include <doctest/doctest.h>
 
 #include <petra/layers/layer.hpp>
 
+#include "support.hpp"
+
 namespace petra::test {
 
 struct gradient_check_options {
     std::size_t batch = 3;
-    petra::pass mode = petra::pass::training;
     double step = 1e-5;
     double tolerance = 1e-6;       // on the largest error relative to the largest gradient value
     double smallest_input = 0.0;   // inputs are drawn with |x| >= this (away from ReLU kinks)
@@ -38,7 +41,9 @@ inline double relative_error(const std::vector<double>& a, const std::vector<dou
     return error / scale;
 }
 
-template <class Bound>
+// The forward differentiated is a training pass, or an inference pass (with
+// Pass = petra::pass::inference_t: running statistics as constants).
+template <class Bound, class Pass = petra::pass::training_t>
 void check_gradients(std::mt19937_64& generator, const gradient_check_options& options = {})
 {
     using input = typename Bound::input;
@@ -47,7 +52,7 @@ void check_gradients(std::mt19937_64& generator, const gradient_check_options& o
     std::uniform_real_distribution<double> uniform(-1.0, 1.0);
 
     std::vector<double> parameters(Bound::parameter_count), state(Bound::state_count + 1);
-    Bound::initialize(parameters.data(), state.data(), generator);
+    Bound::initialize(span_of<Bound::parameter_count>(parameters), span_of<Bound::state_count>(state), generator);
     // Random parameters around the initial ones, so that no symmetry (gamma = 1,
     // bias = 0) hides an error.
     for (double& value : parameters) value += 0.5 * uniform(generator);
@@ -61,20 +66,22 @@ void check_gradients(std::mt19937_64& generator, const gradient_check_options& o
 
     std::vector<double> y(batch * output::size), cache(Bound::cache_size(batch) + 1);
     auto objective = [&](const std::vector<double>& at_x, const std::vector<double>& at_parameters) {
-        std::vector<double> scratch_state = state, scratch_cache(Bound::cache_size(batch) + 1), out(y.size());
+        std::vector<double> scratch_cache(Bound::cache_size(batch) + 1), out(y.size());
         // Recomputation keeps the running statistics fixed across evaluations.
-        const petra::pass mode = options.mode == petra::pass::training ? petra::pass::recomputation : options.mode;
-        Bound::forward(mode, batch, at_parameters.data(), scratch_state.data(), at_x.data(), out.data(),
-                       scratch_cache.data());
+        using evaluation = std::conditional_t<Pass::uses_running_statistics, Pass, petra::pass::recomputation_t>;
+        Bound::forward(evaluation{}, span_of<Bound::parameter_count>(at_parameters), span_of<Bound::state_count>(state),
+                       batch_of<input>(at_x, batch), batch_of<output>(out, batch), std::span<double>(scratch_cache));
         double sum = 0.0;
         for (std::size_t i = 0; i < out.size(); ++i) sum += direction[i] * out[i];
         return sum;
     };
 
-    Bound::forward(options.mode, batch, parameters.data(), state.data(), x.data(), y.data(), cache.data());
+    Bound::forward(Pass{}, span_of<Bound::parameter_count>(parameters), span_of<Bound::state_count>(state),
+                   batch_of<input>(x, batch), batch_of<output>(y, batch), std::span<double>(cache));
     std::vector<double> grad_x(x.size(), std::nan("")), grad_parameters(parameters.size(), 0.0);
-    Bound::backward(batch, parameters.data(), x.data(), cache.data(), direction.data(), grad_x.data(),
-                    grad_parameters.data());
+    Bound::backward(span_of<Bound::parameter_count>(parameters), batch_of<input>(x, batch),
+                    batch_of<output>(direction, batch), batch_of<input>(grad_x, batch),
+                    span_of<Bound::parameter_count>(grad_parameters), std::span<double>(cache));
 
     auto numeric = [&](std::vector<double> values, bool of_parameters) {
         std::vector<double> derivative(values.size());

@@ -4,6 +4,9 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <span>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -61,17 +64,27 @@ TEST_CASE("batch_norm: only training passes move the running statistics")
     using layer = layer_for<batch_norm<2>, shape<2, 3, 3>>;
     std::mt19937_64 generator(5);
     std::vector<float> parameters(layer::parameter_count), state(layer::state_count), cache(layer::cache_size(4));
-    layer::initialize(parameters.data(), state.data(), generator);
+    layer::initialize(test::span_of<layer::parameter_count>(parameters), test::span_of<layer::state_count>(state),
+                      generator);
     std::vector<float> x(4 * 18), y(x.size());
     std::normal_distribution<float> values(3.0f, 2.0f);
     for (float& value : x) value = values(generator);
+    const auto forward = [&](auto mode) {
+        layer::forward(mode, test::span_of<layer::parameter_count>(parameters), test::span_of<layer::state_count>(state),
+                       test::batch_of<layer::input>(x, 4), test::batch_of<layer::output>(y, 4),
+                       std::span<float>(cache));
+    };
+    // Only a training pass gets the statistics as writable, by type.
+    static_assert(std::is_same_v<statistics_view<pass::recomputation_t, float, 4>, std::span<const float, 4>>);
+    static_assert(std::is_same_v<statistics_view<pass::inference_t, float, 4>, std::span<const float, 4>>);
+    static_assert(std::is_same_v<statistics_view<pass::training_t, float, 4>, std::span<float, 4>>);
 
     const auto initial = state;
-    layer::forward(pass::recomputation, 4, parameters.data(), state.data(), x.data(), y.data(), cache.data());
+    forward(pass::recomputation);
     CHECK(state == initial);
-    layer::forward(pass::inference, 4, parameters.data(), state.data(), x.data(), y.data(), cache.data());
+    forward(pass::inference);
     CHECK(state == initial);
-    layer::forward(pass::training, 4, parameters.data(), state.data(), x.data(), y.data(), cache.data());
+    forward(pass::training);
     CHECK(state != initial);
     // After one training pass from (mean 0, variance 1), running = 0.9 initial + 0.1 batch.
     for (std::size_t c = 0; c < 2; ++c) {
@@ -81,7 +94,7 @@ TEST_CASE("batch_norm: only training passes move the running statistics")
         CHECK(state[c] == doctest::Approx(0.1 * sum / 36).epsilon(1e-5));
     }
     const auto trained = state;
-    layer::forward(pass::recomputation, 4, parameters.data(), state.data(), x.data(), y.data(), cache.data());
+    forward(pass::recomputation);
     CHECK(state == trained);
 }
 
@@ -90,11 +103,14 @@ TEST_CASE("batch_norm: training normalises each channel of the batch")
     using layer = layer_for<batch_norm<3>, shape<3, 2, 2>>;
     std::mt19937_64 generator(6);
     std::vector<double> parameters(layer::parameter_count), state(layer::state_count), cache(layer::cache_size(5));
-    layer::initialize(parameters.data(), state.data(), generator);
+    layer::initialize(test::span_of<layer::parameter_count>(parameters), test::span_of<layer::state_count>(state),
+                      generator);
     std::vector<double> x(5 * 12), y(x.size());
     std::normal_distribution<double> values(-4.0, 3.0);
     for (double& value : x) value = values(generator);
-    layer::forward(pass::training, 5, parameters.data(), state.data(), x.data(), y.data(), cache.data());
+    layer::forward(pass::training, test::span_of<layer::parameter_count>(parameters),
+                   test::span_of<layer::state_count>(state), test::batch_of<layer::input>(x, 5),
+                   test::batch_of<layer::output>(y, 5), std::span<double>(cache));
     for (std::size_t c = 0; c < 3; ++c) {
         double sum = 0.0, squares = 0.0;
         for (std::size_t n = 0; n < 5; ++n)
@@ -168,22 +184,29 @@ TEST_CASE("chain: forward equals the layers applied one by one")
     const std::size_t batch = 3;
     std::mt19937_64 generator(9);
     std::vector<float> parameters(bound::parameter_count), state(bound::state_count);
-    bound::initialize(parameters.data(), state.data(), generator);
+    bound::initialize(test::span_of<bound::parameter_count>(parameters), test::span_of<bound::state_count>(state),
+                      generator);
     std::vector<float> x(batch * bound::input::size);
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
     for (float& value : x) value = uniform(generator);
 
     std::vector<float> y(batch * bound::output::size), cache(bound::cache_size(batch));
     auto chained_state = state;
-    bound::forward(pass::training, batch, parameters.data(), chained_state.data(), x.data(), y.data(), cache.data());
+    bound::forward(pass::training, test::span_of<bound::parameter_count>(parameters),
+                   test::span_of<bound::state_count>(chained_state), test::batch_of<bound::input>(x, batch),
+                   test::batch_of<bound::output>(y, batch), std::span<float>(cache));
 
     std::vector<float> a(batch * first::output::size), b(a.size()), c(b.size()), bn_cache(second::cache_size(batch));
     auto manual_state = state;
-    float* none = nullptr; // conv2d and relu have no parameters, state or cache to pass
-    first::forward(pass::training, batch, parameters.data(), manual_state.data(), x.data(), a.data(), none);
-    second::forward(pass::training, batch, parameters.data() + first::parameter_count, manual_state.data(), a.data(),
-                    b.data(), bn_cache.data());
-    third::forward(pass::training, batch, static_cast<const float*>(none), none, b.data(), c.data(), none);
+    const std::span<const float> all(parameters);
+    // conv2d and relu have no state or cache to pass.
+    first::forward(pass::training, all.first<first::parameter_count>(), std::span<float, 0>(),
+                   test::batch_of<first::input>(x, batch), test::batch_of<first::output>(a, batch), {});
+    second::forward(pass::training, all.subspan<first::parameter_count, second::parameter_count>(),
+                    test::span_of<second::state_count>(manual_state), test::batch_of<second::input>(a, batch),
+                    test::batch_of<second::output>(b, batch), std::span<float>(bn_cache));
+    third::forward(pass::training, std::span<const float, 0>(), std::span<float, 0>(),
+                   test::batch_of<third::input>(b, batch), test::batch_of<third::output>(c, batch), {});
     CHECK(y == c);
     CHECK(chained_state == manual_state);
 }
@@ -202,7 +225,7 @@ TEST_CASE("chain: gradients through every layer")
 
 namespace {
 
-// Backward with grad_x null (a network's first layer) adds the same
+// Backward with an empty grad_x (a network's first layer) adds the same
 // parameter gradient as with it, and writes no input gradient anywhere.
 template <class Bound>
 void check_skipped_input_gradient()
@@ -210,7 +233,8 @@ void check_skipped_input_gradient()
     std::mt19937_64 generator(31);
     const std::size_t batch = 3;
     std::vector<double> parameters(Bound::parameter_count), state(Bound::state_count + 1);
-    Bound::initialize(parameters.data(), state.data(), generator);
+    Bound::initialize(test::span_of<Bound::parameter_count>(parameters), test::span_of<Bound::state_count>(state),
+                      generator);
     for (double& value : parameters) value += std::uniform_real_distribution<double>(-0.1, 0.1)(generator);
     const auto x = test::random_vector<double>(batch * Bound::input::size, generator);
     const auto grad_y = test::random_vector<double>(batch * Bound::output::size, generator);
@@ -218,9 +242,15 @@ void check_skipped_input_gradient()
     std::vector<double> with(Bound::parameter_count, 0.0), without(Bound::parameter_count, 0.0);
     for (std::vector<double>* gradient : {&with, &without}) {
         std::vector<double> cache(Bound::cache_size(batch));
-        Bound::forward(pass::training, batch, parameters.data(), state.data(), x.data(), y.data(), cache.data());
-        Bound::backward(batch, parameters.data(), x.data(), cache.data(), grad_y.data(),
-                        gradient == &with ? grad_x.data() : nullptr, gradient->data());
+        const auto parameter_values = test::span_of<Bound::parameter_count>(std::as_const(parameters));
+        Bound::forward(pass::training, parameter_values, test::span_of<Bound::state_count>(state),
+                       test::batch_of<typename Bound::input>(x, batch), test::batch_of<typename Bound::output>(y, batch),
+                       std::span<double>(cache));
+        Bound::backward(parameter_values, test::batch_of<typename Bound::input>(x, batch),
+                        test::batch_of<typename Bound::output>(grad_y, batch),
+                        gradient == &with ? test::batch_of<typename Bound::input>(grad_x, batch)
+                                          : batch_view<double, typename Bound::input>{},
+                        test::span_of<Bound::parameter_count>(*gradient), std::span<double>(cache));
     }
     CHECK(with == without);
 }

@@ -9,6 +9,7 @@
 #include <span>
 #include <stdexcept>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <boost/hana/length.hpp>
@@ -115,7 +116,8 @@ TEST_CASE("network parameters: one array, initialised block by block, with a vie
         constexpr std::size_t i = decltype(index)::value;
         using block = small_network::block<i>;
         std::vector<double> values(block::parameter_count), state(block::state_count);
-        block::initialize(values.data(), state.data(), generator);
+        block::initialize(test::span_of<block::parameter_count>(values), test::span_of<block::state_count>(state),
+                          generator);
         auto view = parameters.block_values<i>();
         CAPTURE(i);
         CHECK(view.data() == parameters.values().data() + small_network::parameter_offsets[i]);
@@ -144,8 +146,11 @@ TEST_CASE("predict: inference block by block, each example on its own, running s
         constexpr std::size_t i = decltype(index)::value;
         using block = small_network::block<i>;
         std::vector<float> y(batch * block::output::size), workspace(block::workspace_size(batch));
-        block::forward(pass::inference, batch, parameters.values().data() + small_network::parameter_offsets[i],
-                       state.data() + small_network::state_offsets[i], x.data(), y.data(), workspace.data());
+        const auto block_state = std::span<const float>(state).subspan<small_network::state_offsets[i],
+                                                                       block::state_count>();
+        block::forward(pass::inference, small_network::parameters_of<i>(std::as_const(parameters).values()),
+                       block_state, test::batch_of<typename block::input>(std::as_const(x), batch),
+                       test::batch_of<typename block::output>(y, batch), std::span<float>(workspace));
         x = y;
     });
     CHECK(x == logits);

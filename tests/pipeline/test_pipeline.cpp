@@ -12,6 +12,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -371,8 +372,11 @@ TEST_CASE("pipeline: a stage driven alone must be given somewhere to write its i
     auto parameters = pipeline_network::make_parameters<float>(1);
     middle alone(parameters, {.batch = 4});
     std::vector<float> x(4 * middle::input_values, 0.5f), y(4 * middle::output_values), grad_y(y.size(), 0.1f);
-    alone.forward(x.data(), y.data());
-    CHECK_THROWS_AS(alone.backward(y.data(), grad_y.data(), x.data(), nullptr), std::invalid_argument);
+    alone.forward(test::batch_of<middle::input>(std::as_const(x), 4), test::batch_of<middle::output>(y, 4));
+    CHECK_THROWS_AS(alone.backward(test::batch_of<middle::output>(std::as_const(y), 4),
+                                   test::batch_of<middle::output>(std::as_const(grad_y), 4),
+                                   test::batch_of<middle::input>(x, 4), {}),
+                    std::invalid_argument);
 }
 
 TEST_CASE("pipeline: bad options are refused")

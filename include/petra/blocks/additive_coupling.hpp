@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <random>
+#include <span>
 #include <type_traits>
 
 #include <petra/blocks/block.hpp>
@@ -23,6 +24,10 @@ struct additive_coupling : block_kind {
 
     template <class Input>
     struct bind : made_of<layer_for<F, typename half_of<Input>::type>> {
+        // The parts, their parameters and state end to end (made_of).
+        using parts = made_of<layer_for<F, typename half_of<Input>::type>>;
+        using parts::parameter_count;
+        using parts::state_count;
         using half = typename half_of<Input>::type;
         using function = layer_for<F, half>;
         static_assert(std::is_same_v<typename function::output, half>,
@@ -36,38 +41,41 @@ struct additive_coupling : block_kind {
         // F's cache.
         static constexpr std::size_t workspace_size(std::size_t batch) { return function::cache_size(batch); }
 
-        template <class T>
-        static void forward(pass mode, std::size_t batch, const T* parameters, T* state, const T* x, T* y,
-                            T* workspace)
+        template <forward_pass Pass, class T>
+        static void forward(Pass mode, parameters_view<T, parameter_count> parameters,
+                            statistics_view<Pass, T, state_count> state, const_batch<T, input> x,
+                            batch_view<T, output> y, std::span<T> workspace)
         {
-            const std::size_t count = batch * half::size;
             // y = x~ + F(x), F written straight into the first output half.
-            function::forward(mode, batch, parameters, state, x, y, workspace);
-            kernels::add(count, static_cast<const T*>(y), x + count, y);
-            std::copy(x, x + count, y + count);
+            function::forward(mode, parameters, state, x.first_half(), y.first_half(), workspace);
+            kernels::add(y.first_half().size(), y.first_half().data(), x.second_half().data(), y.first_half().data());
+            copy_batch<T>(x.first_half(), y.second_half());
         }
 
         template <class T>
-        static void inverse(std::size_t batch, const T* parameters, T* state, const T* y, T* x, T* workspace)
+        static void inverse(parameters_view<T, parameter_count> parameters,
+                            statistics_view<pass::recomputation_t, T, state_count> state, const_batch<T, output> y,
+                            batch_view<T, input> x, std::span<T> workspace)
         {
-            const std::size_t count = batch * half::size;
-            std::copy(y + count, y + 2 * count, x);
+            copy_batch<T>(y.second_half(), x.first_half());
             // x~ = y - F(y~), F written straight into the second input half.
-            function::forward(pass::recomputation, batch, parameters, state, static_cast<const T*>(x), x + count,
-                              workspace);
-            kernels::subtract(count, y, static_cast<const T*>(x + count), x + count);
+            function::forward(pass::recomputation, parameters, state, x.first_half(), x.second_half(), workspace);
+            kernels::subtract(x.second_half().size(), y.first_half().data(), x.second_half().data(),
+                              x.second_half().data());
         }
 
         // With y = x~ + F(x) and y~ = x: dL/dx~ = dL/dy and
         // dL/dx = dL/dy~ + J_F(x)^T dL/dy.
         template <class T>
-        static void backward(std::size_t batch, const T* parameters, T* /*state*/, const T* x, const T* grad_y,
-                             T* grad_x, T* grad_parameters, T* workspace)
+        static void backward(parameters_view<T, parameter_count> parameters, const_batch<T, input> x,
+                             const_batch<T, output> grad_y, batch_view<T, input> grad_x,
+                             std::span<T, parameter_count> grad_parameters, std::span<T> workspace)
         {
-            const std::size_t count = batch * half::size;
-            function::backward(batch, parameters, x, workspace, grad_y, grad_x, grad_parameters);
-            kernels::add(count, static_cast<const T*>(grad_x), grad_y + count, grad_x);
-            std::copy(grad_y, grad_y + count, grad_x + count);
+            function::backward(parameters, x.first_half(), grad_y.first_half(), grad_x.first_half(), grad_parameters,
+                               workspace);
+            kernels::add(grad_x.first_half().size(), grad_x.first_half().data(), grad_y.second_half().data(),
+                         grad_x.first_half().data());
+            copy_batch<T>(grad_y.first_half(), grad_x.second_half());
         }
     };
 };

@@ -1,9 +1,8 @@
 // What a block is (floor 4). Blocks are the units a network is a list of and
 // the pipeline cuts into stages. The state between blocks of a reversible
-// network is a pair of halves (x, x~) of one shape; a batch of it is stored
-// half-major: the first half of every example (an ordinary NCHW batch), then
-// the second half of every example, so that a layer chain can run on either
-// half directly.
+// network is a pair of halves (x, x~) of one shape, halves<shape<C, H, W>>,
+// stored half-major (shape.hpp), so that a layer chain runs on either half
+// directly.
 //
 // Every block type (additive_coupling<F>, stem<F>, ...) derives from
 // block_kind, which is how a network tells a block from a layer given in its
@@ -11,48 +10,59 @@
 // setting off its own static_asserts):
 //   template <class Input> static constexpr bool accepts = ...;
 //
-// Bound to its input with layer_for<Block, Input>, a block B provides:
+// Bound to its input with layer_for<Block, Input>, a block B provides
+// (P = parameter_count, S = state_count):
 //   using input = ...;  using output = ...;    shapes or halves
 //   static constexpr bool reversible;
 //   static constexpr std::size_t parameter_count, state_count;
 //   static constexpr std::size_t forward_flops;   per example
 //   static constexpr std::size_t backward_flops;  per example, the vector-Jacobian product alone
 //   static constexpr std::size_t workspace_size(std::size_t batch);
-//   template <class T> static void initialize(T* parameters, T* state, std::mt19937_64&);
-//   template <class T> static void forward(pass, std::size_t batch, const T* parameters, T* state,
-//                                          const T* x, T* y, T* workspace);
-//   template <class T> static void backward(std::size_t batch, const T* parameters, T* state,
-//                                           const T* x, const T* grad_y, T* grad_x,
-//                                           T* grad_parameters, T* workspace);
-// forward leaves in the workspace what backward needs; backward receives the
-// x and the workspace of the forward it differentiates (the workspace is
-// consumed), overwrites grad_x and ADDS to grad_parameters.
+//   template <class T> static void initialize(std::span<T, P>, std::span<T, S>, std::mt19937_64&);
+//   template <forward_pass Pass, class T>
+//   static void forward(Pass, parameters_view<T, P> parameters, statistics_view<Pass, T, S> state,
+//                       const_batch<T, input> x, batch_view<T, output> y, std::span<T> workspace);
+//   template <class T>
+//   static void backward(parameters_view<T, P> parameters, const_batch<T, input> x,
+//                        const_batch<T, output> grad_y, batch_view<T, input> grad_x,
+//                        std::span<T, P> grad_parameters, std::span<T> workspace);
+// in the one argument order of every function at the layer and block floors
+// (layer.hpp): parameters and statistics, what is read, what is written, the
+// scratch. forward leaves in the workspace what backward needs; backward
+// receives the x and the workspace of the forward it differentiates (the
+// workspace is consumed), overwrites grad_x and ADDS to grad_parameters.
 //
 // A reversible block (reversible = true, output shape = input shape) also
 // provides
-//   template <class T> static void inverse(std::size_t batch, const T* parameters, T* state,
-//                                          const T* y, T* x, T* workspace);
-// which reconstructs x from y with the parameters it is given (pass::
-// recomputation: running statistics untouched) and leaves in the workspace
-// what backward needs, exactly as a forward from x would. So inverse then
-// backward is the fused reconstruct-and-backward that evaluates each function
-// once (reconstruct_backward below).
+//   template <class T>
+//   static void inverse(parameters_view<T, P> parameters, statistics_view<pass::recomputation_t, T, S> state,
+//                       const_batch<T, output> y, batch_view<T, input> x, std::span<T> workspace);
+// which reconstructs x from y with the parameters it is given (a
+// recomputation pass: the running statistics are only read) and leaves in
+// the workspace what backward needs, exactly as a forward from x would. So
+// inverse then backward is the fused reconstruct-and-backward that evaluates
+// each function once (reconstruct_backward below).
 //
 // A block that is not reversible keeps (through its caller) its input and
 // recomputes from it (recompute_backward below).
 //
 // A block that can come first in a network (its input is data) may declare
 //   static constexpr bool input_gradient_optional = true;
-// its backward then accepts a null grad_x and skips the input gradient.
+// its backward then accepts an empty grad_x and skips the input gradient.
 #pragma once
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <random>
+#include <span>
 #include <type_traits>
 
+#include <petra/batch_view.hpp>
+#include <petra/layers/chain.hpp>
 #include <petra/layers/layer.hpp>
 #include <petra/shape.hpp>
+#include <petra/type_list.hpp>
 
 namespace petra {
 
@@ -68,19 +78,6 @@ constexpr bool block_accepts()
 {
     return Block::template accepts<Input>;
 }
-
-template <class Half>
-struct halves {
-    static_assert(a_shape<Half>, "halves are made of a shape<C, H, W>.");
-    using half = Half;
-    // Values of one example: both halves.
-    static constexpr std::size_t size = 2 * Half::size;
-};
-
-template <class T>
-struct is_halves : std::false_type {};
-template <class Half>
-struct is_halves<halves<Half>> : std::true_type {};
 
 // The shape of one half of a pair. Any other input is rejected with one
 // sentence, before anything else is read from it (a block names half_of in
@@ -124,70 +121,131 @@ using concatenated_halves =
 
 // Base of a bound block that applies the bound layers Functions...: its
 // parameters and its state are theirs, in that order, end to end, and so is
-// its initialisation.
+// its initialisation; parameters_of<K> and state_of<K> give function K's part.
 template <class... Functions>
 struct made_of {
-    static constexpr std::size_t parameter_count = (Functions::parameter_count + ...);
-    static constexpr std::size_t state_count = (Functions::state_count + ...);
+    static constexpr auto parameter_offsets = detail::prefix_sums<sizeof...(Functions)>({Functions::parameter_count...});
+    static constexpr auto state_offsets = detail::prefix_sums<sizeof...(Functions)>({Functions::state_count...});
+    static constexpr std::size_t parameter_count = parameter_offsets.back();
+    static constexpr std::size_t state_count = state_offsets.back();
 
-    template <class T>
-    static void initialize(T* parameters, T* state, std::mt19937_64& generator)
+    template <std::size_t K>
+    using function_at = type_at<K, std::remove_const_t<decltype(type_list<Functions...>)>>;
+
+    // Function K's part of an array laid out like the block's parameters (or
+    // its state), const or not as given.
+    template <std::size_t K, class T, std::size_t Count>
+    static constexpr auto parameters_of(std::span<T, Count> all)
     {
-        ((Functions::initialize(parameters, state, generator), parameters += Functions::parameter_count,
-          state += Functions::state_count),
-         ...);
+        return all.template subspan<parameter_offsets[K], function_at<K>::parameter_count>();
+    }
+    template <std::size_t K, class T, std::size_t Count>
+    static constexpr auto state_of(std::span<T, Count> all)
+    {
+        return all.template subspan<state_offsets[K], function_at<K>::state_count>();
     }
 
     template <class T>
-    static void mark_weights(T* mask)
+    static void initialize(std::span<T, parameter_count> parameters, std::span<T, state_count> state,
+                           std::mt19937_64& generator)
     {
-        ((petra::mark_weights<Functions>(mask), mask += Functions::parameter_count), ...);
+        for_each_index<sizeof...(Functions)>([&](auto k) {
+            function_at<k>::initialize(parameters_of<k>(parameters), state_of<k>(state), generator);
+        });
+    }
+
+    template <class T>
+    static void mark_weights(std::span<T, parameter_count> mask)
+    {
+        for_each_index<sizeof...(Functions)>(
+            [&](auto k) { petra::mark_weights<function_at<k>, T>(parameters_of<k>(mask)); });
     }
 };
 
 // Between the NCHW layout of a batch with 2C channels per example and the
 // half-major layout of halves of C channels: channels [0, C) of every example
 // form the first half, channels [C, 2C) the second.
-template <class T>
-void split_into_halves(std::size_t batch, std::size_t half_size, const T* whole, T* pair)
+template <class Half, class T>
+void split_into_halves(const_batch<T, concatenated_halves<halves<Half>>> whole, batch_view<T, halves<Half>> pair)
 {
+    const std::size_t batch = pair.batch();
+    const T* from = whole.data();
+    T* first = pair.first_half().data();
+    T* second = pair.second_half().data();
     for (std::size_t n = 0; n < batch; ++n) {
-        std::copy(whole + 2 * n * half_size, whole + (2 * n + 1) * half_size, pair + n * half_size);
-        std::copy(whole + (2 * n + 1) * half_size, whole + (2 * n + 2) * half_size, pair + (batch + n) * half_size);
+        std::copy_n(from + 2 * n * Half::size, Half::size, first + n * Half::size);
+        std::copy_n(from + (2 * n + 1) * Half::size, Half::size, second + n * Half::size);
     }
 }
 
-template <class T>
-void merge_halves(std::size_t batch, std::size_t half_size, const T* pair, T* whole)
+template <class Half, class T>
+void merge_halves(const_batch<T, halves<Half>> pair, batch_view<T, concatenated_halves<halves<Half>>> whole)
 {
+    const std::size_t batch = pair.batch();
+    const T* first = pair.first_half().data();
+    const T* second = pair.second_half().data();
+    T* to = whole.data();
     for (std::size_t n = 0; n < batch; ++n) {
-        std::copy(pair + n * half_size, pair + (n + 1) * half_size, whole + 2 * n * half_size);
-        std::copy(pair + (batch + n) * half_size, pair + (batch + n + 1) * half_size, whole + (2 * n + 1) * half_size);
+        std::copy_n(first + n * Half::size, Half::size, to + 2 * n * Half::size);
+        std::copy_n(second + n * Half::size, Half::size, to + (2 * n + 1) * Half::size);
     }
 }
+
+// The contract above, checked with float values. The network states it of
+// every block it binds, so that a user's block that breaks it stops the
+// compiler with one sentence (see network.hpp).
+template <class B>
+concept bound_block =
+    an_example_shape<typename B::input> && an_example_shape<typename B::output> &&
+    requires(std::span<float, B::parameter_count> parameters, std::span<float, B::state_count> state,
+             batch_view<float, typename B::input> x, batch_view<float, typename B::output> y,
+             std::span<float> workspace, std::mt19937_64& generator) {
+        { B::reversible } -> std::convertible_to<bool>;
+        { B::parameter_count } -> std::convertible_to<std::size_t>;
+        { B::state_count } -> std::convertible_to<std::size_t>;
+        { B::forward_flops } -> std::convertible_to<std::size_t>;
+        { B::backward_flops } -> std::convertible_to<std::size_t>;
+        { B::workspace_size(std::size_t{1}) } -> std::convertible_to<std::size_t>;
+        B::initialize(parameters, state, generator);
+        B::forward(pass::training, parameters, state, x, y, workspace);
+        B::forward(pass::recomputation, parameters, state, x, y, workspace);
+        B::forward(pass::inference, parameters, state, x, y, workspace);
+        B::backward(parameters, x, y, x, parameters, workspace);
+    } && (!B::reversible || requires(std::span<float, B::parameter_count> parameters,
+                                     std::span<float, B::state_count> state, batch_view<float, typename B::input> x,
+                                     batch_view<float, typename B::output> y, std::span<float> workspace) {
+        B::inverse(parameters, state, y, x, workspace);
+    });
 
 // The fused reconstruct-and-backward of a reversible block, generated from its
 // inverse and backward: from the output y and its gradient, writes the
 // reconstructed input to x and the input gradient to grad_x, and adds the
 // parameter gradient to grad_parameters, with the parameters it is given.
 template <class Block, class T>
-void reconstruct_backward(std::size_t batch, const T* parameters, T* state, const T* y, const T* grad_y, T* x,
-                          T* grad_x, T* grad_parameters, T* workspace)
+void reconstruct_backward(parameters_view<T, Block::parameter_count> parameters,
+                          statistics_view<pass::recomputation_t, T, Block::state_count> state,
+                          const_batch<T, typename Block::output> y, const_batch<T, typename Block::output> grad_y,
+                          batch_view<T, typename Block::input> x, batch_view<T, typename Block::input> grad_x,
+                          std::span<T, Block::parameter_count> grad_parameters, std::span<T> workspace)
 {
     static_assert(Block::reversible, "reconstruct_backward needs a reversible block.");
-    Block::inverse(batch, parameters, state, y, x, workspace);
-    Block::backward(batch, parameters, state, static_cast<const T*>(x), grad_y, grad_x, grad_parameters, workspace);
+    Block::inverse(parameters, state, y, x, workspace);
+    Block::backward(parameters, x, grad_y, grad_x, grad_parameters, workspace);
 }
 
-// Backward of a block from its stored input x: the forward again (pass::
-// recomputation, so running statistics are untouched), its output to
-// recomputed_y (batch * output::size values, then unused), then backward.
+// Backward of a block from its stored input x: the forward again (a
+// recomputation pass, so running statistics are only read), its output to
+// recomputed_y (then unused), then backward.
 template <class Block, class T>
-void recompute_backward(std::size_t batch, const T* parameters, T* state, const T* x, const T* grad_y,
-                        T* grad_x, T* grad_parameters, T* workspace, T* recomputed_y)
+void recompute_backward(parameters_view<T, Block::parameter_count> parameters,
+                        statistics_view<pass::recomputation_t, T, Block::state_count> state,
+                        const_batch<T, typename Block::input> x, const_batch<T, typename Block::output> grad_y,
+                        batch_view<T, typename Block::input> grad_x,
+                        std::span<T, Block::parameter_count> grad_parameters, std::span<T> workspace,
+                        batch_view<T, typename Block::output> recomputed_y)
 {
-    Block::forward(pass::recomputation, batch, parameters, state, x, recomputed_y, workspace);
-    Block::backward(batch, parameters, state, x, grad_y, grad_x, grad_parameters, workspace);
+    Block::forward(pass::recomputation, parameters, state, x, recomputed_y, workspace);
+    Block::backward(parameters, x, grad_y, grad_x, grad_parameters, workspace);
 }
 
 } // namespace petra

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <random>
+#include <span>
 #include <type_traits>
 
 #include <petra/blocks/block.hpp>
@@ -27,6 +28,10 @@ struct downsample : block_kind {
 
     template <class Input>
     struct bind : made_of<layer_for<F, typename half_of<Input>::type>, layer_for<G, typename half_of<Input>::type>> {
+        // The parts, their parameters and state end to end (made_of).
+        using parts = made_of<layer_for<F, typename half_of<Input>::type>, layer_for<G, typename half_of<Input>::type>>;
+        using parts::parameter_count;
+        using parts::state_count;
         using first = layer_for<F, typename half_of<Input>::type>;
         using second = layer_for<G, typename half_of<Input>::type>;
         static_assert(std::is_same_v<typename first::output, typename second::output>,
@@ -45,34 +50,53 @@ struct downsample : block_kind {
             return batch * output::half::size + first::cache_size(batch) + second::cache_size(batch);
         }
 
-        template <class T>
-        static void forward(pass mode, std::size_t batch, const T* parameters, T* state, const T* x, T* y,
-                            T* workspace)
+        template <forward_pass Pass, class T>
+        static void forward(Pass mode, parameters_view<T, parameter_count> parameters,
+                            statistics_view<Pass, T, state_count> state, const_batch<T, input> x,
+                            batch_view<T, output> y, std::span<T> workspace)
         {
-            const std::size_t in_count = batch * input::half::size, out_count = batch * output::half::size;
-            T* first_cache = workspace + out_count;
-            T* second_cache = first_cache + first::cache_size(batch);
-            first::forward(mode, batch, parameters, state, x, y, first_cache);
-            second::forward(mode, batch, parameters + first::parameter_count, state + first::state_count,
-                            x + in_count, y + out_count, second_cache);
-            kernels::add(out_count, static_cast<const T*>(y + out_count), static_cast<const T*>(y), y + out_count);
+            const workspace_layout<T> at{workspace, x.batch()};
+            first::forward(mode, parts::template parameters_of<0>(parameters),
+                           parts::template state_of<0>(state), x.first_half(), y.first_half(), at.first_cache());
+            second::forward(mode, parts::template parameters_of<1>(parameters),
+                            parts::template state_of<1>(state), x.second_half(), y.second_half(),
+                            at.second_cache());
+            kernels::add(y.second_half().size(), y.second_half().data(), y.first_half().data(),
+                         y.second_half().data());
         }
 
         // y~ depends on y, so F receives dL/dy + dL/dy~; G receives dL/dy~.
         template <class T>
-        static void backward(std::size_t batch, const T* parameters, T* /*state*/, const T* x, const T* grad_y,
-                             T* grad_x, T* grad_parameters, T* workspace)
+        static void backward(parameters_view<T, parameter_count> parameters, const_batch<T, input> x,
+                             const_batch<T, output> grad_y, batch_view<T, input> grad_x,
+                             std::span<T, parameter_count> grad_parameters, std::span<T> workspace)
         {
-            const std::size_t in_count = batch * input::half::size, out_count = batch * output::half::size;
-            T* gradient = workspace;
-            T* first_cache = workspace + out_count;
-            T* second_cache = first_cache + first::cache_size(batch);
-            kernels::add(out_count, grad_y, grad_y + out_count, gradient);
-            first::backward(batch, parameters, x, first_cache, static_cast<const T*>(gradient), grad_x,
-                            grad_parameters);
-            second::backward(batch, parameters + first::parameter_count, x + in_count, second_cache,
-                             grad_y + out_count, grad_x + in_count, grad_parameters + first::parameter_count);
+            const workspace_layout<T> at{workspace, x.batch()};
+            const batch_view<T, typename output::half> gradient = at.gradient();
+            kernels::add(gradient.size(), grad_y.first_half().data(), grad_y.second_half().data(), gradient.data());
+            first::backward(parts::template parameters_of<0>(parameters), x.first_half(), gradient,
+                            grad_x.first_half(), parts::template parameters_of<0>(grad_parameters),
+                            at.first_cache());
+            second::backward(parts::template parameters_of<1>(parameters), x.second_half(),
+                             grad_y.second_half(), grad_x.second_half(),
+                             parts::template parameters_of<1>(grad_parameters), at.second_cache());
         }
+
+    private:
+        template <class T>
+        struct workspace_layout {
+            std::span<T> all;
+            std::size_t batch;
+            batch_view<T, typename output::half> gradient() const { return {all.data(), batch}; }
+            std::span<T> first_cache() const
+            {
+                return all.subspan(batch * output::half::size, first::cache_size(batch));
+            }
+            std::span<T> second_cache() const
+            {
+                return all.subspan(batch * output::half::size + first::cache_size(batch), second::cache_size(batch));
+            }
+        };
     };
 };
 

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <random>
+#include <span>
 
 #include <petra/blocks/block.hpp>
 #include <petra/layers/chain.hpp>
@@ -28,6 +29,10 @@ struct head : block_kind {
 
     template <class Input>
     struct bind : made_of<layer_for<F, concatenated_halves<Input>>> {
+        // The parts, their parameters and state end to end (made_of).
+        using parts = made_of<layer_for<F, concatenated_halves<Input>>>;
+        using parts::parameter_count;
+        using parts::state_count;
         using half = typename half_of<Input>::type;
         using whole = concatenated_halves<Input>;
         using function = layer_for<F, whole>;
@@ -43,27 +48,39 @@ struct head : block_kind {
             return 2 * batch * whole::size + function::cache_size(batch);
         }
 
-        template <class T>
-        static void forward(pass mode, std::size_t batch, const T* parameters, T* state, const T* x, T* y,
-                            T* workspace)
+        template <forward_pass Pass, class T>
+        static void forward(Pass mode, parameters_view<T, parameter_count> parameters,
+                            statistics_view<Pass, T, state_count> state, const_batch<T, input> x,
+                            batch_view<T, output> y, std::span<T> workspace)
         {
-            T* concatenated = workspace;
-            merge_halves(batch, half::size, x, concatenated);
-            function::forward(mode, batch, parameters, state, static_cast<const T*>(concatenated), y,
-                              workspace + 2 * batch * whole::size);
+            const workspace_layout<T> at{workspace, x.batch()};
+            merge_halves<half>(x, at.concatenated());
+            function::forward(mode, parameters, state, at.concatenated(), y, at.function_cache());
         }
 
         template <class T>
-        static void backward(std::size_t batch, const T* parameters, T* /*state*/, const T* /*x*/,
-                             const T* grad_y, T* grad_x, T* grad_parameters, T* workspace)
+        static void backward(parameters_view<T, parameter_count> parameters, const_batch<T, input> x,
+                             const_batch<T, output> grad_y, batch_view<T, input> grad_x,
+                             std::span<T, parameter_count> grad_parameters, std::span<T> workspace)
         {
-            T* concatenated = workspace;
-            T* gradient = workspace + batch * whole::size;
-            T* cache = gradient + batch * whole::size;
-            function::backward(batch, parameters, static_cast<const T*>(concatenated), cache, grad_y, gradient,
-                               grad_parameters);
-            split_into_halves(batch, half::size, static_cast<const T*>(gradient), grad_x);
+            const workspace_layout<T> at{workspace, x.batch()};
+            function::backward(parameters, at.concatenated(), grad_y, at.gradient(), grad_parameters,
+                               at.function_cache());
+            split_into_halves<half>(at.gradient(), grad_x);
         }
+
+    private:
+        template <class T>
+        struct workspace_layout {
+            std::span<T> all;
+            std::size_t batch;
+            batch_view<T, whole> concatenated() const { return {all.data(), batch}; }
+            batch_view<T, whole> gradient() const { return {all.data() + batch * whole::size, batch}; }
+            std::span<T> function_cache() const
+            {
+                return all.subspan(2 * batch * whole::size, function::cache_size(batch));
+            }
+        };
     };
 };
 

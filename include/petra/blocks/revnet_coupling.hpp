@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <random>
+#include <span>
 #include <type_traits>
+#include <utility>
 
 #include <petra/blocks/block.hpp>
 #include <petra/kernels/elementwise.hpp>
@@ -22,6 +24,10 @@ struct revnet_coupling : block_kind {
 
     template <class Input>
     struct bind : made_of<layer_for<F, typename half_of<Input>::type>, layer_for<G, typename half_of<Input>::type>> {
+        // The parts, their parameters and state end to end (made_of).
+        using parts = made_of<layer_for<F, typename half_of<Input>::type>, layer_for<G, typename half_of<Input>::type>>;
+        using parts::parameter_count;
+        using parts::state_count;
         using half = typename half_of<Input>::type;
         using first = layer_for<F, half>;
         using second = layer_for<G, half>;
@@ -41,60 +47,71 @@ struct revnet_coupling : block_kind {
             return batch * half::size + first::cache_size(batch) + second::cache_size(batch);
         }
 
-        template <class T>
-        static void forward(pass mode, std::size_t batch, const T* parameters, T* state, const T* x, T* y,
-                            T* workspace)
+        template <forward_pass Pass, class T>
+        static void forward(Pass mode, parameters_view<T, parameter_count> parameters,
+                            statistics_view<Pass, T, state_count> state, const_batch<T, input> x,
+                            batch_view<T, output> y, std::span<T> workspace)
         {
-            const std::size_t count = batch * half::size;
-            const layout<T> at{workspace, batch};
-            first::forward(mode, batch, parameters, state, x + count, y, at.first_cache());
-            kernels::add(count, static_cast<const T*>(y), x, y); // y1 = x1 + F(x2)
-            second::forward(mode, batch, parameters + first::parameter_count, state + first::state_count,
-                            static_cast<const T*>(y), y + count, at.second_cache());
-            kernels::add(count, static_cast<const T*>(y + count), x + count, y + count); // y2 = x2 + G(y1)
-            std::copy(y, y + count, at.first_output());
+            const workspace_layout<T> at{workspace, x.batch()};
+            const auto [x1, x2] = std::pair(x.first_half(), x.second_half());
+            const auto [y1, y2] = std::pair(y.first_half(), y.second_half());
+            first::forward(mode, parts::template parameters_of<0>(parameters),
+                           parts::template state_of<0>(state), x2, y1, at.first_cache());
+            kernels::add(y1.size(), y1.data(), x1.data(), y1.data()); // y1 = x1 + F(x2)
+            second::forward(mode, parts::template parameters_of<1>(parameters),
+                            parts::template state_of<1>(state), y1, y2, at.second_cache());
+            kernels::add(y2.size(), y2.data(), x2.data(), y2.data()); // y2 = x2 + G(y1)
+            copy_batch<T>(y1, at.first_output());
         }
 
         // Each function's value is written straight into the input half it
         // is subtracted from.
         template <class T>
-        static void inverse(std::size_t batch, const T* parameters, T* state, const T* y, T* x, T* workspace)
+        static void inverse(parameters_view<T, parameter_count> parameters,
+                            statistics_view<pass::recomputation_t, T, state_count> state, const_batch<T, output> y,
+                            batch_view<T, input> x, std::span<T> workspace)
         {
-            const std::size_t count = batch * half::size;
-            const layout<T> at{workspace, batch};
-            second::forward(pass::recomputation, batch, parameters + first::parameter_count,
-                            state + first::state_count, y, x + count, at.second_cache());
-            kernels::subtract(count, y + count, static_cast<const T*>(x + count), x + count); // x2 = y2 - G(y1)
-            first::forward(pass::recomputation, batch, parameters, state, static_cast<const T*>(x + count), x,
-                           at.first_cache());
-            kernels::subtract(count, y, static_cast<const T*>(x), x); // x1 = y1 - F(x2)
-            std::copy(y, y + count, at.first_output());
+            const workspace_layout<T> at{workspace, x.batch()};
+            const auto [x1, x2] = std::pair(x.first_half(), x.second_half());
+            const auto [y1, y2] = std::pair(y.first_half(), y.second_half());
+            second::forward(pass::recomputation, parts::template parameters_of<1>(parameters),
+                            parts::template state_of<1>(state), y1, x2, at.second_cache());
+            kernels::subtract(x2.size(), y2.data(), x2.data(), x2.data()); // x2 = y2 - G(y1)
+            first::forward(pass::recomputation, parts::template parameters_of<0>(parameters),
+                           parts::template state_of<0>(state), x2, x1, at.first_cache());
+            kernels::subtract(x1.size(), y1.data(), x1.data(), x1.data()); // x1 = y1 - F(x2)
+            copy_batch<T>(y1, at.first_output());
         }
 
         // With g1, g2 the gradients of y1, y2:
         //   dL/dx1 = g1 + J_G(y1)^T g2,   dL/dx2 = g2 + J_F(x2)^T dL/dx1.
         template <class T>
-        static void backward(std::size_t batch, const T* parameters, T* /*state*/, const T* x, const T* grad_y,
-                             T* grad_x, T* grad_parameters, T* workspace)
+        static void backward(parameters_view<T, parameter_count> parameters, const_batch<T, input> x,
+                             const_batch<T, output> grad_y, batch_view<T, input> grad_x,
+                             std::span<T, parameter_count> grad_parameters, std::span<T> workspace)
         {
-            const std::size_t count = batch * half::size;
-            const layout<T> at{workspace, batch};
-            second::backward(batch, parameters + first::parameter_count, static_cast<const T*>(at.first_output()),
-                             at.second_cache(), grad_y + count, grad_x, grad_parameters + first::parameter_count);
-            kernels::add(count, static_cast<const T*>(grad_x), grad_y, grad_x);
-            first::backward(batch, parameters, x + count, at.first_cache(), static_cast<const T*>(grad_x),
-                            grad_x + count, grad_parameters);
-            kernels::add(count, static_cast<const T*>(grad_x + count), grad_y + count, grad_x + count);
+            const workspace_layout<T> at{workspace, x.batch()};
+            const auto [g1, g2] = std::pair(grad_y.first_half(), grad_y.second_half());
+            const auto [grad_x1, grad_x2] = std::pair(grad_x.first_half(), grad_x.second_half());
+            second::backward(parts::template parameters_of<1>(parameters), at.first_output(), g2, grad_x1,
+                             parts::template parameters_of<1>(grad_parameters), at.second_cache());
+            kernels::add(grad_x1.size(), grad_x1.data(), g1.data(), grad_x1.data());
+            first::backward(parts::template parameters_of<0>(parameters), x.second_half(), grad_x1, grad_x2,
+                            parts::template parameters_of<0>(grad_parameters), at.first_cache());
+            kernels::add(grad_x2.size(), grad_x2.data(), g2.data(), grad_x2.data());
         }
 
     private:
         template <class T>
-        struct layout {
-            T* base;
+        struct workspace_layout {
+            std::span<T> all;
             std::size_t batch;
-            T* first_output() const { return base; }
-            T* first_cache() const { return base + batch * half::size; }
-            T* second_cache() const { return first_cache() + first::cache_size(batch); }
+            batch_view<T, half> first_output() const { return {all.data(), batch}; }
+            std::span<T> first_cache() const { return all.subspan(batch * half::size, first::cache_size(batch)); }
+            std::span<T> second_cache() const
+            {
+                return all.subspan(batch * half::size + first::cache_size(batch), second::cache_size(batch));
+            }
         };
     };
 };

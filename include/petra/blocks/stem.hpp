@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <random>
+#include <span>
 
 #include <petra/blocks/block.hpp>
 #include <petra/layers/layer.hpp>
@@ -18,6 +19,10 @@ struct stem : block_kind {
 
     template <class Input>
     struct bind : made_of<layer_for<F, Input>> {
+        // The parts, their parameters and state end to end (made_of).
+        using parts = made_of<layer_for<F, Input>>;
+        using parts::parameter_count;
+        using parts::state_count;
         using function = layer_for<F, Input>;
         using whole = typename function::output;
         static_assert(whole::channels % 2 == 0, "stem: F must give an even number of channels to split in halves.");
@@ -35,24 +40,34 @@ struct stem : block_kind {
             return batch * whole::size + function::cache_size(batch);
         }
 
-        template <class T>
-        static void forward(pass mode, std::size_t batch, const T* parameters, T* state, const T* x, T* y,
-                            T* workspace)
+        template <forward_pass Pass, class T>
+        static void forward(Pass mode, parameters_view<T, parameter_count> parameters,
+                            statistics_view<Pass, T, state_count> state, const_batch<T, input> x,
+                            batch_view<T, output> y, std::span<T> workspace)
         {
-            T* value = workspace;
-            function::forward(mode, batch, parameters, state, x, value, workspace + batch * whole::size);
-            split_into_halves(batch, output::half::size, static_cast<const T*>(value), y);
+            const batch_view<T, whole> value(workspace.data(), x.batch());
+            function::forward(mode, parameters, state, x, value, function_cache(workspace, x.batch()));
+            split_into_halves<half>(value, y);
         }
 
         template <class T>
-        static void backward(std::size_t batch, const T* parameters, T* /*state*/, const T* x, const T* grad_y,
-                             T* grad_x, T* grad_parameters, T* workspace)
+        static void backward(parameters_view<T, parameter_count> parameters, const_batch<T, input> x,
+                             const_batch<T, output> grad_y, batch_view<T, input> grad_x,
+                             std::span<T, parameter_count> grad_parameters, std::span<T> workspace)
         {
-            T* gradient = workspace; // where forward kept F's output, no longer needed
-            T* cache = workspace + batch * whole::size;
-            merge_halves(batch, output::half::size, grad_y, gradient);
-            function::backward(batch, parameters, x, cache, static_cast<const T*>(gradient), grad_x,
-                               grad_parameters);
+            // Where forward kept F's output, no longer needed.
+            const batch_view<T, whole> gradient(workspace.data(), x.batch());
+            merge_halves<half>(grad_y, gradient);
+            function::backward(parameters, x, gradient, grad_x, grad_parameters, function_cache(workspace, x.batch()));
+        }
+
+    private:
+        using half = typename output::half;
+
+        template <class T>
+        static std::span<T> function_cache(std::span<T> workspace, std::size_t batch)
+        {
+            return workspace.subspan(batch * whole::size, function::cache_size(batch));
         }
     };
 };

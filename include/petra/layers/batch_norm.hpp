@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstddef>
 #include <random>
+#include <span>
 #include <stdexcept>
 
 #include <petra/kernels/normalization.hpp>
@@ -47,22 +48,26 @@ struct batch_norm {
 
         // gamma = 1, beta = 0; running mean 0, running variance 1.
         template <class T>
-        static void initialize(T* parameters, T* state, std::mt19937_64& /*generator*/)
+        static void initialize(std::span<T, parameter_count> parameters, std::span<T, state_count> state,
+                               std::mt19937_64& /*generator*/)
         {
-            std::fill(parameters, parameters + Channels, T(1));
-            std::fill(parameters + Channels, parameters + 2 * Channels, T(0));
-            std::fill(state, state + Channels, T(0));
-            std::fill(state + Channels, state + 2 * Channels, T(1));
+            std::fill_n(parameters.data(), Channels, T(1));
+            std::fill_n(parameters.data() + Channels, Channels, T(0));
+            std::fill_n(state.data(), Channels, T(0));
+            std::fill_n(state.data() + Channels, Channels, T(1));
         }
 
-        template <class T>
-        static void forward(pass mode, std::size_t batch, const T* parameters, T* state, const T* x, T* y, T* cache)
+        template <forward_pass Pass, class T>
+        static void forward(Pass, parameters_view<T, parameter_count> parameters,
+                            statistics_view<Pass, T, state_count> state, const_batch<T, input> x,
+                            batch_view<T, output> y, std::span<T> cache)
         {
-            const T* gamma = parameters;
-            const T* beta = parameters + Channels;
-            T* mean = cache;
-            T* inverse_deviation = cache + Channels;
-            if (mode == pass::inference) {
+            const std::size_t batch = x.batch();
+            const T* gamma = parameters.data();
+            const T* beta = parameters.data() + Channels;
+            T* mean = cache.data();
+            T* inverse_deviation = cache.data() + Channels;
+            if constexpr (Pass::uses_running_statistics) {
                 for (std::size_t c = 0; c < Channels; ++c) {
                     mean[c] = state[c];
                     inverse_deviation[c] = T(1) / std::sqrt(state[Channels + c] + T(epsilon));
@@ -73,8 +78,8 @@ struct batch_norm {
                         "batch_norm: training needs at least two values per channel in a batch");
                 }
                 T* variance = inverse_deviation;
-                kernels::channel_mean_variance(batch, Channels, pixels, x, mean, variance);
-                if (mode == pass::training) {
+                kernels::channel_mean_variance(batch, Channels, pixels, x.data(), mean, variance);
+                if constexpr (Pass::updates_running_statistics) {
                     const T unbiased = T(batch * pixels) / T(batch * pixels - 1);
                     for (std::size_t c = 0; c < Channels; ++c) {
                         state[c] = T(1 - momentum) * state[c] + T(momentum) * mean[c];
@@ -89,7 +94,7 @@ struct batch_norm {
                 scale[c] = gamma[c] * inverse_deviation[c];
                 shift[c] = beta[c] - scale[c] * mean[c];
             }
-            kernels::channel_affine(batch, Channels, pixels, x, scale.data(), shift.data(), y);
+            kernels::channel_affine(batch, Channels, pixels, x.data(), scale.data(), shift.data(), y.data());
         }
 
         // The gradient of a training (or recomputation) pass, where mean and
@@ -99,15 +104,17 @@ struct batch_norm {
         //   grad_x = gamma * inverse_deviation / count
         //            * (count * grad_y - sum grad_y - x_hat * sum grad_y * x_hat).
         template <class T>
-        static void backward(std::size_t batch, const T* parameters, const T* x, T* cache, const T* grad_y,
-                             T* grad_x, T* grad_parameters)
+        static void backward(parameters_view<T, parameter_count> parameters, const_batch<T, input> x,
+                             const_batch<T, output> grad_y, batch_view<T, input> grad_x,
+                             std::span<T, parameter_count> grad_parameters, std::span<T> cache)
         {
-            const T* gamma = parameters;
-            const T* mean = cache;
-            const T* inverse_deviation = cache + Channels;
+            const std::size_t batch = x.batch();
+            const T* gamma = parameters.data();
+            const T* mean = cache.data();
+            const T* inverse_deviation = cache.data() + Channels;
             const T count = static_cast<T>(batch * pixels);
             std::array<T, Channels> sum_grad, sum_grad_deviation;
-            kernels::channel_gradient_sums(batch, Channels, pixels, grad_y, x, mean, sum_grad.data(),
+            kernels::channel_gradient_sums(batch, Channels, pixels, grad_y.data(), x.data(), mean, sum_grad.data(),
                                            sum_grad_deviation.data());
             // grad_x = a grad_y + b x + d, per channel, with
             //   a = gamma inverse_deviation,
@@ -122,8 +129,9 @@ struct batch_norm {
                 b[c] = -a[c] * inverse_deviation[c] * sum_grad_x_hat / count;
                 d[c] = -a[c] * sum_grad[c] / count - b[c] * mean[c];
             }
-            if (grad_x != nullptr) {
-                kernels::channel_combination(batch, Channels, pixels, grad_y, x, a.data(), b.data(), d.data(), grad_x);
+            if (grad_x) {
+                kernels::channel_combination(batch, Channels, pixels, grad_y.data(), x.data(), a.data(), b.data(),
+                                             d.data(), grad_x.data());
             }
         }
     };

@@ -5,8 +5,9 @@
 //   chain<conv2d<16, 16>, batch_norm<16>, relu, conv2d<16, 16>, batch_norm<16>>
 //
 // Its counts and FLOPs are sums over the pack, its parameters and state are
-// its layers' arrays placed end to end, and forward and backward are folds
-// over the layers' indices; nothing is written per network.
+// its layers' arrays placed end to end, and forward and backward are visits
+// of its layers' indices; nothing is written per network. The bound layers
+// form a type list (type_list.hpp), bound by one left fold.
 //
 // Cache of a bound chain for a batch (the memory forward leaves to backward):
 // the outputs of every layer but the last, then each layer's own cache: what
@@ -20,33 +21,19 @@
 #include <array>
 #include <cstddef>
 #include <random>
-#include <tuple>
-#include <utility>
+#include <span>
+#include <type_traits>
 
+#include <boost/hana/fold_left.hpp>
+
+#include <petra/batch_view.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/layers/layer.hpp>
+#include <petra/type_list.hpp>
 
 namespace petra {
 
 namespace detail {
-
-template <class... Types>
-struct type_list {};
-
-// Binds Layers... in order, starting from Input: type_list<Bound...>. The
-// recursion is as deep as the chain is long (a handful of layers).
-template <class Input, class... Layers>
-struct bind_in_order {
-    using type = type_list<>;
-};
-
-template <class Input, class First, class... Rest>
-struct bind_in_order<Input, First, Rest...> {
-    using first = layer_for<First, Input>;
-    template <class... Bound>
-    static type_list<first, Bound...> prepend(type_list<Bound...>);
-    using type = decltype(prepend(typename bind_in_order<typename first::output, Rest...>::type{}));
-};
 
 // offsets[i] = sum of sizes[0 .. i), offsets[N] = the total.
 template <std::size_t N>
@@ -57,11 +44,44 @@ constexpr std::array<std::size_t, N + 1> prefix_sums(const std::array<std::size_
     return offsets;
 }
 
+// The check that names, in its template arguments, a layer that breaks the
+// contract of layer.hpp.
+template <class Layer, class Bound>
+struct layer_contract {
+    static constexpr bool value = bound_layer<Bound>;
+    static_assert(value, "This layer does not follow the layer contract stated in layers/layer.hpp.");
+};
+
+// The state of the fold that binds a chain's layers: the output so far and
+// the bound layers; after a layer that breaks the contract nothing more is
+// bound (valid false), so that its sentence stays the only error.
+template <bool Valid, class Output, class... Bound>
+struct chain_binding {};
+
+inline constexpr auto bind_next_layer = []<bool Valid, class Output, class... Bound, class Layer>(
+                                            chain_binding<Valid, Output, Bound...>, boost::hana::basic_type<Layer>) {
+    if constexpr (!Valid) {
+        return chain_binding<false, Output, Bound...>{};
+    } else {
+        using bound = layer_for<Layer, Output>;
+        if constexpr (layer_contract<Layer, bound>::value) {
+            return chain_binding<true, typename bound::output, Bound..., bound>{};
+        } else {
+            return chain_binding<false, Output, Bound...>{};
+        }
+    }
+};
+
+template <class Input, class... Layers>
+using bind_chain = decltype(boost::hana::fold_left(type_list<Layers...>, chain_binding<true, Input>{},
+                                                   bind_next_layer));
+
 template <class... Bound>
 struct bound_chain {
     static constexpr std::size_t length = sizeof...(Bound);
+    static constexpr auto layers = type_list<Bound...>;
     template <std::size_t I>
-    using layer = std::tuple_element_t<I, std::tuple<Bound...>>;
+    using layer = type_at<I, decltype(layers)>;
 
     using input = typename layer<0>::input;
     using output = typename layer<length - 1>::output;
@@ -86,74 +106,148 @@ struct bound_chain {
         return batch * intermediate_size + (Bound::cache_size(batch) + ...);
     }
 
-    template <class T>
-    static void initialize(T* parameters, T* state, std::mt19937_64& generator)
+    // Layer I's part of an array laid out like the chain's parameters (or
+    // like its state): a span of static extent, const or not as given.
+    template <std::size_t I, class T, std::size_t Count>
+    static constexpr auto parameters_of(std::span<T, Count> all)
     {
-        [&]<std::size_t... I>(std::index_sequence<I...>) {
-            (layer<I>::initialize(parameters + parameter_offsets[I], state + state_offsets[I], generator), ...);
-        }(std::make_index_sequence<length>{});
+        return all.template subspan<parameter_offsets[I], layer<I>::parameter_count>();
+    }
+    template <std::size_t I, class T, std::size_t Count>
+    static constexpr auto state_of(std::span<T, Count> all)
+    {
+        return all.template subspan<state_offsets[I], layer<I>::state_count>();
     }
 
     template <class T>
-    static void mark_weights(T* mask)
+    static void initialize(std::span<T, parameter_count> parameters, std::span<T, state_count> state,
+                           std::mt19937_64& generator)
     {
-        [&]<std::size_t... I>(std::index_sequence<I...>) {
-            (petra::mark_weights<layer<I>>(mask + parameter_offsets[I]), ...);
-        }(std::make_index_sequence<length>{});
+        for_each_index<length>([&](auto i) {
+            layer<i>::initialize(parameters_of<i>(parameters), state_of<i>(state), generator);
+        });
     }
 
     template <class T>
-    static void forward(pass mode, std::size_t batch, const T* parameters, T* state, const T* x, T* y, T* cache)
+    static void mark_weights(std::span<T, parameter_count> mask)
     {
-        const cache_layout<T> at{cache, batch, nullptr};
-        [&]<std::size_t... I>(std::index_sequence<I...>) {
-            (layer<I>::forward(mode, batch, parameters + parameter_offsets[I], state + state_offsets[I],
-                               I == 0 ? x : at.intermediate(I - 1), I + 1 == length ? y : at.intermediate(I),
-                               at.layer_cache(I)),
-             ...);
-        }(std::make_index_sequence<length>{});
+        for_each_index<length>([&](auto i) { petra::mark_weights<layer<i>, T>(parameters_of<i>(mask)); });
+    }
+
+    template <forward_pass Pass, class T>
+    static void forward(Pass mode, parameters_view<T, parameter_count> parameters,
+                        statistics_view<Pass, T, state_count> state, const_batch<T, input> x, batch_view<T, output> y,
+                        std::span<T> cache)
+    {
+        const cache_layout<T> at{cache.data(), x.batch(), nullptr};
+        for_each_index<length>([&](auto i) {
+            layer<i>::forward(mode, parameters_of<i>(parameters), state_of<i>(state), at.template input_of<i>(x),
+                              at.template output_of<i>(y), at.template layer_cache<i>());
+        });
     }
 
     // Layers in reverse order; layer i writes the gradient of its input to
     // gradient buffer i % 2, which layer i - 1 reads.
     template <class T>
-    static void backward(std::size_t batch, const T* parameters, const T* x, T* cache, const T* grad_y,
-                         T* grad_x, T* grad_parameters)
+    static void backward(parameters_view<T, parameter_count> parameters, const_batch<T, input> x,
+                         const_batch<T, output> grad_y, batch_view<T, input> grad_x,
+                         std::span<T, parameter_count> grad_parameters, std::span<T> cache)
     {
-        const cache_layout<T> at{cache, batch,
-                                 length == 1 ? nullptr
-                                             : kernels::thread_scratch<bound_chain, T>(2 * batch * largest_intermediate)};
-        [&]<std::size_t... R>(std::index_sequence<R...>) {
-            (backward_step<length - 1 - R>(batch, parameters, x, at, grad_y, grad_x, grad_parameters), ...);
-        }(std::make_index_sequence<length>{});
+        const std::size_t batch = x.batch();
+        T* gradients =
+            length == 1 ? nullptr : kernels::thread_scratch<bound_chain, T>(2 * batch * largest_intermediate);
+        const cache_layout<T> at{cache.data(), batch, gradients};
+        for_each_index_down<length>([&](auto i) {
+            layer<i>::backward(parameters_of<i>(parameters), at.template input_of<i>(x),
+                               at.template output_gradient_of<i>(grad_y), at.template input_gradient_of<i>(grad_x),
+                               parameters_of<i>(grad_parameters), at.template layer_cache<i>());
+        });
     }
 
 private:
+    // Where a layer finds its input and output (the chain's own, or an
+    // intermediate in the cache), its cache, and in backward its gradients.
     template <class T>
     struct cache_layout {
         T* base;
         std::size_t batch;
         T* gradients; // two buffers of batch * largest_intermediate values
 
-        T* intermediate(std::size_t i) const { return base + batch * intermediate_offsets[i]; }
-        T* layer_cache(std::size_t i) const
+        template <std::size_t I>
+        batch_view<T, typename layer<I>::output> intermediate() const
         {
-            std::size_t offset = batch * intermediate_size;
-            const std::array<std::size_t, length> sizes{Bound::cache_size(batch)...};
-            for (std::size_t j = 0; j < i; ++j) offset += sizes[j];
-            return base + offset;
+            return {base + batch * intermediate_offsets[I], batch};
         }
-        T* gradient(std::size_t i) const { return gradients + (i % 2) * batch * largest_intermediate; }
+        template <std::size_t I>
+        batch_view<const T, typename layer<I>::input> input_of(batch_view<const T, input> x) const
+        {
+            if constexpr (I == 0) return x;
+            else return intermediate<I - 1>();
+        }
+        template <std::size_t I>
+        batch_view<T, typename layer<I>::output> output_of(batch_view<T, output> y) const
+        {
+            if constexpr (I + 1 == length) return y;
+            else return intermediate<I>();
+        }
+        template <std::size_t I>
+        std::span<T> layer_cache() const
+        {
+            constexpr std::array<std::size_t (*)(std::size_t), length> sizes{&Bound::cache_size...};
+            std::size_t offset = batch * intermediate_size;
+            for (std::size_t j = 0; j < I; ++j) offset += sizes[j](batch);
+            return {base + offset, layer<I>::cache_size(batch)};
+        }
+        // Gradient buffer I % 2 holds the gradient of layer I's input.
+        template <std::size_t I>
+        batch_view<T, typename layer<I>::input> gradient() const
+        {
+            return {gradients + (I % 2) * batch * largest_intermediate, batch};
+        }
+        template <std::size_t I>
+        batch_view<const T, typename layer<I>::output> output_gradient_of(batch_view<const T, output> grad_y) const
+        {
+            if constexpr (I + 1 == length) return grad_y;
+            else return gradient<I + 1>();
+        }
+        template <std::size_t I>
+        batch_view<T, typename layer<I>::input> input_gradient_of(batch_view<T, input> grad_x) const
+        {
+            if constexpr (I == 0) return grad_x;
+            else return gradient<I>();
+        }
     };
+};
 
-    template <std::size_t I, class T>
-    static void backward_step(std::size_t batch, const T* parameters, const T* x, const cache_layout<T>& at,
-                              const T* grad_y, T* grad_x, T* grad_parameters)
+// What a chain with a layer that breaks the contract binds to: a layer that
+// does nothing, so that nothing else is reported.
+template <class Input, class Output>
+struct broken_chain : parameter_free {
+    using input = Input;
+    using output = Output;
+    static constexpr std::size_t forward_flops = 0;
+    static constexpr std::size_t backward_flops = 0;
+    template <forward_pass Pass, class T>
+    static void forward(Pass, parameters_view<T, 0>, statistics_view<Pass, T, 0>, const_batch<T, input>,
+                        batch_view<T, output>, std::span<T>)
     {
-        layer<I>::backward(batch, parameters + parameter_offsets[I], I == 0 ? x : at.intermediate(I - 1),
-                           at.layer_cache(I), I + 1 == length ? grad_y : at.gradient(I + 1),
-                           I == 0 ? grad_x : at.gradient(I), grad_parameters + parameter_offsets[I]);
     }
+    template <class T>
+    static void backward(parameters_view<T, 0>, const_batch<T, input>, const_batch<T, output>, batch_view<T, input>,
+                         std::span<T, 0>, std::span<T>)
+    {
+    }
+};
+
+template <class Input, class Binding>
+struct bound_chain_of;
+template <class Input, class Output, class... Bound>
+struct bound_chain_of<Input, chain_binding<true, Output, Bound...>> {
+    using type = bound_chain<Bound...>;
+};
+template <class Input, class Output, class... Bound>
+struct bound_chain_of<Input, chain_binding<false, Output, Bound...>> {
+    using type = broken_chain<Input, Output>;
 };
 
 // Whether each layer accepts the output of the one before, the first Input.
@@ -169,13 +263,6 @@ constexpr bool chain_accepts()
     }
 }
 
-template <class List>
-struct bound_chain_of;
-template <class... Bound>
-struct bound_chain_of<type_list<Bound...>> {
-    using type = bound_chain<Bound...>;
-};
-
 } // namespace detail
 
 template <class... Layers>
@@ -186,7 +273,7 @@ struct chain {
     static constexpr bool accepts = detail::chain_accepts<Input, Layers...>();
 
     template <class Input>
-    using bind = typename detail::bound_chain_of<typename detail::bind_in_order<Input, Layers...>::type>::type;
+    using bind = typename detail::bound_chain_of<Input, detail::bind_chain<Input, Layers...>>::type;
 };
 
 } // namespace petra

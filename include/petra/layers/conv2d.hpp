@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <random>
+#include <span>
 
 #include <petra/kernels/convolution.hpp>
 #include <petra/layers/layer.hpp>
@@ -47,24 +48,26 @@ struct conv2d {
         }
 
         template <class T>
-        static void initialize(T* parameters, T* /*state*/, std::mt19937_64& generator)
+        static void initialize(std::span<T, parameter_count> parameters, std::span<T, 0>, std::mt19937_64& generator)
         {
-            he_normal(parameters, parameter_count, InChannels * Kernel * Kernel, generator);
+            he_normal<T>(parameters, InChannels * Kernel * Kernel, generator);
+        }
+
+        template <forward_pass Pass, class T>
+        static void forward(Pass, parameters_view<T, parameter_count> parameters, statistics_view<Pass, T, 0>,
+                            const_batch<T, input> x, batch_view<T, output> y, std::span<T>)
+        {
+            kernels::convolution_forward(geometry(x.batch()), x.data(), parameters.data(), y.data());
         }
 
         template <class T>
-        static void forward(pass, std::size_t batch, const T* parameters, T* /*state*/, const T* x, T* y,
-                            T* /*cache*/)
+        static void backward(parameters_view<T, parameter_count> parameters, const_batch<T, input> x,
+                             const_batch<T, output> grad_y, batch_view<T, input> grad_x,
+                             std::span<T, parameter_count> grad_parameters, std::span<T>)
         {
-            kernels::convolution_forward(geometry(batch), x, parameters, y);
-        }
-
-        template <class T>
-        static void backward(std::size_t batch, const T* parameters, const T* x, T* /*cache*/,
-                             const T* grad_y, T* grad_x, T* grad_parameters)
-        {
-            if (grad_x != nullptr) kernels::convolution_backward_input(geometry(batch), grad_y, parameters, grad_x);
-            kernels::convolution_backward_weights(geometry(batch), x, grad_y, grad_parameters, T(1));
+            const auto shape = geometry(x.batch());
+            if (grad_x) kernels::convolution_backward_input(shape, grad_y.data(), parameters.data(), grad_x.data());
+            kernels::convolution_backward_weights(shape, x.data(), grad_y.data(), grad_parameters.data(), T(1));
         }
     };
 };

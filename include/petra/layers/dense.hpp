@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <random>
+#include <span>
 
 #include <petra/kernels/gemm.hpp>
 #include <petra/layers/layer.hpp>
@@ -35,38 +36,40 @@ struct dense {
 
         // He-normal weights, zero bias.
         template <class T>
-        static void initialize(T* parameters, T* /*state*/, std::mt19937_64& generator)
+        static void initialize(std::span<T, parameter_count> parameters, std::span<T, 0>, std::mt19937_64& generator)
         {
-            he_normal(parameters, weight_count, Inputs, generator);
-            std::fill(parameters + weight_count, parameters + parameter_count, T(0));
+            he_normal<T>(parameters.first(weight_count), Inputs, generator);
+            std::fill_n(parameters.data() + weight_count, Outputs, T(0));
         }
 
-        template <class T>
-        static void forward(pass, std::size_t batch, const T* parameters, T* /*state*/, const T* x, T* y,
-                            T* /*cache*/)
+        template <forward_pass Pass, class T>
+        static void forward(Pass, parameters_view<T, parameter_count> parameters, statistics_view<Pass, T, 0>,
+                            const_batch<T, input> x, batch_view<T, output> y, std::span<T>)
         {
             using kernels::transpose;
-            const T* bias = parameters + weight_count;
+            const T* bias = parameters.data() + weight_count;
             // y = bias, then y += x W^T.
-            for (std::size_t n = 0; n < batch; ++n) std::copy(bias, bias + Outputs, y + n * Outputs);
-            kernels::gemm<T>(transpose::no, transpose::yes, batch, Outputs, Inputs, T(1), x, Inputs, parameters,
-                             Inputs, T(1), y, Outputs);
+            for (std::size_t n = 0; n < x.batch(); ++n) std::copy_n(bias, Outputs, y.data() + n * Outputs);
+            kernels::gemm<T>(transpose::no, transpose::yes, x.batch(), Outputs, Inputs, T(1), x.data(), Inputs,
+                             parameters.data(), Inputs, T(1), y.data(), Outputs);
         }
 
         template <class T>
-        static void backward(std::size_t batch, const T* parameters, const T* x, T* /*cache*/,
-                             const T* grad_y, T* grad_x, T* grad_parameters)
+        static void backward(parameters_view<T, parameter_count> parameters, const_batch<T, input> x,
+                             const_batch<T, output> grad_y, batch_view<T, input> grad_x,
+                             std::span<T, parameter_count> grad_parameters, std::span<T>)
         {
             using kernels::transpose;
-            if (grad_x != nullptr) {
-                kernels::gemm<T>(transpose::no, transpose::no, batch, Inputs, Outputs, T(1), grad_y, Outputs,
-                                 parameters, Inputs, T(0), grad_x, Inputs);
+            const std::size_t batch = x.batch();
+            if (grad_x) {
+                kernels::gemm<T>(transpose::no, transpose::no, batch, Inputs, Outputs, T(1), grad_y.data(), Outputs,
+                                 parameters.data(), Inputs, T(0), grad_x.data(), Inputs);
             }
-            kernels::gemm<T>(transpose::yes, transpose::no, Outputs, Inputs, batch, T(1), grad_y, Outputs, x, Inputs,
-                             T(1), grad_parameters, Inputs);
-            T* grad_bias = grad_parameters + weight_count;
+            kernels::gemm<T>(transpose::yes, transpose::no, Outputs, Inputs, batch, T(1), grad_y.data(), Outputs,
+                             x.data(), Inputs, T(1), grad_parameters.data(), Inputs);
+            T* grad_bias = grad_parameters.data() + weight_count;
             for (std::size_t n = 0; n < batch; ++n) {
-                for (std::size_t o = 0; o < Outputs; ++o) grad_bias[o] += grad_y[n * Outputs + o];
+                for (std::size_t o = 0; o < Outputs; ++o) grad_bias[o] += grad_y.data()[n * Outputs + o];
             }
         }
     };

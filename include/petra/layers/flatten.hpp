@@ -3,12 +3,14 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <span>
 
 #include <petra/layers/layer.hpp>
 
 namespace petra {
 
-// Reinterprets shape<C, H, W> as shape<C * H * W>: the values stay where they are.
+// Reinterprets shape<C, H, W> as shape<C * H * W>: the values stay in their
+// order (a copy, since a layer's output has memory of its own).
 struct flatten {
     template <class Input>
     struct bind : parameter_free {
@@ -17,16 +19,18 @@ struct flatten {
         static constexpr std::size_t forward_flops = 0;
         static constexpr std::size_t backward_flops = 0;
 
-        template <class T>
-        static void forward(pass, std::size_t batch, const T*, T*, const T* x, T* y, T*)
+        template <forward_pass Pass, class T>
+        static void forward(Pass, parameters_view<T, 0>, statistics_view<Pass, T, 0>, const_batch<T, input> x,
+                            batch_view<T, output> y, std::span<T>)
         {
-            std::copy(x, x + batch * Input::size, y);
+            std::copy_n(x.data(), x.size(), y.data());
         }
 
         template <class T>
-        static void backward(std::size_t batch, const T*, const T*, T*, const T* grad_y, T* grad_x, T*)
+        static void backward(parameters_view<T, 0>, const_batch<T, input>, const_batch<T, output> grad_y,
+                             batch_view<T, input> grad_x, std::span<T, 0>, std::span<T>)
         {
-            if (grad_x != nullptr) std::copy(grad_y, grad_y + batch * Input::size, grad_x);
+            if (grad_x) std::copy_n(grad_y.data(), grad_y.size(), grad_x.data());
         }
     };
 };

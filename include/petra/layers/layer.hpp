@@ -1,11 +1,11 @@
-// What a layer is. A layer type (dense<16, 10>, relu, ...) describes an
-// operation; bound to the shape of its input with layer_for<Layer, Input>, it
-// becomes a type with everything fixed at compile time: output shape,
-// parameter count, FLOPs, and static forward and backward functions templated
+// What a layer is (floor 3). A layer type (dense<16, 10>, relu, ...)
+// describes an operation; bound to the shape of its input with
+// layer_for<Layer, Input>, it becomes a type with everything fixed at compile
+// time: output shape, parameter count, FLOPs, and static functions templated
 // on the value type. Networks and chains bind their layers one after another,
 // so that relu or batch_norm need not repeat the shape they see.
 //
-// A bound layer B provides:
+// A bound layer B provides (P = parameter_count, S = state_count):
 //   using input = shape<...>;  using output = shape<...>;
 //   static constexpr std::size_t parameter_count;  trained values
 //   static constexpr std::size_t state_count;      untrained buffers (running statistics)
@@ -13,35 +13,81 @@
 //                                                  values forward leaves for backward
 //   static constexpr std::size_t forward_flops;    per example
 //   static constexpr std::size_t backward_flops;   per example, input and parameter gradients
-//   template <class T> static void initialize(T* parameters, T* state, std::mt19937_64& generator);
-//   template <class T> static void forward(pass, std::size_t batch, const T* parameters, T* state,
-//                                          const T* x, T* y, T* cache);
-//   template <class T> static void backward(std::size_t batch, const T* parameters, const T* x,
-//                                           T* cache, const T* grad_y, T* grad_x, T* grad_parameters);
-// x is batch * input::size values, y batch * output::size. backward receives
-// the x and cache of the forward call it differentiates, and consumes the
-// cache (it may overwrite it: a chain keeps its backward scratch there); it
-// overwrites grad_x and ADDS to grad_parameters, so that gradients accumulate
-// over micro-batches. grad_x may be null: the input gradient is then not
-// computed (the first layer of a network, whose input is data).
+//   template <class T> static void initialize(std::span<T, P> parameters, std::span<T, S> state,
+//                                             std::mt19937_64& generator);
+//   template <forward_pass Pass, class T>
+//   static void forward(Pass, parameters_view<T, P> parameters, statistics_view<Pass, T, S> state,
+//                       const_batch<T, input> x, batch_view<T, output> y, std::span<T> cache);
+//   template <class T>
+//   static void backward(parameters_view<T, P> parameters, const_batch<T, input> x,
+//                        const_batch<T, output> grad_y, batch_view<T, input> grad_x,
+//                        std::span<T, P> grad_parameters, std::span<T> cache);
+//
+// One argument order for every function at the layer and block floors: what
+// the computation is made with (parameters, then running statistics), what it
+// reads (x, grad_y), what it writes (y, grad_x, grad_parameters), and last its
+// scratch (cache, workspace). The batch size is the views'.
+//
+// backward receives the x and cache of the forward call it differentiates,
+// and consumes the cache (it may overwrite it: a chain keeps its backward
+// scratch there); it overwrites grad_x and ADDS to grad_parameters, so that
+// gradients accumulate over micro-batches. grad_x may be an empty view
+// (default-constructed): the input gradient is then not computed (the first
+// layer of a network, whose input is data).
 #pragma once
 
 #include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <random>
+#include <span>
+#include <type_traits>
 
+#include <petra/batch_view.hpp>
 #include <petra/shape.hpp>
 
 namespace petra {
 
-// What a forward call is for.
-enum class pass {
-    training,      // batch statistics; running statistics are updated
-    recomputation, // batch statistics, running statistics untouched: a
-                   // reconstruction recomputes a forward already counted
-    inference,     // running statistics
+// What a forward call is for, as a type, so that what it may write is decided
+// at compile time: only a training pass writes the running statistics.
+namespace pass {
+// Batch statistics; running statistics updated.
+struct training_t {
+    static constexpr bool updates_running_statistics = true;
+    static constexpr bool uses_running_statistics = false;
 };
+// Batch statistics, running statistics only read: a reconstruction
+// recomputes a forward already counted.
+struct recomputation_t {
+    static constexpr bool updates_running_statistics = false;
+    static constexpr bool uses_running_statistics = false;
+};
+// Running statistics, only read.
+struct inference_t {
+    static constexpr bool updates_running_statistics = false;
+    static constexpr bool uses_running_statistics = true;
+};
+inline constexpr training_t training{};
+inline constexpr recomputation_t recomputation{};
+inline constexpr inference_t inference{};
+} // namespace pass
+
+template <class Pass>
+concept forward_pass = std::same_as<Pass, pass::training_t> || std::same_as<Pass, pass::recomputation_t> ||
+                       std::same_as<Pass, pass::inference_t>;
+
+// The trained values of a layer or block (Count of them), read-only, as a
+// parameter that takes no part in deducing T: a view of T or of const T is
+// accepted alike.
+template <class T, std::size_t Count>
+using parameters_view = std::type_identity_t<std::span<const T, Count>>;
+
+// The running statistics as a forward pass of type Pass sees them: writable
+// for a training pass, read-only otherwise (a reconstruction or an inference
+// cannot move them, by type). Takes no part in deducing T either.
+template <class Pass, class T, std::size_t Count>
+using statistics_view =
+    std::conditional_t<Pass::updates_running_statistics, std::span<T, Count>, std::span<const T, Count>>;
 
 template <class Layer, class Input>
 using layer_for = typename Layer::template bind<Input>;
@@ -64,23 +110,36 @@ constexpr bool layer_accepts()
     }
 }
 
+// The contract above, checked with float values. A chain states it of every
+// layer it binds, so that a user's layer that breaks it stops the compiler
+// with one sentence (see chain.hpp).
 template <class B>
-concept bound_layer = a_shape<typename B::input> && a_shape<typename B::output> && requires {
-    { B::parameter_count } -> std::convertible_to<std::size_t>;
-    { B::state_count } -> std::convertible_to<std::size_t>;
-    { B::cache_size(std::size_t{1}) } -> std::convertible_to<std::size_t>;
-    { B::forward_flops } -> std::convertible_to<std::size_t>;
-    { B::backward_flops } -> std::convertible_to<std::size_t>;
-};
+concept bound_layer =
+    a_shape<typename B::input> && a_shape<typename B::output> &&
+    requires(std::span<float, B::parameter_count> parameters, std::span<float, B::state_count> state,
+             batch_view<float, typename B::input> x, batch_view<float, typename B::output> y, std::span<float> cache,
+             std::mt19937_64& generator) {
+        { B::parameter_count } -> std::convertible_to<std::size_t>;
+        { B::state_count } -> std::convertible_to<std::size_t>;
+        { B::cache_size(std::size_t{1}) } -> std::convertible_to<std::size_t>;
+        { B::forward_flops } -> std::convertible_to<std::size_t>;
+        { B::backward_flops } -> std::convertible_to<std::size_t>;
+        B::initialize(parameters, state, generator);
+        B::forward(pass::training, parameters, state, x, y, cache);
+        B::forward(pass::recomputation, parameters, state, x, y, cache);
+        B::forward(pass::inference, parameters, state, x, y, cache);
+        B::backward(parameters, x, y, x, parameters, cache);
+    };
 
 // Writes, for each of Bound's parameter_count parameters, 1 if it is a weight
 // (subject to weight decay) and 0 if not (a bias, a batch-norm scale or
 // shift). A bound layer whose weights are its first weight_count parameters
 // says so with `static constexpr std::size_t weight_count`; a composite
 // (chain, block, network) provides `template <class T> static void
-// mark_weights(T* mask)`; a layer with neither has no weights.
+// mark_weights(std::span<T, parameter_count> mask)`; a layer with neither has
+// no weights.
 template <class Bound, class T>
-void mark_weights(T* mask)
+void mark_weights(std::span<T, Bound::parameter_count> mask)
 {
     if constexpr (requires { Bound::template mark_weights<T>(mask); }) {
         Bound::template mark_weights<T>(mask);
@@ -99,19 +158,19 @@ struct parameter_free {
     static constexpr std::size_t cache_size(std::size_t /*batch*/) { return 0; }
 
     template <class T>
-    static void initialize(T* /*parameters*/, T* /*state*/, std::mt19937_64& /*generator*/)
+    static void initialize(std::span<T, 0> /*parameters*/, std::span<T, 0> /*state*/, std::mt19937_64& /*generator*/)
     {
     }
 };
 
-// He initialisation: count values drawn from a normal distribution of mean 0
+// He initialisation: the values drawn from a normal distribution of mean 0
 // and variance 2 / fan_in, the scale that keeps activations of a ReLU network
 // from growing or shrinking with depth.
 template <class T>
-void he_normal(T* values, std::size_t count, std::size_t fan_in, std::mt19937_64& generator)
+void he_normal(std::span<T> values, std::size_t fan_in, std::mt19937_64& generator)
 {
     std::normal_distribution<double> distribution(0.0, std::sqrt(2.0 / static_cast<double>(fan_in)));
-    for (std::size_t i = 0; i < count; ++i) values[i] = static_cast<T>(distribution(generator));
+    for (T& value : values) value = static_cast<T>(distribution(generator));
 }
 
 } // namespace petra

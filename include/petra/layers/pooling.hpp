@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <span>
 
 #include <petra/kernels/reduction.hpp>
 #include <petra/layers/layer.hpp>
@@ -18,22 +19,24 @@ struct global_average_pool {
         static constexpr std::size_t forward_flops = Input::size;
         static constexpr std::size_t backward_flops = Input::size;
 
-        template <class T>
-        static void forward(pass, std::size_t batch, const T*, T*, const T* x, T* y, T*)
+        template <forward_pass Pass, class T>
+        static void forward(Pass, parameters_view<T, 0>, statistics_view<Pass, T, 0>, const_batch<T, input> x,
+                            batch_view<T, output> y, std::span<T>)
         {
             // Each (example, channel) row is one "channel" of a batch of one.
-            kernels::channel_sum(std::size_t(1), batch * Input::channels, Input::pixels, x, y);
+            kernels::channel_sum(std::size_t(1), y.size(), Input::pixels, x.data(), y.data());
             const T scale = T(1) / T(Input::pixels);
-            for (std::size_t i = 0; i < batch * Input::channels; ++i) y[i] *= scale;
+            for (T& value : y) value *= scale;
         }
 
         template <class T>
-        static void backward(std::size_t batch, const T*, const T*, T*, const T* grad_y, T* grad_x, T*)
+        static void backward(parameters_view<T, 0>, const_batch<T, input>, const_batch<T, output> grad_y,
+                             batch_view<T, input> grad_x, std::span<T, 0>, std::span<T>)
         {
-            if (grad_x == nullptr) return;
+            if (!grad_x) return;
             const T scale = T(1) / T(Input::pixels);
-            for (std::size_t i = 0; i < batch * Input::channels; ++i) {
-                std::fill(grad_x + i * Input::pixels, grad_x + (i + 1) * Input::pixels, scale * grad_y[i]);
+            for (std::size_t i = 0; i < grad_y.size(); ++i) {
+                std::fill_n(grad_x.data() + i * Input::pixels, Input::pixels, scale * grad_y.data()[i]);
             }
         }
     };

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 
 #include <petra/kernels/elementwise.hpp>
 #include <petra/layers/layer.hpp>
@@ -16,16 +17,18 @@ struct relu {
         static constexpr std::size_t forward_flops = Input::size;
         static constexpr std::size_t backward_flops = Input::size;
 
-        template <class T>
-        static void forward(pass, std::size_t batch, const T*, T*, const T* x, T* y, T*)
+        template <forward_pass Pass, class T>
+        static void forward(Pass, parameters_view<T, 0>, statistics_view<Pass, T, 0>, const_batch<T, input> x,
+                            batch_view<T, output> y, std::span<T>)
         {
-            kernels::relu_forward(batch * Input::size, x, y);
+            kernels::relu_forward(x.size(), x.data(), y.data());
         }
 
         template <class T>
-        static void backward(std::size_t batch, const T*, const T* x, T*, const T* grad_y, T* grad_x, T*)
+        static void backward(parameters_view<T, 0>, const_batch<T, input> x, const_batch<T, output> grad_y,
+                             batch_view<T, input> grad_x, std::span<T, 0>, std::span<T>)
         {
-            if (grad_x != nullptr) kernels::relu_backward(batch * Input::size, x, grad_y, grad_x);
+            if (grad_x) kernels::relu_backward(x.size(), x.data(), grad_y.data(), grad_x.data());
         }
     };
 };

@@ -31,9 +31,11 @@
 #include <string>
 #include <vector>
 
+#include <petra/batch_view.hpp>
 #include <petra/blocks/block.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/network.hpp>
+#include <petra/type_list.hpp>
 #include <petra/partition.hpp>
 #include <petra/pipeline/array_fifo.hpp>
 #include <petra/pipeline/options.hpp>
@@ -61,16 +63,21 @@ public:
     static constexpr std::size_t parameter_offset = Network::parameter_offsets[first_block];
     static constexpr std::size_t parameter_count = Network::parameter_offsets[end_block] - parameter_offset;
     static constexpr std::size_t state_offset = Network::state_offsets[first_block];
+    static constexpr std::size_t state_count = Network::state_offsets[end_block] - state_offset;
     // Ticks between a micro-batch's forward and its backward here.
     static constexpr std::size_t delay = 2 * (stage_count - 1 - Index);
     static constexpr std::size_t fifo_depth = delay + 1;
 
     template <std::size_t I>
     using block = typename Network::template block<first_block + I>;
+    // The shapes the stage takes and gives.
+    using input = typename block<0>::input;
+    using output = typename block<block_count - 1>::output;
 
     stage(network_parameters<Network, T>& parameters, const pipeline_options& options)
-        : batch_(options.batch), options_(options), parameters_(parameters.values().data() + parameter_offset),
-          state_(parameters.state().data() + state_offset), gradient_(parameter_count, T(0))
+        : batch_(options.batch), options_(options),
+          parameters_(parameters.values().template subspan<parameter_offset, parameter_count>()),
+          state_(parameters.state().template subspan<state_offset, state_count>()), gradient_(parameter_count, T(0))
     {
         if (options.batch == 0) throw std::invalid_argument("pipeline: the batch must hold at least one example.");
         std::size_t intermediate = 0, recomputed = 0, workspace = 0;
@@ -102,41 +109,45 @@ public:
     }
 
     std::size_t batch() const { return batch_; }
-    std::span<T> parameters() { return {parameters_, parameter_count}; }
-    std::span<const T> parameters() const { return {parameters_, parameter_count}; }
+    std::span<T, parameter_count> parameters() { return parameters_; }
+    std::span<const T, parameter_count> parameters() const { return parameters_; }
     // The sum of the parameter gradients of the micro-batches differentiated
     // since the last reset_gradient().
-    std::span<T> gradient() { return gradient_; }
+    std::span<T, parameter_count> gradient() { return std::span<T, parameter_count>(gradient_.data(), parameter_count); }
     void reset_gradient() { std::fill(gradient_.begin(), gradient_.end(), T(0)); }
     // Micro-batches forwarded and not yet differentiated.
     std::size_t in_flight() const { return in_flight_; }
 
-    // x: batch * input_values values; y: batch * output_values.
-    void forward(const T* x, T* y)
+    // x: a micro-batch of options.batch examples; y: the stage's output.
+    void forward(const_batch<T, input> x, batch_view<T, output> y)
     {
-        if (options_.parameter_buffer) std::copy(parameters_, parameters_ + parameter_count, stashed_.push());
-        [&]<std::size_t... I>(std::index_sequence<I...>) {
-            (forward_block<I>(x, y), ...);
-        }(std::make_index_sequence<block_count>{});
+        check_batch(x.batch(), "forward");
+        if (options_.parameter_buffer) std::copy_n(parameters_.data(), parameter_count, stashed_.push());
+        for_each_index<block_count>([&](auto i) { forward_block<i>(x, y); });
         ++in_flight_;
     }
 
     // y: the stage's output for the oldest micro-batch in flight (as the
     // next stage rebuilt or kept it); grad_y its gradient. Writes the stage's
-    // input to x and its gradient to grad_x (for stage 0, either may be null:
-    // it has no one to send them to).
-    void backward(const T* y, const T* grad_y, T* x, T* grad_x)
+    // input to x and its gradient to grad_x (for stage 0, either may be an
+    // empty view: it has no one to send them to).
+    void backward(const_batch<T, output> y, const_batch<T, output> grad_y, batch_view<T, input> x,
+                  batch_view<T, input> grad_x)
     {
         if (in_flight_ == 0) throw std::logic_error("pipeline stage: backward without a forward in flight.");
-        if (!is_first && (x == nullptr || grad_x == nullptr)) {
+        if (!is_first && (!x || !grad_x)) {
             throw std::invalid_argument("pipeline stage: only stage 0 may leave its input and input gradient out.");
         }
-        const T* parameters = options_.parameter_buffer ? stashed_.pop() : parameters_;
-        const T* above = y;
-        const T* grad_above = grad_y;
-        [&]<std::size_t... R>(std::index_sequence<R...>) {
-            (backward_block<block_count - 1 - R>(parameters, above, grad_above, x, grad_x), ...);
-        }(std::make_index_sequence<block_count>{});
+        check_batch(y.batch(), "backward");
+        const std::span<const T, parameter_count> parameters =
+            options_.parameter_buffer ? std::span<const T, parameter_count>(stashed_.pop(), parameter_count)
+                                      : std::span<const T, parameter_count>(parameters_);
+        // Block I's output and its gradient, for I from the last block down:
+        // each block leaves there its own input and input gradient.
+        const T* above = y.data();
+        const T* grad_above = grad_y.data();
+        for_each_index_down<block_count>(
+            [&](auto i) { backward_block<i>(parameters, above, grad_above, x, grad_x); });
         --in_flight_;
     }
 
@@ -178,77 +189,117 @@ private:
         return options_.input_buffer || !Network::profile[global_block].reversible;
     }
 
-    // Forward: block I reads the stage input or intermediate (I - 1) and
-    // writes the stage output or intermediate I.
-    template <std::size_t I>
-    void forward_block(const T* x, T* y)
+    void check_batch(std::size_t batch, const char* what) const
     {
-        constexpr std::size_t g = first_block + I;
-        const T* in = I == 0 ? x : activation(I - 1);
-        T* out = I + 1 == block_count ? y : activation(I);
-        if (keeps_input(g)) {
-            const std::size_t count = batch_ * Network::profile[g].input_values;
-            std::copy(in, in + count, inputs_[I].push());
+        if (batch != batch_) {
+            throw std::invalid_argument("pipeline stage: " + std::string(what) + " of a batch of " +
+                                        std::to_string(batch) + " examples; this stage takes " +
+                                        std::to_string(batch_) + ".");
         }
-        block<I>::forward(pass::training, batch_, parameters_ + (Network::parameter_offsets[g] - parameter_offset),
-                          state_ + (Network::state_offsets[g] - state_offset), in, out, workspace_.data());
     }
 
-    // Backward: block I's output (and its gradient) is `above`; its input
-    // (and gradient) goes to intermediate I - 1 of the backward's buffers (or
-    // to x and grad_x for block 0), and becomes `above` for block I - 1.
+    // Block I's parameters, state and gradient, cut from the stage's arrays.
     template <std::size_t I>
-    void backward_block(const T* parameters, const T*& above, const T*& grad_above, T* x, T* grad_x)
+    static auto block_parameters(std::span<const T, parameter_count> parameters)
     {
+        return Network::template parameters_of<first_block + I, first_block>(parameters);
+    }
+    template <std::size_t I>
+    auto block_state() const
+    {
+        return Network::template state_of<first_block + I, first_block>(std::span<const T, state_count>(state_));
+    }
+    template <std::size_t I>
+    auto block_gradient()
+    {
+        return Network::template parameters_of<first_block + I, first_block>(gradient());
+    }
+
+    // The activation between blocks K and K + 1 (forward), in buffer K % 2
+    // of the first set; the backward writes the gradient of that activation
+    // there too (forward is over when backward runs), and the rebuilt
+    // activation in the second set.
+    template <std::size_t K>
+    batch_view<T, typename block<K>::output> activation()
+    {
+        return {intermediates_.data() + (K % 2) * intermediate_size_, batch_};
+    }
+    template <std::size_t K>
+    batch_view<T, typename block<K>::output> activation_gradient()
+    {
+        return activation<K>();
+    }
+    template <std::size_t K>
+    batch_view<T, typename block<K>::output> rebuilt_activation()
+    {
+        return {intermediates_.data() + intermediates_.size() / 2 + (K % 2) * intermediate_size_, batch_};
+    }
+
+    // Forward: block I reads the stage input or activation I - 1 and writes
+    // the stage output or activation I. A block that keeps its input pushes
+    // it first.
+    template <std::size_t I>
+    void forward_block(const_batch<T, input> x, batch_view<T, output> y)
+    {
+        using bound = block<I>;
+        const auto in = [&] {
+            if constexpr (I == 0) return x;
+            else return batch_view<const T, typename bound::input>(activation<I - 1>());
+        }();
+        const auto out = [&] {
+            if constexpr (I + 1 == block_count) return y;
+            else return activation<I>();
+        }();
+        if (keeps_input(first_block + I)) copy_batch(in, batch_view<T, typename bound::input>(inputs_[I].push(), batch_));
+        bound::forward(pass::training, block_parameters<I>(parameters_),
+                       Network::template state_of<first_block + I, first_block>(state_), in, out,
+                       std::span<T>(workspace_));
+    }
+
+    // Backward of block I from its output `above` and that output's
+    // gradient; its input and input gradient go to the stage's x and grad_x
+    // (block 0) or to the rebuilt activation and activation gradient I - 1,
+    // which become `above` for block I - 1.
+    template <std::size_t I>
+    void backward_block(std::span<const T, parameter_count> parameters, const T*& above, const T*& grad_above,
+                        batch_view<T, input> x, batch_view<T, input> grad_x)
+    {
+        using bound = block<I>;
         constexpr std::size_t g = first_block + I;
-        const std::size_t in_count = batch_ * Network::profile[g].input_values;
-        const T* block_parameters = parameters + (Network::parameter_offsets[g] - parameter_offset);
-        T* block_state = state_ + (Network::state_offsets[g] - state_offset);
-        T* block_gradient = gradient_.data() + (Network::parameter_offsets[g] - parameter_offset);
+        using in_view = batch_view<T, typename bound::input>;
+        const batch_view<const T, typename bound::output> y(above, batch_), grad_y(grad_above, batch_);
         // The network's input is data: its gradient is skipped where the
         // first block allows it.
-        T* grad_in;
-        if constexpr (g == 0 && input_gradient_optional<block<I>>()) {
-            grad_in = nullptr;
-        } else if constexpr (I == 0) {
-            grad_in = grad_x != nullptr ? grad_x : sink_.data() + sink_.size() - batch_ * input_values;
-        } else {
-            grad_in = gradient(I - 1);
-        }
-        const T* in = nullptr; // set below: every block either kept its input or is reversible
+        const in_view grad_in = [&] {
+            if constexpr (g == 0 && input_gradient_optional<bound>()) return in_view{};
+            else if constexpr (I == 0) return grad_x ? grad_x : in_view(sink_.data() + sink_.size() - batch_ * input_values, batch_);
+            else return activation_gradient<I - 1>();
+        }();
+        in_view in;
         if (keeps_input(g)) {
-            T* kept = inputs_[I].pop();
-            recompute_backward<block<I>>(batch_, block_parameters, block_state, static_cast<const T*>(kept),
-                                         grad_above, grad_in, block_gradient, workspace_.data(),
-                                         recomputed_.data());
-            if (I == 0 && x != nullptr) std::copy(kept, kept + in_count, x);
-            in = kept;
-        } else {
-            if constexpr (block<I>::reversible) {
-                T* rebuilt = I > 0 ? rebuilt_input(I - 1) : x != nullptr ? x : sink_.data();
-                reconstruct_backward<block<I>>(batch_, block_parameters, block_state, above, grad_above, rebuilt,
-                                               grad_in, block_gradient, workspace_.data());
-                in = rebuilt;
+            in = in_view(inputs_[I].pop(), batch_);
+            recompute_backward<bound>(block_parameters<I>(parameters), block_state<I>(), in, grad_y, grad_in,
+                                      block_gradient<I>(), std::span<T>(workspace_),
+                                      batch_view<T, typename bound::output>(recomputed_.data(), batch_));
+            if constexpr (I == 0) {
+                if (x) copy_batch<T>(in, x);
             }
+        } else if constexpr (bound::reversible) {
+            in = [&] {
+                if constexpr (I > 0) return rebuilt_activation<I - 1>();
+                else return x ? x : in_view(sink_.data(), batch_);
+            }();
+            reconstruct_backward<bound>(block_parameters<I>(parameters), block_state<I>(), y, grad_y, in, grad_in,
+                                        block_gradient<I>(), std::span<T>(workspace_));
         }
-        above = in;
-        grad_above = grad_in;
-    }
-
-    // Intermediate k sits between blocks k and k + 1, in buffer k % 2 of a
-    // set: the forward's activations, the backward's gradients (the same set:
-    // forward is over when backward runs), the backward's rebuilt inputs.
-    T* activation(std::size_t k) { return intermediates_.data() + (k % 2) * intermediate_size_; }
-    T* gradient(std::size_t k) { return activation(k); }
-    T* rebuilt_input(std::size_t k)
-    {
-        return intermediates_.data() + intermediates_.size() / 2 + (k % 2) * intermediate_size_;
+        above = in.data();
+        grad_above = grad_in.data();
     }
 
     std::size_t batch_;
     pipeline_options options_;
-    T* parameters_;
-    T* state_;
+    std::span<T, parameter_count> parameters_;
+    std::span<T, state_count> state_;
     kernels::aligned_vector<T> gradient_;
     std::array<array_fifo<T>, block_count> inputs_{};
     array_fifo<T> stashed_;

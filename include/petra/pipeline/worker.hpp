@@ -171,6 +171,19 @@ public:
     }
 
 private:
+    // A message's values (or the last stage's logits) as the batch of the
+    // stage's input or output shape they hold.
+    template <class Value>
+    auto input_view(Value* values) const
+    {
+        return batch_view<Value, typename Stage::input>(values, stage_.batch());
+    }
+    template <class Value>
+    auto output_view(Value* values) const
+    {
+        return batch_view<Value, typename Stage::output>(values, stage_.batch());
+    }
+
     bool due(std::size_t micro_batch) const { return !epoch_size_ || micro_batch < *epoch_size_; }
 
     void run_forward(std::size_t t, std::size_t m)
@@ -193,16 +206,16 @@ private:
         }
         if constexpr (!Stage::is_last) {
             message<T> out = links_.forward_out->begin_send();
-            stage_.forward(in.values, out.values);
+            stage_.forward(input_view(in.values), output_view(out.values));
             links_.forward_in->end_receive();
             *out.header = {m, false};
             links_.forward_out->end_send();
         } else {
-            stage_.forward(in.values, logits_.data());
+            stage_.forward(input_view(in.values), output_view(logits_.data()));
             links_.forward_in->end_receive();
             evaluate_loss(m);
             if constexpr (Stage::is_first) {
-                stage_.backward(logits_.data(), grad_logits_.data(), nullptr, nullptr);
+                stage_.backward(output_view(logits_.data()), output_view(grad_logits_.data()), {}, {});
             } else {
                 send_backward(m, logits_.data(), grad_logits_.data());
             }
@@ -216,7 +229,7 @@ private:
         check_order(*in.header, m, "backward");
         const std::size_t output = stage_.batch() * Stage::output_values;
         if constexpr (Stage::is_first) {
-            stage_.backward(in.values, in.values + output, nullptr, nullptr);
+            stage_.backward(output_view(in.values), output_view(in.values + output), {}, {});
         } else {
             send_backward(m, in.values, in.values + output);
         }
@@ -230,7 +243,7 @@ private:
     {
         message<T> out = links_.backward_out->begin_send();
         const std::size_t input = stage_.batch() * Stage::input_values;
-        stage_.backward(y, grad_y, out.values, out.values + input);
+        stage_.backward(output_view(y), output_view(grad_y), input_view(out.values), input_view(out.values + input));
         *out.header = {m, false};
         links_.backward_out->end_send();
     }

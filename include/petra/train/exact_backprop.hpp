@@ -10,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include <petra/batch_view.hpp>
 #include <petra/blocks/block.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/network.hpp>
@@ -33,29 +34,33 @@ public:
     // One training step's gradient: forward with batch statistics (running
     // statistics updated once), loss, backward. Adds the gradient of the
     // batch's mean loss to gradient (laid out like the parameters) and returns
-    // that mean loss. images: batch * Network::input::size values (NCHW);
-    // labels: batch class indices. Throws std::invalid_argument for an empty
-    // or too large batch, a gradient of the wrong length or a label out of
-    // range.
+    // that mean loss. labels: one class index per image. Throws
+    // std::invalid_argument for an empty or too large batch, as many labels
+    // as images, a gradient of the wrong length or a label out of range.
+    T accumulate_gradient(network_parameters<Network, T>& parameters, const_batch<T, typename Network::input> images,
+                          std::span<const std::int32_t> labels, std::span<T> gradient)
+    {
+        detail::check_step("exact_backprop", images.batch(), capacity_, gradient.size(), Network::parameter_count,
+                           labels, task::classes);
+        batch_ = images.batch();
+        Network::for_each_block([&](auto i) {
+            Network::template block<i>::forward(pass::training, parameters.template block_values<i>(),
+                                                parameters.template block_state<i>(), input_of<i>(images),
+                                                output_of<i>(), workspace_of(i));
+        });
+        const T* logits = output_of<Network::block_count - 1>().data();
+        const T loss = task::loss::evaluate(batch_, logits, labels.data(), gradient_at<Network::block_count>().data());
+        Network::for_each_block_down([&](auto i) { backward_block<i>(parameters, images, gradient); });
+        return loss;
+    }
+
+    // The same on pointers: images holds batch * Network::input::size
+    // values (NCHW), labels batch class indices.
     T accumulate_gradient(network_parameters<Network, T>& parameters, std::size_t batch, const T* images,
                           const std::int32_t* labels, std::span<T> gradient)
     {
-        detail::check_step("exact_backprop", batch, capacity_, gradient.size(), Network::parameter_count, labels,
-                           task::classes);
-        batch_ = batch;
-        T* values = parameters.values().data();
-        T* state = parameters.state().data();
-        Network::for_each_block([&](auto index) {
-            constexpr std::size_t i = decltype(index)::value;
-            Network::template block<i>::forward(pass::training, batch, values + Network::parameter_offsets[i],
-                                                state + Network::state_offsets[i], input_of(i, images),
-                                                output_of(i), workspace_of(i));
-        });
-        T* logits = output_of(Network::block_count - 1);
-        T* grad_output = gradient_at(Network::block_count);
-        const T loss = task::loss::evaluate(batch, static_cast<const T*>(logits), labels, grad_output);
-        backward_from<Network::block_count>(values, state, images, gradient.data());
-        return loss;
+        return accumulate_gradient(parameters, const_batch<T, typename Network::input>(images, batch),
+                                   std::span<const std::int32_t>(labels, batch), gradient);
     }
 
     // The logits of the last batch (batch * classes values).
@@ -72,24 +77,19 @@ public:
     }
 
 private:
-    // Blocks Count - 1 down to 0, each from its stored input and workspace.
-    template <std::size_t Count>
-    void backward_from(const T* values, T* state, const T* images, T* gradient)
-    {
-        [&]<std::size_t... R>(std::index_sequence<R...>) {
-            (backward_block<Count - 1 - R>(values, state, images, gradient), ...);
-        }(std::make_index_sequence<Count>{});
-    }
-
+    // Block I, from its stored input and workspace.
     template <std::size_t I>
-    void backward_block(const T* values, T* state, const T* images, T* gradient)
+    void backward_block(const network_parameters<Network, T>& parameters,
+                        batch_view<const T, typename Network::input> images, std::span<T> gradient)
     {
         using block = typename Network::template block<I>;
         // The images' gradient is not needed; skipped where the block allows.
-        T* grad_input = I == 0 && input_gradient_optional<block>() ? nullptr : gradient_at(I);
-        block::backward(batch_, values + Network::parameter_offsets[I], state + Network::state_offsets[I],
-                        input_of(I, images), gradient_at(I + 1), grad_input, gradient + Network::parameter_offsets[I],
-                        workspace_of(I));
+        const auto grad_input = [&] {
+            if constexpr (I == 0 && input_gradient_optional<block>()) return batch_view<T, typename block::input>{};
+            else return gradient_at<I>();
+        }();
+        block::backward(parameters.template block_values<I>(), input_of<I>(images), gradient_at<I + 1>(), grad_input,
+                        Network::template parameters_of<I>(gradient), workspace_of(I));
     }
 
     // Block i's output sits at activation_offset(i); its input is the images
@@ -106,13 +106,26 @@ private:
         for (std::size_t i = 0; i < block; ++i) offset += Network::workspace_size(i, batch);
         return offset;
     }
-    const T* input_of(std::size_t block, const T* images) const
+    template <std::size_t I>
+    batch_view<T, boundary_shape_t<Network, I + 1>> output_of()
     {
-        return block == 0 ? images : activations_.data() + activation_offset(block - 1, batch_);
+        return {activations_.data() + activation_offset(I, batch_), batch_};
     }
-    T* output_of(std::size_t block) { return activations_.data() + activation_offset(block, batch_); }
-    T* workspace_of(std::size_t block) { return workspaces_.data() + workspace_offset(block, batch_); }
-    T* gradient_at(std::size_t boundary) { return gradients_.at(boundary); }
+    template <std::size_t I>
+    batch_view<const T, boundary_shape_t<Network, I>> input_of(batch_view<const T, typename Network::input> images)
+    {
+        if constexpr (I == 0) return images;
+        else return output_of<I - 1>();
+    }
+    std::span<T> workspace_of(std::size_t block)
+    {
+        return {workspaces_.data() + workspace_offset(block, batch_), Network::workspace_size(block, batch_)};
+    }
+    template <std::size_t Boundary>
+    batch_view<T, boundary_shape_t<Network, Boundary>> gradient_at()
+    {
+        return gradients_.template view<boundary_shape_t<Network, Boundary>>(Boundary, batch_);
+    }
 
     std::size_t capacity_;
     std::size_t batch_ = 0;

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <span>
 
+#include <petra/batch_view.hpp>
 #include <petra/blocks/block.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/network.hpp>
@@ -37,27 +38,36 @@ public:
     // (running statistics updated once; reconstructions never update them),
     // loss, backward; adds the gradient of the batch's mean loss to gradient
     // and returns that mean loss.
+    T accumulate_gradient(network_parameters<Network, T>& parameters, const_batch<T, typename Network::input> images,
+                          std::span<const std::int32_t> labels, std::span<T> gradient)
+    {
+        detail::check_step("reversible_backprop", images.batch(), capacity_, gradient.size(),
+                           Network::parameter_count, labels, task::classes);
+        batch_ = images.batch();
+        const std::span<T> workspace(workspace_);
+        Network::for_each_block([&](auto index) {
+            constexpr std::size_t i = decltype(index)::value;
+            const auto x = [&] {
+                if constexpr (i == 0) return images;
+                else return batch_view<const T, boundary_shape_t<Network, i>>(activation_at<i>());
+            }();
+            Network::template block<i>::forward(pass::training, parameters.template block_values<i>(),
+                                                parameters.template block_state<i>(), x, activation_at<i + 1>(),
+                                                workspace);
+        });
+        const T loss = task::loss::evaluate(batch_, activation_at<Network::block_count>().data(), labels.data(),
+                                            gradient_at<Network::block_count>().data());
+        Network::for_each_block_down([&](auto i) { backward_block<i>(parameters, images, gradient); });
+        return loss;
+    }
+
+    // The same on pointers: images holds batch * Network::input::size
+    // values (NCHW), labels batch class indices.
     T accumulate_gradient(network_parameters<Network, T>& parameters, std::size_t batch, const T* images,
                           const std::int32_t* labels, std::span<T> gradient)
     {
-        detail::check_step("reversible_backprop", batch, capacity_, gradient.size(), Network::parameter_count,
-                           labels, task::classes);
-        batch_ = batch;
-        T* values = parameters.values().data();
-        T* state = parameters.state().data();
-        Network::for_each_block([&](auto index) {
-            constexpr std::size_t i = decltype(index)::value;
-            const T* x = i == 0 ? images : activation_at(i);
-            Network::template block<i>::forward(pass::training, batch, values + Network::parameter_offsets[i],
-                                                state + Network::state_offsets[i], x, activation_at(i + 1),
-                                                workspace_.data());
-        });
-        const T loss = task::loss::evaluate(batch, static_cast<const T*>(activation_at(Network::block_count)),
-                                            labels, gradient_at(Network::block_count));
-        [&]<std::size_t... R>(std::index_sequence<R...>) {
-            (backward_block<Network::block_count - 1 - R>(values, state, images, gradient.data()), ...);
-        }(std::make_index_sequence<Network::block_count>{});
-        return loss;
+        return accumulate_gradient(parameters, const_batch<T, typename Network::input>(images, batch),
+                                   std::span<const std::int32_t>(labels, batch), gradient);
     }
 
     std::span<const T> logits() const
@@ -75,26 +85,33 @@ public:
 
 private:
     template <std::size_t I>
-    void backward_block(const T* values, T* state, const T* images, T* gradient)
+    void backward_block(const network_parameters<Network, T>& parameters,
+                        batch_view<const T, typename Network::input> images, std::span<T> gradient)
     {
         using block = typename Network::template block<I>;
-        const T* parameters = values + Network::parameter_offsets[I];
-        T* block_state = state + Network::state_offsets[I];
-        T* grad_parameters = gradient + Network::parameter_offsets[I];
+        const auto grad_parameters = Network::template parameters_of<I>(gradient);
+        const std::span<T> workspace(workspace_);
         if constexpr (block::reversible) {
             // Block I's output is block I + 1's input: stored, or just
             // reconstructed by block I + 1. Its input is not stored (for
             // block 0, the images are not overwritten: boundary 0 is a
             // passing buffer).
-            reconstruct_backward<block>(batch_, parameters, block_state, static_cast<const T*>(activation_at(I + 1)),
-                                        static_cast<const T*>(gradient_at(I + 1)), activation_at(I),
-                                        gradient_at(I), grad_parameters, workspace_.data());
+            reconstruct_backward<block>(parameters.template block_values<I>(), parameters.template block_state<I>(),
+                                        activation_at<I + 1>(), gradient_at<I + 1>(), activation_at<I>(),
+                                        gradient_at<I>(), grad_parameters, workspace);
         } else {
-            const T* x = I == 0 ? images : activation_at(I);
+            const auto x = [&] {
+                if constexpr (I == 0) return images;
+                else return batch_view<const T, typename block::input>(activation_at<I>());
+            }();
             // The images' gradient is not needed; skipped where the block allows.
-            T* grad_input = I == 0 && input_gradient_optional<block>() ? nullptr : gradient_at(I);
-            recompute_backward<block>(batch_, parameters, block_state, x, static_cast<const T*>(gradient_at(I + 1)),
-                                      grad_input, grad_parameters, workspace_.data(), recomputed_.data());
+            const auto grad_input = [&] {
+                if constexpr (I == 0 && input_gradient_optional<block>()) return batch_view<T, typename block::input>{};
+                else return gradient_at<I>();
+            }();
+            recompute_backward<block>(parameters.template block_values<I>(), parameters.template block_state<I>(), x,
+                                      gradient_at<I + 1>(), grad_input, grad_parameters, workspace,
+                                      batch_view<T, typename block::output>(recomputed_.data(), batch_));
         }
     }
 
@@ -118,12 +135,17 @@ private:
         }
         return offset;
     }
-    T* activation_at(std::size_t boundary)
+    template <std::size_t Boundary>
+    batch_view<T, boundary_shape_t<Network, Boundary>> activation_at()
     {
-        if (stored_boundary(boundary)) return stored_.data() + stored_offset(boundary, batch_);
-        return passing_.at(boundary);
+        if constexpr (stored_boundary(Boundary)) return {stored_.data() + stored_offset(Boundary, batch_), batch_};
+        else return passing_.template view<boundary_shape_t<Network, Boundary>>(Boundary, batch_);
     }
-    T* gradient_at(std::size_t boundary) { return gradients_.at(boundary); }
+    template <std::size_t Boundary>
+    batch_view<T, boundary_shape_t<Network, Boundary>> gradient_at()
+    {
+        return gradients_.template view<boundary_shape_t<Network, Boundary>>(Boundary, batch_);
+    }
 
     std::size_t capacity_;
     std::size_t batch_ = 0;

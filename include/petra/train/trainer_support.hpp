@@ -11,12 +11,26 @@
 #include <stdexcept>
 #include <string>
 
+#include <petra/batch_view.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/layers/softmax_cross_entropy_loss.hpp>
 #include <petra/network.hpp>
 #include <petra/shape.hpp>
 
 namespace petra {
+
+// The shape at a boundary between blocks: the network's input at boundary 0,
+// block b - 1's output (block b's input) at boundary b.
+template <class Network, std::size_t Boundary>
+struct boundary_shape {
+    using type = typename Network::template block<Boundary - 1>::output;
+};
+template <class Network>
+struct boundary_shape<Network, 0> {
+    using type = typename Network::input;
+};
+template <class Network, std::size_t Boundary>
+using boundary_shape_t = typename boundary_shape<Network, Boundary>::type;
 
 template <class Network>
 struct classification {
@@ -35,8 +49,12 @@ namespace detail {
 // classes), before anything is computed (so that running statistics are not
 // moved by a step that fails).
 inline void check_step(const char* trainer, std::size_t batch, std::size_t capacity, std::size_t gradient_size,
-                       std::size_t parameter_count, const std::int32_t* labels, std::size_t classes)
+                       std::size_t parameter_count, std::span<const std::int32_t> labels, std::size_t classes)
 {
+    if (labels.size() != batch) {
+        throw std::invalid_argument(std::string(trainer) + ": " + std::to_string(labels.size()) + " labels for " +
+                                    std::to_string(batch) + " images.");
+    }
     if (batch == 0 || batch > capacity) {
         throw std::invalid_argument(std::string(trainer) + ": batch of " + std::to_string(batch) +
                                     " examples; this trainer takes 1 to " + std::to_string(capacity) + ".");
@@ -65,6 +83,12 @@ public:
     explicit alternating_buffers(std::size_t values) : storage_(2 * values), values_(values) {}
 
     T* at(std::size_t boundary) { return storage_.data() + (boundary % 2) * values_; }
+    // Boundary b's buffer as a batch of Shape.
+    template <class Shape>
+    batch_view<T, Shape> view(std::size_t boundary, std::size_t batch)
+    {
+        return {at(boundary), batch};
+    }
     std::size_t size() const { return storage_.size(); }
 
 private:
