@@ -1,7 +1,9 @@
-// PETRA's pipeline floor: stages, channels, the schedule, and the two
-// drivers (the sequential simulator and one thread per stage).
+// PETRA's pipeline floor: stages, channels, the schedule, gradient
+// accumulation and epoch statistics, and the two drivers (the sequential
+// simulator and one thread per stage).
 #pragma once
 
+#include <petra/pipeline/accumulation.hpp>
 #include <petra/pipeline/array_fifo.hpp>
 #include <petra/pipeline/channel.hpp>
 #include <petra/pipeline/core.hpp>

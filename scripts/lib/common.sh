@@ -2,12 +2,14 @@
 # benchmarks need, and a function that installs the missing ones.
 
 # compiler and build tools; the library's dependencies (zlib for gzip IDX
-# files); test and benchmark frameworks; the peer GEMM the benchmarks compare
-# against; /usr/bin/time for the compile-time figure; the real data.
+# files); test and benchmark frameworks; the Fashion-MNIST job's command line
+# and JSON summary; the peer GEMM the benchmarks compare against; /usr/bin/time
+# for the compile-time figure; the real data.
 PETRA_PACKAGES=(
   g++ cmake make
   libboost-dev libxtensor-dev libxsimd-dev zlib1g-dev
   doctest-dev libbenchmark-dev
+  libcli11-dev nlohmann-json3-dev
   libopenblas-dev
   time
   dataset-fashion-mnist

@@ -14,6 +14,7 @@
 #include <zlib.h>
 
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 #include "job.hpp"
 
@@ -104,9 +105,11 @@ TEST_CASE("fashion_mnist job: the loss falls and the test accuracy beats chance,
         while (std::getline(csv, line)) ++rows;
         CHECK(rows == 4);
         std::ifstream json(options.summary_path);
-        std::string text((std::istreambuf_iterator<char>(json)), std::istreambuf_iterator<char>());
-        CHECK(text.find("\"method\": \"" + method + "\"") != std::string::npos);
-        CHECK(text.find("\"test_accuracy\": ") != std::string::npos);
+        const nlohmann::json written = nlohmann::json::parse(json);
+        CHECK(written.at("method") == method);
+        CHECK(written.at("steps") == summary.steps);
+        CHECK(written.at("test_accuracy").get<double>() == doctest::Approx(summary.test_accuracy).epsilon(1e-3));
+        CHECK(written.at("parameter_digest") == summary.parameter_digest);
     }
 }
 

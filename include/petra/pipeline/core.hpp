@@ -32,6 +32,7 @@
 
 #include <petra/kernels/simd.hpp>
 #include <petra/network.hpp>
+#include <petra/pipeline/accumulation.hpp>
 #include <petra/pipeline/channel.hpp>
 #include <petra/pipeline/options.hpp>
 #include <petra/pipeline/paused_pipeline.hpp>
@@ -185,11 +186,7 @@ protected:
         archive.count(fed_, any_count);
         {
             std::lock_guard lock(shared_.statistics_mutex);
-            epoch_statistics& statistics = shared_.statistics;
-            archive.count(statistics.micro_batches, any_count);
-            archive.count(statistics.examples, any_count);
-            archive.count(statistics.correct, any_count);
-            archive.values(std::span<double>(&statistics.loss_sum, 1));
+            shared_.statistics.transfer_state(archive);
         }
         std::apply([&](auto&... worker) { (worker.transfer_state(archive), ...); }, workers_);
         for (auto& channel : forward_) channel->transfer_state(archive);

@@ -22,7 +22,6 @@
 // runs: a threaded run and a sequential simulation agree bit for bit.
 #pragma once
 
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -33,6 +32,7 @@
 #include <string>
 
 #include <petra/layers/softmax_cross_entropy_loss.hpp>
+#include <petra/pipeline/accumulation.hpp>
 #include <petra/pipeline/channel.hpp>
 #include <petra/pipeline/stage.hpp>
 #include <petra/state_archive.hpp>
@@ -54,32 +54,13 @@ struct pipeline_event {
     std::span<const T> gradient;   // step: the sum of the gradients it applies; backward: the sum so far
 };
 
-// Per-epoch results of the last stage.
-struct epoch_statistics {
-    std::size_t micro_batches = 0;
-    std::size_t examples = 0;
-    std::size_t correct = 0;
-    double loss_sum = 0.0;
-
-    double mean_loss() const { return micro_batches == 0 ? 0.0 : loss_sum / double(micro_batches); }
-    double accuracy() const { return examples == 0 ? 0.0 : double(correct) / double(examples); }
-};
-
 // What the workers of one pipeline share.
 template <class T>
 struct pipeline_shared {
     std::function<double(std::size_t)> learning_rate;
     std::function<void(const pipeline_event<T>&)> trace; // may be empty
     std::mutex statistics_mutex;
-    epoch_statistics statistics;
-};
-
-// An optimizer for one stage's slice of the parameters.
-template <class O, class T>
-concept stage_optimizer = requires(O optimizer, std::span<T> parameters, std::span<const T> gradient,
-                                   std::size_t count, double learning_rate) {
-    typename O::options;
-    optimizer.step(parameters, gradient, count, learning_rate);
+    epoch_statistics statistics; // of the micro-batches the last stage has scored
 };
 
 template <class Stage, class Optimizer, class T, class Transport = channel<T>,
@@ -108,14 +89,11 @@ public:
           accumulation_(options.accumulation), links_(connections), shared_(shared),
           logits_(Stage::is_last ? options.batch * classes : 0), grad_logits_(logits_.size())
     {
-        if (options.accumulation == 0) {
-            throw std::invalid_argument("pipeline: the accumulation (micro-batches per step) must be at least 1.");
-        }
     }
 
     Stage& stage() { return stage_; }
     Optimizer& optimizer() { return optimizer_; }
-    std::size_t steps() const { return steps_; }
+    std::size_t steps() const { return accumulation_.steps(); }
 
     void start_epoch()
     {
@@ -134,7 +112,7 @@ public:
             if (t >= lag && due(t - lag)) run_backward(t, t - lag);
         }
         const bool done = epoch_size_ && backward_count_ == *epoch_size_;
-        if (done && pending_ > 0) step(t);
+        if (done && accumulation_.pending() > 0) step(t);
         return done;
     }
 
@@ -150,7 +128,7 @@ public:
                       "The optimizer must offer transfer_state(archive) for its pipeline to be checkpointed.");
         archive.section("stage worker");
         archive.expect(index, "stage index");
-        archive.expect(accumulation_, "accumulation (micro-batches per step)");
+        archive.expect(accumulation_.micro_batches_per_step(), "accumulation (micro-batches per step)");
         stage_.transfer_state(archive);
         optimizer_.transfer_state(archive);
         archive.count(tick_, any_count);
@@ -160,8 +138,7 @@ public:
         archive.count(epoch_size, any_count);
         if (epoch_size_known) epoch_size_ = epoch_size; else epoch_size_.reset();
         archive.count(backward_count_, tick_);
-        archive.count(pending_, accumulation_);
-        archive.count(steps_, any_count);
+        accumulation_.transfer_state(archive); // the pending gradients, then the steps
         archive.count(last_differentiated_, any_count);
     }
 
@@ -202,7 +179,8 @@ private:
         }
         check_order(*in.header, m, "forward");
         if (shared_.trace) {
-            shared_.trace({pipeline_event<T>::kind::forward, index, t, m, steps_, 0, stage_.parameters(), {}});
+            shared_.trace({pipeline_event<T>::kind::forward, index, t, m, accumulation_.steps(), 0,
+                           stage_.parameters(), {}});
         }
         if constexpr (!Stage::is_last) {
             message<T> out = links_.forward_out->begin_send();
@@ -257,41 +235,34 @@ private:
         const T value = loss::evaluate(batch, static_cast<const T*>(logits_.data()), labels.values, grad_logits_.data());
         const std::size_t correct = loss::correct(batch, static_cast<const T*>(logits_.data()), labels.values);
         links_.labels->end_receive();
-        if (!std::isfinite(value)) {
-            throw std::runtime_error("stage " + std::to_string(index) + " (blocks " +
-                                     std::to_string(Stage::first_block) + " to " +
-                                     std::to_string(Stage::end_block - 1) + "): the loss of micro-batch " +
-                                     std::to_string(m) + " of this epoch is not finite (" + std::to_string(value) +
-                                     ").");
-        }
         std::lock_guard lock(shared_.statistics_mutex);
-        shared_.statistics.micro_batches += 1;
-        shared_.statistics.examples += batch;
-        shared_.statistics.correct += correct;
-        shared_.statistics.loss_sum += double(value);
+        record_micro_batch(shared_.statistics, {double(value), correct, batch}, [m](double loss) {
+            return "stage " + std::to_string(index) + " (blocks " + std::to_string(Stage::first_block) + " to " +
+                   std::to_string(Stage::end_block - 1) + "): the loss of micro-batch " + std::to_string(m) +
+                   " of this epoch is not finite (" + std::to_string(loss) + ").";
+        });
     }
 
     void after_backward(std::size_t t, std::size_t m)
     {
         ++backward_count_;
-        ++pending_;
+        const bool step_due = accumulation_.count_gradient();
         if (shared_.trace) {
-            shared_.trace({pipeline_event<T>::kind::backward, index, t, m, steps_, pending_, {}, stage_.gradient()});
+            shared_.trace({pipeline_event<T>::kind::backward, index, t, m, accumulation_.steps(),
+                           accumulation_.pending(), {}, stage_.gradient()});
         }
         last_differentiated_ = m;
-        if (pending_ == accumulation_) step(t);
+        if (step_due) step(t);
     }
 
+    // Applies the gradients summed since the last step and zeroes their sum.
     void step(std::size_t t)
     {
         if (shared_.trace) {
-            shared_.trace({pipeline_event<T>::kind::step, index, t, last_differentiated_, steps_, pending_,
-                           stage_.parameters(), stage_.gradient()});
+            shared_.trace({pipeline_event<T>::kind::step, index, t, last_differentiated_, accumulation_.steps(),
+                           accumulation_.pending(), stage_.parameters(), stage_.gradient()});
         }
-        optimizer_.step(stage_.parameters(), stage_.gradient(), pending_, shared_.learning_rate(steps_));
-        stage_.reset_gradient();
-        pending_ = 0;
-        ++steps_;
+        accumulation_.step(optimizer_, stage_.parameters(), stage_.gradient(), shared_.learning_rate);
     }
 
     void check_order(const message_header& header, std::size_t expected, const char* what) const
@@ -304,7 +275,7 @@ private:
 
     Stage stage_;
     Optimizer optimizer_;
-    std::size_t accumulation_;
+    gradient_accumulation accumulation_;
     links links_;
     pipeline_shared<T>& shared_;
     kernels::aligned_vector<T> logits_;
@@ -312,8 +283,6 @@ private:
     std::size_t tick_ = 0;
     std::optional<std::size_t> epoch_size_;
     std::size_t backward_count_ = 0;
-    std::size_t pending_ = 0;
-    std::size_t steps_ = 0;
     std::size_t last_differentiated_ = 0;
 };
 

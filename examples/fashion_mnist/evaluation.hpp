@@ -1,0 +1,37 @@
+// The network scored on a dataset in inference mode (running statistics).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include <petra/petra.hpp>
+
+#include "model.hpp"
+
+namespace fashion {
+
+struct evaluation {
+    double loss = 0;     // mean softmax cross-entropy over the examples
+    double accuracy = 0; // the fraction classified right
+};
+
+inline evaluation evaluate(const petra::network_parameters<net, float>& parameters, const petra::labelled_images& data)
+{
+    constexpr std::size_t chunk = 250; // examples per inference batch
+    std::vector<float> logits(chunk * classes);
+    double loss_sum = 0;
+    std::size_t correct = 0;
+    for (std::size_t first = 0; first < data.size(); first += chunk) {
+        const std::size_t count = std::min(chunk, data.size() - first);
+        const float* images = data.images.data() + first * data.image_size();
+        const std::int32_t* labels = data.labels.data() + first;
+        petra::predict(parameters, count, images, logits.data());
+        loss_sum += double(task::loss::evaluate(count, logits.data(), labels, nullptr)) * double(count);
+        correct += task::loss::correct(count, logits.data(), labels);
+    }
+    return {loss_sum / double(data.size()), double(correct) / double(data.size())};
+}
+
+} // namespace fashion

@@ -1,0 +1,175 @@
+// The job's options as a user states them (job_options: the command line's
+// words, or a test's), and the recipe they are checked and parsed into once
+// (training_recipe): every figure a run's numbers depend on, the method and
+// the schedule as enums. Nothing past checked_recipe reads a name.
+#pragma once
+
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include <petra/petra.hpp>
+
+namespace fashion {
+
+enum class method { petra, backprop, reversible_backprop };
+using decay = petra::learning_rate_schedule::decay;
+
+// PETRA runs one thread per stage; more than the reference machine's cores
+// only adds switching.
+inline constexpr std::size_t max_stages = 4;
+
+template <class Choice>
+struct named {
+    Choice value;
+    std::string_view name;
+};
+
+inline constexpr std::array<named<method>, 3> method_names{
+    {{method::petra, "petra"}, {method::backprop, "backprop"}, {method::reversible_backprop, "reversible-backprop"}}};
+inline constexpr std::array<named<decay>, 3> schedule_names{
+    {{decay::cosine, "cosine"}, {decay::step, "step"}, {decay::constant, "constant"}}};
+
+template <class Choice, std::size_t N>
+std::optional<Choice> choice_named(const std::array<named<Choice>, N>& names, std::string_view text)
+{
+    for (const named<Choice>& entry : names) {
+        if (entry.name == text) return entry.value;
+    }
+    return std::nullopt;
+}
+
+template <class Choice, std::size_t N>
+std::string_view name_in(const std::array<named<Choice>, N>& names, Choice value)
+{
+    for (const named<Choice>& entry : names) {
+        if (entry.value == value) return entry.name;
+    }
+    return "?";
+}
+
+inline std::string_view name_of(method value) { return name_in(method_names, value); }
+inline std::string_view name_of(decay value) { return name_in(schedule_names, value); }
+
+struct job_options {
+    std::string method = "petra"; // petra | backprop | reversible-backprop
+    std::size_t stages = 4;       // PETRA only: 1 to max_stages
+    std::size_t accumulation = 1; // micro-batches per optimizer step
+    std::size_t epochs = 2;
+    std::size_t batch = 64;
+    double learning_rate = 0.05; // peak, after the warm-up
+    double warmup_epochs = 0.5;
+    std::string schedule = "cosine"; // cosine | step | constant
+    double momentum = 0.9;
+    double weight_decay = 5e-4;
+    bool augment = false;
+    std::uint64_t seed = 1;
+    std::string data_dir = "/usr/share/datasets/fashion-mnist";
+    std::string metrics_path;  // CSV, one row per epoch; empty: none
+    std::string summary_path;  // the JSON summary, also written here; empty: stdout only
+    std::size_t max_steps = 0; // cap on micro-batches trained; 0: none
+    bool quiet = false;        // no progress on stderr
+    // Checkpoints: written to checkpoint_path every checkpoint_every
+    // micro-batches (0: never on a count), when a stop is requested and at
+    // the end. resume: start from it (it must exist; without resume it must
+    // not, so that a run never overwrites another's checkpoint by mistake).
+    std::string checkpoint_path;
+    std::size_t checkpoint_every = 500;
+    bool resume = false;
+    // Asked before every micro-batch; true: save the checkpoint and stop
+    // (the front end sets it from SIGINT and SIGTERM).
+    std::function<bool()> stop_requested;
+    // Called after each checkpoint is saved, with the step it was saved at.
+    std::function<void(std::size_t step)> checkpoint_saved;
+    // PETRA only: every fidelity_every micro-batches, the gradient each
+    // stage computes is compared with the true gradient (fidelity.hpp); one
+    // row per stage in the fidelity file, next to the metrics file
+    // (fidelity_path_of). 0: never.
+    std::size_t fidelity_every = 0;
+};
+
+// What a run's numbers depend on: a checkpoint resumes only under the same
+// recipe (run_checkpoint.hpp).
+struct training_recipe {
+    fashion::method method = fashion::method::petra;
+    std::size_t stages = 1; // PETRA's J; 1 for the sequential methods
+    std::size_t accumulation = 1;
+    std::size_t epochs = 1;
+    std::size_t batch = 2;
+    std::size_t max_steps = 0; // 0: none
+    double learning_rate = 0;
+    double warmup_epochs = 0;
+    decay schedule = decay::cosine;
+    double momentum = 0;
+    double weight_decay = 0;
+    bool augment = false;
+    std::uint64_t seed = 0;
+
+    // Nesterov SGD with the run's momentum and weight decay, for every method.
+    petra::sgd_options optimizer() const
+    {
+        return {.momentum = momentum, .nesterov = true, .weight_decay = weight_decay};
+    }
+};
+
+// "1, 2, 3 or 4"
+inline std::string stage_counts()
+{
+    std::string text = "1";
+    for (std::size_t j = 2; j <= max_stages; ++j) text += (j == max_stages ? " or " : ", ") + std::to_string(j);
+    return text;
+}
+
+// A usage error: the option it names is wrong (the front end exits with 2).
+[[noreturn]] inline void refuse_option(const std::string& what) { throw std::invalid_argument(what); }
+
+// Checks every option and parses the names; throws std::invalid_argument
+// naming the first option that is wrong.
+inline training_recipe checked_recipe(const job_options& options)
+{
+    const std::optional<method> chosen = choice_named(method_names, options.method);
+    if (!chosen) {
+        refuse_option("--method must be petra, backprop or reversible-backprop, not '" + options.method + "'.");
+    }
+    if (options.stages < 1 || options.stages > max_stages) refuse_option("--stages must be " + stage_counts() + ".");
+    if (options.accumulation == 0) refuse_option("--accumulation must be at least 1.");
+    if (options.batch < 2) refuse_option("--batch must be at least 2 (batch normalisation needs two examples).");
+    if (options.epochs == 0) refuse_option("--epochs must be at least 1.");
+    if (!(options.learning_rate > 0) || !std::isfinite(options.learning_rate)) refuse_option("--lr must be positive.");
+    if (!(options.warmup_epochs >= 0) || !std::isfinite(options.warmup_epochs)) {
+        refuse_option("--warmup must be a number of epochs, 0 or more.");
+    }
+    if (!(options.momentum >= 0 && options.momentum < 1)) refuse_option("--momentum must be in [0, 1).");
+    if (!(options.weight_decay >= 0) || !std::isfinite(options.weight_decay)) {
+        refuse_option("--weight-decay must be 0 or more.");
+    }
+    if (options.fidelity_every != 0 && chosen != method::petra) {
+        refuse_option("--fidelity-every measures PETRA's gradients against backprop's: it needs --method petra.");
+    }
+    if (options.fidelity_every != 0 && options.metrics_path.empty()) {
+        refuse_option("--fidelity-every writes next to the metrics file: it needs --metrics PATH.");
+    }
+    const std::optional<decay> schedule = choice_named(schedule_names, options.schedule);
+    if (!schedule) refuse_option("--schedule must be cosine, step or constant, not '" + options.schedule + "'.");
+    return {.method = *chosen,
+            .stages = *chosen == method::petra ? options.stages : 1,
+            .accumulation = options.accumulation,
+            .epochs = options.epochs,
+            .batch = options.batch,
+            .max_steps = options.max_steps,
+            .learning_rate = options.learning_rate,
+            .warmup_epochs = options.warmup_epochs,
+            .schedule = *schedule,
+            .momentum = options.momentum,
+            .weight_decay = options.weight_decay,
+            .augment = options.augment,
+            .seed = options.seed};
+}
+
+} // namespace fashion

@@ -1,0 +1,73 @@
+// PETRA: the network cut into Stages stages, one thread each, trained by
+// the thread pipeline; optionally with the gradient-fidelity probe
+// (fidelity.hpp) measuring every fidelity_every micro-batches.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include <petra/petra.hpp>
+
+#include "data.hpp"
+#include "fidelity.hpp"
+#include "method_context.hpp"
+#include "metrics_files.hpp"
+#include "model.hpp"
+#include "run_state.hpp"
+
+namespace fashion {
+
+template <std::size_t Stages>
+class petra_method {
+public:
+    static constexpr auto cuts = petra::partition<net, Stages>();
+
+    petra_method(const method_context& context, petra::network_parameters<net, float>& parameters)
+        : pipeline_(parameters, context.recipe.optimizer(), context.schedule,
+                    {.batch = context.recipe.batch, .accumulation = context.recipe.accumulation}),
+          fidelity_every_(context.fidelity_every), fidelity_(context.fidelity)
+    {
+        if (fidelity_every_ != 0) {
+            probe_ = std::make_unique<fidelity_probe<net, cuts>>(context.recipe.batch);
+            pipeline_.set_trace([probe = probe_.get()](const petra::pipeline_event<float>& event) {
+                probe->observe(event);
+            });
+        }
+    }
+
+    void train(petra::network_parameters<net, float>&, const micro_batch& batch, const run_position& position)
+    {
+        if (!probe_) {
+            pipeline_.feed(batch.images, batch.labels);
+            return;
+        }
+        probe_->remember(position.batch, batch.images, batch.labels);
+        const bool measure = (position.steps + 1) % fidelity_every_ == 0 && probe_->measurable();
+        if (measure) probe_->before_tick(pipeline_.pause(), position.batch);
+        pipeline_.feed(batch.images, batch.labels);
+        if (measure) {
+            const auto paused = pipeline_.pause();
+            fidelity_.write(position.epoch + 1, position.steps + 1, probe_->after_tick());
+        }
+    }
+
+    petra::epoch_statistics progress() { return pipeline_.progress(); }
+    petra::epoch_statistics end_epoch(petra::network_parameters<net, float>&) { return pipeline_.drain(); }
+    // Every stage done with the micro-batches fed: the parameters are
+    // readable while the guard lives.
+    auto pause() { return pipeline_.pause(); }
+
+    template <petra::state_archive Archive>
+    void transfer_state(Archive& archive)
+    {
+        pipeline_.transfer_state(archive);
+    }
+
+private:
+    petra::thread_pipeline<net, cuts, petra::sgd<float>> pipeline_;
+    std::size_t fidelity_every_;
+    fidelity_file& fidelity_;
+    std::unique_ptr<fidelity_probe<net, cuts>> probe_;
+};
+
+} // namespace fashion

@@ -1,0 +1,85 @@
+// Exact or reversible backprop on the caller's thread: one trainer over the
+// whole network, with the pipeline's own gradient accumulation, learning-rate
+// steps and epoch statistics, so that the baselines and PETRA differ only in
+// how the gradient is computed.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <petra/petra.hpp>
+
+#include "data.hpp"
+#include "method_context.hpp"
+#include "model.hpp"
+#include "run_state.hpp"
+
+namespace fashion {
+
+template <class Trainer>
+class sequential_method {
+public:
+    sequential_method(const method_context& context, petra::network_parameters<net, float>&)
+        : schedule_(context.schedule), batch_(context.recipe.batch), trainer_(batch_),
+          optimizer_(context.recipe.optimizer(), net::weight_mask<float>()), gradient_(net::parameter_count, 0.0f),
+          accumulation_(context.recipe.accumulation)
+    {
+    }
+
+    void train(petra::network_parameters<net, float>& parameters, const micro_batch& batch,
+               const run_position& position)
+    {
+        const float loss = trainer_.accumulate_gradient(parameters, batch_, batch.images, batch.labels, gradient_);
+        const std::size_t correct = task::loss::correct(batch_, trainer_.logits().data(), batch.labels);
+        petra::record_micro_batch(statistics_, {loss, correct, batch_}, [&](double value) {
+            return "the loss of micro-batch " + std::to_string(position.batch) + " of epoch " +
+                   std::to_string(position.epoch + 1) + " is not finite (" + std::to_string(value) +
+                   "): training diverged.";
+        });
+        if (accumulation_.count_gradient()) step(parameters);
+    }
+
+    petra::epoch_statistics progress() const { return statistics_; }
+
+    // The epoch's last partial accumulation is applied, and its statistics
+    // returned.
+    petra::epoch_statistics end_epoch(petra::network_parameters<net, float>& parameters)
+    {
+        if (accumulation_.pending() > 0) step(parameters);
+        return std::exchange(statistics_, {});
+    }
+
+    // Nothing runs between calls: the parameters are always readable, and
+    // there is nothing to hold.
+    struct nothing_running {};
+    nothing_running pause() { return {}; }
+
+    template <petra::state_archive Archive>
+    void transfer_state(Archive& archive)
+    {
+        archive.section("sequential trainer");
+        optimizer_.transfer_state(archive);
+        archive.values(std::span<float>(gradient_));
+        accumulation_.transfer_state(archive);
+        statistics_.transfer_state(archive);
+    }
+
+private:
+    void step(petra::network_parameters<net, float>& parameters)
+    {
+        accumulation_.step(optimizer_, parameters.values(), std::span<float>(gradient_), schedule_);
+    }
+
+    const petra::learning_rate_schedule& schedule_;
+    std::size_t batch_;
+    Trainer trainer_;
+    petra::sgd<float> optimizer_;
+    std::vector<float> gradient_; // the sum of the gradients since the last step
+    petra::gradient_accumulation accumulation_;
+    petra::epoch_statistics statistics_;
+};
+
+} // namespace fashion
