@@ -50,8 +50,8 @@ inline job_data load_data(const std::string& data_dir, std::size_t batch)
 // One micro-batch, contiguous: images (batch x channels x height x width)
 // and their labels. Valid until the next one is loaded.
 struct micro_batch {
-    const float* images;
-    const std::int32_t* labels;
+    const xt::xtensor<float, 4>& images;
+    const xt::xtensor<std::int32_t, 1>& labels;
 };
 
 // The training set cut into micro-batches: each epoch a permutation drawn
@@ -60,7 +60,9 @@ class micro_batches {
 public:
     micro_batches(const training_recipe& recipe, const petra::labelled_images& train)
         : train_(train), order_(train.size(), recipe.batch, recipe.seed), batch_(recipe.batch),
-          augment_(recipe.augment), images_(recipe.batch * image::size), labels_(recipe.batch)
+          augment_(recipe.augment),
+          images_(xt::xtensor<float, 4>::from_shape({recipe.batch, image::channels, image::height, image::width})),
+          labels_(xt::xtensor<std::int32_t, 1>::from_shape({recipe.batch}))
     {
     }
 
@@ -77,11 +79,11 @@ public:
     {
         petra::gather_batch(train_, order_.batch(index), images_.data(), labels_.data());
         if (augment_) {
-            petra::augment_batch(images_.data(), batch_, image::channels, image::height, image::width,
+            petra::augment_batch(images_,
                                  {.padding = 2, .flip = true, .fill = petra::fashion_mnist_normalisation.black()},
                                  generator, augmentation_scratch_);
         }
-        return {images_.data(), labels_.data()};
+        return {images_, labels_};
     }
 
 private:
@@ -89,8 +91,8 @@ private:
     petra::batch_order order_;
     std::size_t batch_;
     bool augment_;
-    std::vector<float> images_;
-    std::vector<std::int32_t> labels_;
+    xt::xtensor<float, 4> images_;
+    xt::xtensor<std::int32_t, 1> labels_;
     std::vector<float> augmentation_scratch_;
 };
 

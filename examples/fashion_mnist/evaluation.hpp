@@ -6,6 +6,9 @@
 #include <cstdint>
 #include <vector>
 
+#include <xtensor/xtensor.hpp>
+#include <xtensor/xview.hpp>
+
 #include <petra/petra.hpp>
 
 #include "model.hpp"
@@ -20,14 +23,13 @@ struct evaluation {
 inline evaluation evaluate(const petra::network_parameters<net, float>& parameters, const petra::labelled_images& data)
 {
     constexpr std::size_t chunk = 250; // examples per inference batch
-    std::vector<float> logits(chunk * classes);
     double loss_sum = 0;
     std::size_t correct = 0;
     for (std::size_t first = 0; first < data.size(); first += chunk) {
         const std::size_t count = std::min(chunk, data.size() - first);
-        const float* images = data.images.data() + first * data.image_size();
+        const auto images = xt::view(data.images, xt::range(first, first + count));
+        const xt::xtensor<float, 2> logits = petra::predict(parameters, images);
         const std::int32_t* labels = data.labels.data() + first;
-        petra::predict(parameters, count, images, logits.data());
         loss_sum += double(task::loss::evaluate(count, logits.data(), labels, nullptr)) * double(count);
         correct += task::loss::correct(count, logits.data(), labels);
     }

@@ -41,7 +41,7 @@ public:
             pipeline_.feed(batch.images, batch.labels);
             return;
         }
-        probe_->remember(position.batch, batch.images, batch.labels);
+        probe_->remember(position.batch, batch.images.data(), batch.labels.data());
         const bool measure = (position.steps + 1) % fidelity_every_ == 0 && probe_->measurable();
         if (measure) probe_->before_tick(pipeline_.pause(), position.batch);
         pipeline_.feed(batch.images, batch.labels);

@@ -32,8 +32,8 @@ public:
     void train(petra::network_parameters<net, float>& parameters, const micro_batch& batch,
                const run_position& position)
     {
-        const float loss = trainer_.accumulate_gradient(parameters, batch_, batch.images, batch.labels, gradient_);
-        const std::size_t correct = task::loss::correct(batch_, trainer_.logits().data(), batch.labels);
+        const float loss = trainer_.accumulate_gradient(parameters, batch.images, batch.labels, gradient_);
+        const std::size_t correct = task::loss::correct(batch_, trainer_.logits().data(), batch.labels.data());
         petra::record_micro_batch(statistics_, {loss, correct, batch_}, [&](double value) {
             return "the loss of micro-batch " + std::to_string(position.batch) + " of epoch " +
                    std::to_string(position.epoch + 1) + " is not finite (" + std::to_string(value) +

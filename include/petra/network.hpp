@@ -42,6 +42,7 @@
 #include <petra/kernels/simd.hpp>
 #include <petra/layers/chain.hpp>
 #include <petra/state_archive.hpp>
+#include <petra/tensor_batch.hpp>
 #include <petra/layers/layer.hpp>
 #include <petra/shape.hpp>
 #include <petra/type_list.hpp>
@@ -465,6 +466,22 @@ void predict(const network_parameters<Network, T>& parameters, const_batch<T, ty
         block::forward(pass::inference, parameters.template block_values<i>(), parameters.template block_state<i>(),
                        x, y, workspace);
     });
+}
+
+// The same on tensors (an xtensor container, an xt::adapt view of the
+// caller's memory: see tensor_batch.hpp): images of N x C x H x W, logits of
+// N x classes, each checked against the network's shapes.
+template <class Network, class T, tensor_like Images, tensor_like Logits>
+void predict(const network_parameters<Network, T>& parameters, const Images& images, Logits& logits)
+{
+    const auto x = as_batch<typename Network::input>(images, "predict: images");
+    const auto y = as_batch<typename Network::output>(logits, "predict: logits");
+    static_assert(std::is_same_v<typename decltype(y)::element_type, T>, "predict writes logits of the parameters' type.");
+    if (y.batch() != x.batch()) {
+        throw std::invalid_argument("predict: logits for " + std::to_string(y.batch()) + " examples, images of " +
+                                    std::to_string(x.batch()) + ".");
+    }
+    predict(parameters, x, y);
 }
 
 // The same on pointers: images holds batch * Network::input::size values

@@ -13,3 +13,4 @@
 #include <petra/pipeline.hpp>
 #include <petra/train.hpp>
 #include <petra/version.hpp>
+#include <petra/xtensor.hpp>

@@ -9,7 +9,12 @@
 #include <cstddef>
 #include <random>
 #include <span>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
 #include <vector>
+
+#include <petra/tensor_batch.hpp>
 
 namespace petra {
 
@@ -48,6 +53,24 @@ inline void augment_batch(float* images, std::size_t batch, std::size_t channels
             }
         }
     }
+}
+
+// The same on a tensor of images in place (N x C x H x W: an xtensor
+// container or an xt::adapt view of the caller's memory, contiguous).
+template <tensor_like Images>
+void augment_batch(Images& images, const augmentation& settings, std::mt19937_64& generator,
+                   std::vector<float>& scratch)
+{
+    static_assert(std::is_same_v<std::remove_pointer_t<decltype(images.data())>, float>,
+                  "augment_batch changes a tensor of float images in place.");
+    const std::vector<std::size_t> dimensions = detail::dimensions_of(images);
+    if (dimensions.size() != 4) {
+        throw std::invalid_argument("augment_batch: images must be a tensor of N x C x H x W, not of shape " +
+                                    detail::dimensions_text(dimensions, true) + ".");
+    }
+    detail::check_contiguous(images, dimensions, "augment_batch: images");
+    augment_batch(detail::first_value(images), dimensions[0], dimensions[1], dimensions[2], dimensions[3], settings, generator,
+                  scratch);
 }
 
 } // namespace petra

@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include <petra/batch_view.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/network.hpp>
 #include <petra/pipeline/accumulation.hpp>
@@ -39,6 +40,7 @@
 #include <petra/pipeline/stage.hpp>
 #include <petra/pipeline/worker.hpp>
 #include <petra/state_archive.hpp>
+#include <petra/tensor_batch.hpp>
 
 namespace petra {
 
@@ -124,6 +126,31 @@ protected:
                                    " while the pipeline is paused; let the paused_pipeline that pause() returned "
                                    "go out of scope first.");
         }
+    }
+
+    // One micro-batch given as a view and its labels, or as tensors
+    // (tensor_batch.hpp), checked against the network's input and the
+    // pipeline's batch: the pointers send_micro_batch takes.
+    struct micro_batch_values {
+        const T* images;
+        const std::int32_t* labels;
+    };
+    micro_batch_values micro_batch_of(batch_view<const T, typename Network::input> images,
+                                      std::span<const std::int32_t> labels) const
+    {
+        if (images.batch() != options_.batch || labels.size() != options_.batch) {
+            throw std::invalid_argument("pipeline feed: " + std::to_string(images.batch()) + " images and " +
+                                        std::to_string(labels.size()) + " labels; every micro-batch holds " +
+                                        std::to_string(options_.batch) + " of each.");
+        }
+        return {images.data(), labels.data()};
+    }
+    template <tensor_like Images, tensor_like Labels>
+    micro_batch_values micro_batch_of(const Images& images, const Labels& labels) const
+    {
+        const batch_view<const T, typename Network::input> x =
+            as_batch<typename Network::input>(images, "pipeline feed: images");
+        return micro_batch_of(x, as_labels(labels, x.batch(), "pipeline feed: labels"));
     }
 
     // The feeder's side: one micro-batch of options.batch examples.

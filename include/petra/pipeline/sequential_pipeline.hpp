@@ -8,12 +8,15 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <span>
 #include <stdexcept>
 #include <utility>
 
+#include <petra/batch_view.hpp>
 #include <petra/network.hpp>
 #include <petra/pipeline/core.hpp>
 #include <petra/pipeline/options.hpp>
+#include <petra/tensor_batch.hpp>
 #include <petra/pipeline/worker.hpp>
 #include <petra/state_archive.hpp>
 
@@ -35,6 +38,21 @@ public:
         : core(parameters, optimizer_options, std::move(learning_rate), options, channel_waiting::never)
     {
         core::start_epoch();
+    }
+
+    // The same from a view of options.batch images, or from tensors
+    // (images N x C x H x W, labels N: an xtensor container or an xt::adapt
+    // view), checked against the network's input and the batch.
+    void feed(const_batch<T, typename Network::input> images, std::span<const std::int32_t> labels)
+    {
+        const auto values = core::micro_batch_of(images, labels);
+        feed(values.images, values.labels);
+    }
+    template <tensor_like Images, tensor_like Labels>
+    void feed(const Images& images, const Labels& labels)
+    {
+        const auto values = core::micro_batch_of(images, labels);
+        feed(values.images, values.labels);
     }
 
     // One micro-batch: options.batch images (NCHW) and their labels.

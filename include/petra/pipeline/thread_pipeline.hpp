@@ -13,15 +13,18 @@
 #include <functional>
 #include <limits>
 #include <mutex>
+#include <span>
 #include <stdexcept>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include <petra/batch_view.hpp>
 #include <petra/network.hpp>
 #include <petra/pipeline/channel.hpp>
 #include <petra/pipeline/core.hpp>
 #include <petra/pipeline/options.hpp>
+#include <petra/tensor_batch.hpp>
 #include <petra/pipeline/worker.hpp>
 #include <petra/state_archive.hpp>
 
@@ -62,6 +65,21 @@ public:
     thread_pipeline& operator=(const thread_pipeline&) = delete;
 
     ~thread_pipeline() { shut_down(); }
+
+    // The same from a view of options.batch images, or from tensors
+    // (images N x C x H x W, labels N: an xtensor container or an xt::adapt
+    // view), checked against the network's input and the batch.
+    void feed(const_batch<T, typename Network::input> images, std::span<const std::int32_t> labels)
+    {
+        const auto values = core::micro_batch_of(images, labels);
+        feed(values.images, values.labels);
+    }
+    template <tensor_like Images, tensor_like Labels>
+    void feed(const Images& images, const Labels& labels)
+    {
+        const auto values = core::micro_batch_of(images, labels);
+        feed(values.images, values.labels);
+    }
 
     // A stage runs tick t of an epoch only once micro-batch t has been fed
     // (or the epoch's end announced), so that the stages can be stopped all

@@ -232,8 +232,8 @@ private:
         check_order(*labels.header, m, "labels");
         const std::size_t batch = stage_.batch();
         using loss = typename softmax_cross_entropy_loss<classes>::template bind<shape<classes>>;
-        const T value = loss::evaluate(batch, static_cast<const T*>(logits_.data()), labels.values, grad_logits_.data());
-        const std::size_t correct = loss::correct(batch, static_cast<const T*>(logits_.data()), labels.values);
+        const T value = loss::evaluate(batch, logits_.data(), labels.values, grad_logits_.data());
+        const std::size_t correct = loss::correct(batch, logits_.data(), labels.values);
         links_.labels->end_receive();
         std::lock_guard lock(shared_.statistics_mutex);
         record_micro_batch(shared_.statistics, {double(value), correct, batch}, [m](double loss) {

@@ -14,6 +14,7 @@
 #include <petra/blocks/block.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/network.hpp>
+#include <petra/tensor_batch.hpp>
 #include <petra/train/trainer_support.hpp>
 
 namespace petra {
@@ -52,6 +53,18 @@ public:
         const T loss = task::loss::evaluate(batch_, logits, labels.data(), gradient_at<Network::block_count>().data());
         Network::for_each_block_down([&](auto i) { backward_block<i>(parameters, images, gradient); });
         return loss;
+    }
+
+    // The same on tensors (tensor_batch.hpp): images N x C x H x W, labels N
+    // (an xtensor container or an xt::adapt view of the caller's memory),
+    // checked against the network's input.
+    template <tensor_like Images, tensor_like Labels>
+    T accumulate_gradient(network_parameters<Network, T>& parameters, const Images& images, const Labels& labels,
+                          std::span<T> gradient)
+    {
+        const batch_view<const T, typename Network::input> x =
+            as_batch<typename Network::input>(images, "exact_backprop: images");
+        return accumulate_gradient(parameters, x, as_labels(labels, x.batch(), "exact_backprop: labels"), gradient);
     }
 
     // The same on pointers: images holds batch * Network::input::size
