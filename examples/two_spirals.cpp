@@ -17,6 +17,9 @@
 #include <span>
 #include <vector>
 
+#include <xtensor/xtensor.hpp>
+#include <xtensor/xview.hpp>
+
 #include <petra/petra.hpp>
 
 using namespace petra;
@@ -34,8 +37,8 @@ static_assert(spiral_network::parameter_count == (2 * 32 + 32) + 4 * (16 * 64 + 
 namespace {
 
 struct dataset {
-    std::vector<float> points;
-    std::vector<std::int32_t> labels;
+    xt::xtensor<float, 2> points;         // N x 2
+    xt::xtensor<std::int32_t, 1> labels; // N
 };
 
 // count points per spiral, turning 1.5 times, with a little noise.
@@ -44,13 +47,13 @@ dataset two_spirals(std::size_t count, std::uint64_t seed)
     std::mt19937_64 generator(seed);
     std::uniform_real_distribution<float> along(0.05f, 1.0f);
     std::normal_distribution<float> noise(0.0f, 0.02f);
-    dataset data;
+    dataset data{xt::xtensor<float, 2>::from_shape({2 * count, 2}), xt::xtensor<std::int32_t, 1>::from_shape({2 * count})};
     for (std::size_t i = 0; i < 2 * count; ++i) {
         const float t = along(generator), angle = 3.0f * std::numbers::pi_v<float> * t;
         const float sign = i % 2 == 0 ? 1.0f : -1.0f;
-        data.points.push_back(sign * t * std::cos(angle) + noise(generator));
-        data.points.push_back(sign * t * std::sin(angle) + noise(generator));
-        data.labels.push_back(std::int32_t(i % 2));
+        data.points(i, 0) = sign * t * std::cos(angle) + noise(generator);
+        data.points(i, 1) = sign * t * std::sin(angle) + noise(generator);
+        data.labels(i) = std::int32_t(i % 2);
     }
     return data;
 }
@@ -58,11 +61,10 @@ dataset two_spirals(std::size_t count, std::uint64_t seed)
 double accuracy(const network_parameters<spiral_network, float>& parameters, const dataset& data)
 {
     const std::size_t count = data.labels.size();
-    std::vector<float> logits(2 * count);
-    predict(parameters, count, data.points.data(), logits.data());
+    const xt::xtensor<float, 2> logits = predict(parameters, data.points);
     std::size_t correct = 0;
     for (std::size_t n = 0; n < count; ++n) {
-        correct += (logits[2 * n + 1] > logits[2 * n]) == (data.labels[n] == 1);
+        correct += (logits(n, 1) > logits(n, 0)) == (data.labels(n) == 1);
     }
     return double(correct) / double(count);
 }
@@ -80,8 +82,9 @@ network_parameters<spiral_network, float> train(const char* name, const dataset&
         double loss = 0.0;
         for (std::size_t first = 0; first + batch <= count; first += batch) {
             std::fill(gradient.begin(), gradient.end(), 0.0f);
-            loss += trainer.accumulate_gradient(parameters, batch, data.points.data() + 2 * first,
-                                                data.labels.data() + first, gradient);
+            const std::size_t end = first + batch;
+            loss += trainer.accumulate_gradient(parameters, xt::view(data.points, xt::range(first, end)),
+                                                xt::view(data.labels, xt::range(first, end)), gradient);
             std::span<float> values = parameters.values();
             for (std::size_t p = 0; p < values.size(); ++p) values[p] -= learning_rate * gradient[p];
         }
@@ -105,7 +108,8 @@ network_parameters<spiral_network, float> train_with_petra(const dataset& data, 
         [](std::size_t) { return 0.01; }, {.batch = batch});
     for (std::size_t epoch = 1; epoch <= epochs; ++epoch) {
         for (std::size_t first = 0; first + batch <= count; first += batch) {
-            pipeline.feed(data.points.data() + 2 * first, data.labels.data() + first);
+            const std::size_t end = first + batch;
+            pipeline.feed(xt::view(data.points, xt::range(first, end)), xt::view(data.labels, xt::range(first, end)));
         }
         const epoch_statistics statistics = pipeline.drain();
         if (epoch == 1 || epoch % 25 == 0 || epoch == epochs) {
