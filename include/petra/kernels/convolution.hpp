@@ -19,8 +19,15 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <numeric>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <utility>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include <petra/kernels/gemm.hpp>
 #include <petra/kernels/simd.hpp>
@@ -189,130 +196,244 @@ phased_input<T> prepare_input(const convolution_shape& shape, const T* input)
     return {phased, stride, shape.in_channels, height, width};
 }
 
-// c[r][s] += sum over images i and d < depth of a_i[r][d] * b_i[s][d], for
-// r < RowsA and s < RowsB: dot products of rows that are contiguous along the
-// depth. Row r of a for image i starts at a + i * a_image_stride +
-// r * a_row_stride and is aligned; row s of b for image i starts at
-// b_rows[s] + i * b_image_stride, aligned or not. depth is a multiple of the
-// vector width (callers pad a with zeros, so whatever b holds past its rows is
-// multiplied by zero).
-template <class T, std::size_t RowsA, std::size_t RowsB>
-inline void dot_product_tile(std::size_t images, std::size_t depth, const T* a, std::size_t a_row_stride,
-                             std::size_t a_image_stride, const T* const* b_rows, std::size_t b_image_stride, T* c,
-                             std::size_t ldc)
+// Register blocking of the weight gradient: Taps taps (broadcast from the
+// phased input) times Vectors vectors of output channels, for Pixels
+// neighbouring output pixels at once (each with accumulators of its own, so
+// that a narrow channel count still gives the FMA units enough independent
+// chains). 24 accumulators fit 32 vector registers with the channel vectors
+// and the broadcast; 12 fit 16.
+template <class T>
+struct weight_gradient_blocking {
+    static constexpr bool wide = gemm_blocking<T>::wide_register_file;
+    static constexpr std::size_t accumulators = wide ? 24 : 12;
+    static constexpr std::size_t taps = wide ? 6 : 3;
+    // Output channels handled per pass: up to this many vectors.
+    static constexpr std::size_t max_vectors = wide ? 4 : 2;
+    static constexpr std::size_t pixels_for(std::size_t vectors) { return std::max<std::size_t>(1, accumulators / (taps * vectors)); }
+};
+
+// sums[t][c] += sum over output rows [first_row, end_row) and the
+// `row_length` output pixels of each row of tap t's input value at that pixel
+// times the output gradient of channel c there, for t < Taps and the Vectors
+// * W channels c of the pass, for one image. tap[t] points at tap t's value
+// for pixel (0, 0) of the image in the phased input (row oh, pixel ow at +
+// oh * plane_width + ow); gradients holds, for every row and pixel of the
+// image, the channels' output gradients as contiguous vectors (pixel after
+// pixel, channel_stride values each, row_length pixels per row, a multiple
+// of Pixels). sums has rows of sum_stride values, one per tap.
+template <class T, std::size_t Taps, std::size_t Vectors, std::size_t Pixels>
+void tap_group_gradient(std::size_t first_row, std::size_t end_row, std::size_t row_length, const T* const* tap,
+                        std::size_t plane_width, const T* gradients, std::size_t channel_stride, T* sums,
+                        std::size_t sum_stride)
 {
     using vector = simd<T>;
-    vector accumulator[RowsA][RowsB];
+    constexpr std::size_t width = vector::size;
+    vector accumulator[Pixels][Taps][Vectors];
+#pragma GCC unroll 4
+    for (std::size_t p = 0; p < Pixels; ++p) {
 #pragma GCC unroll 8
-    for (std::size_t r = 0; r < RowsA; ++r) {
-#pragma GCC unroll 8
-        for (std::size_t s = 0; s < RowsB; ++s) accumulator[r][s] = vector(T(0));
+        for (std::size_t t = 0; t < Taps; ++t) {
+#pragma GCC unroll 4
+            for (std::size_t v = 0; v < Vectors; ++v) accumulator[p][t][v] = vector(T(0));
+        }
     }
-    for (std::size_t image = 0; image < images; ++image) {
-        const T* a_image = a + image * a_image_stride;
-        const T* b_image[RowsB];
+    for (std::size_t row = first_row; row < end_row; ++row) {
+        const std::size_t row_offset = row * plane_width;
+        const T* row_gradient = gradients + row * row_length * channel_stride;
+        for (std::size_t pixel = 0; pixel < row_length; pixel += Pixels) {
+            const T* pixel_gradient = row_gradient + pixel * channel_stride;
+#pragma GCC unroll 4
+            for (std::size_t p = 0; p < Pixels; ++p) {
+                vector g[Vectors];
+#pragma GCC unroll 4
+                for (std::size_t v = 0; v < Vectors; ++v) {
+                    g[v] = vector::load_aligned(pixel_gradient + p * channel_stride + v * width);
+                }
 #pragma GCC unroll 8
-        for (std::size_t s = 0; s < RowsB; ++s) b_image[s] = b_rows[s] + image * b_image_stride;
-        for (std::size_t d = 0; d < depth; d += vector::size) {
-            vector a_values[RowsA];
-#pragma GCC unroll 8
-            for (std::size_t r = 0; r < RowsA; ++r) a_values[r] = vector::load_aligned(a_image + r * a_row_stride + d);
-#pragma GCC unroll 8
-            for (std::size_t s = 0; s < RowsB; ++s) {
-                const vector b_values = vector::load_unaligned(b_image[s] + d);
-#pragma GCC unroll 8
-                for (std::size_t r = 0; r < RowsA; ++r) {
-                    accumulator[r][s] = xsimd::fma(a_values[r], b_values, accumulator[r][s]);
+                for (std::size_t t = 0; t < Taps; ++t) {
+                    const vector x(tap[t][row_offset + pixel + p]);
+#pragma GCC unroll 4
+                    for (std::size_t v = 0; v < Vectors; ++v) {
+                        accumulator[p][t][v] = xsimd::fma(x, g[v], accumulator[p][t][v]);
+                    }
                 }
             }
         }
     }
-    for (std::size_t r = 0; r < RowsA; ++r) {
-        for (std::size_t s = 0; s < RowsB; ++s) c[r * ldc + s] += lane_sum(accumulator[r][s]);
+#pragma GCC unroll 8
+    for (std::size_t t = 0; t < Taps; ++t) {
+#pragma GCC unroll 4
+        for (std::size_t v = 0; v < Vectors; ++v) {
+            vector total = accumulator[0][t][v];
+#pragma GCC unroll 4
+            for (std::size_t p = 1; p < Pixels; ++p) total += accumulator[p][t][v];
+            T* out = sums + t * sum_stride + v * width;
+            (vector::load_aligned(out) + total).store_aligned(out);
+        }
     }
 }
 
-// Tile of accumulate_dot_products: rows_a rows of a (streamed from L2) times
-// rows_b rows of b (kept in L1 while every block of a passes by).
-template <class T>
-struct dot_product_blocking {
-    static constexpr bool wide = gemm_blocking<T>::wide_register_file;
-    // 24 accumulators, four A vectors and one B vector fit 32 registers;
-    // 8 accumulators and their operands fit 16.
-    static constexpr std::size_t rows_a = wide ? 4 : 2;
-    static constexpr std::size_t rows_b = wide ? 6 : 4;
-    // Depth (over all images of a chunk) for which rows_b rows of b stay
-    // within 24 KiB of L1 (1024 floats).
-    static constexpr std::size_t max_depth = (24u << 10) / (rows_b * sizeof(T));
-};
-
-// c (m x n, row stride ldc) += the dot products of dot_product_tile, for rows
-// r < m of a and rows s < n of b, where b_row(s) gives the start of row s for
-// the first image.
-template <class T, class RowOfB>
-void accumulate_dot_products(std::size_t m, std::size_t n, std::size_t images, std::size_t depth, const T* a,
-                             std::size_t a_row_stride, std::size_t a_image_stride, RowOfB&& b_row,
-                             std::size_t b_image_stride, T* c, std::size_t ldc)
+// The passes of tap_group_gradient over every tap, for one block of Vectors
+// channel vectors: image by image and a few rows at a time (so that those
+// rows' gradients stay in L1 while every tap passes over them), groups of
+// the blocking's tap count, then the remaining taps three and one at a time.
+template <class T, std::size_t Vectors>
+void tap_gradients(std::size_t images, std::size_t rows, std::size_t row_length, const T* const* tap,
+                   std::size_t taps, std::size_t image_stride, std::size_t plane_width, const T* gradients,
+                   std::size_t channel_stride, T* sums, std::size_t sum_stride)
 {
-    constexpr std::size_t tile_a = dot_product_blocking<T>::rows_a, tile_b = dot_product_blocking<T>::rows_b;
-    auto rows_of_a = [&]<std::size_t RowsB>(std::size_t j) {
-        const T* b_rows[RowsB];
-        for (std::size_t s = 0; s < RowsB; ++s) b_rows[s] = b_row(j + s);
-        std::size_t i = 0;
-        for (; i + tile_a <= m; i += tile_a) {
-            dot_product_tile<T, tile_a, RowsB>(images, depth, a + i * a_row_stride, a_row_stride, a_image_stride,
-                                               b_rows, b_image_stride, c + i * ldc + j, ldc);
+    using blocking = weight_gradient_blocking<T>;
+    constexpr std::size_t pixels = blocking::pixels_for(Vectors);
+    constexpr std::size_t l1_values = (16u << 10) / sizeof(T);
+    const std::size_t row_block = std::clamp<std::size_t>(l1_values / (row_length * channel_stride), 1, rows);
+    const T** image_tap = thread_scratch<struct image_tap_tag, const T*>(taps);
+    for (std::size_t image = 0; image < images; ++image) {
+        for (std::size_t t = 0; t < taps; ++t) image_tap[t] = tap[t] + image * image_stride;
+        const T* image_gradients = gradients + image * rows * row_length * channel_stride;
+        for (std::size_t first = 0; first < rows; first += row_block) {
+            const std::size_t end = std::min(rows, first + row_block);
+            auto pass = [&]<std::size_t Taps>(std::size_t t) {
+                tap_group_gradient<T, Taps, Vectors, pixels>(first, end, row_length, image_tap + t, plane_width,
+                                                             image_gradients, channel_stride, sums + t * sum_stride,
+                                                             sum_stride);
+            };
+            std::size_t t = 0;
+            for (; t + blocking::taps <= taps; t += blocking::taps) pass.template operator()<blocking::taps>(t);
+            if constexpr (blocking::taps > 3) {
+                for (; t + 3 <= taps; t += 3) pass.template operator()<3>(t);
+            }
+            for (; t < taps; ++t) pass.template operator()<1>(t);
         }
-        for (; i < m; ++i) {
-            dot_product_tile<T, 1, RowsB>(images, depth, a + i * a_row_stride, a_row_stride, a_image_stride, b_rows,
-                                          b_image_stride, c + i * ldc + j, ldc);
+    }
+}
+
+// to[p * to_stride + c] = from[c * from_stride + p] for c < channels and
+// p < pixels: a block of channel rows turned into pixel rows. On AVX-512,
+// float blocks of 16 x 16 go through registers (about 0.4 instructions per
+// value instead of a load and a store); the rest is copied value by value.
+template <class T>
+void transpose_channels(const T* from, std::size_t from_stride, std::size_t channels, std::size_t pixels, T* to,
+                        std::size_t to_stride)
+{
+    std::size_t full_channels = 0, full_pixels = 0;
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+        full_channels = channels - channels % 16;
+        full_pixels = pixels - pixels % 16;
+        for (std::size_t c0 = 0; c0 < full_channels; c0 += 16) {
+            for (std::size_t p0 = 0; p0 < full_pixels; p0 += 16) {
+                __m512 r[16], t[16];
+                for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(from + (c0 + i) * from_stride + p0);
+                // Interleave pairs of rows, then pairs of pairs within each
+                // 128-bit lane, then 128-bit lanes twice: row i of the result
+                // is column i of the block.
+                // (The masked forms with every lane selected are the plain
+                // instructions; the unmasked intrinsics pass an undefined
+                // vector that g++ 12 reports as maybe uninitialised.)
+                constexpr __mmask16 all = 0xFFFF;
+                for (int i = 0; i < 16; i += 2) {
+                    t[i] = _mm512_mask_unpacklo_ps(r[i], all, r[i], r[i + 1]);
+                    t[i + 1] = _mm512_mask_unpackhi_ps(r[i], all, r[i], r[i + 1]);
+                }
+                for (int i = 0; i < 16; i += 4) {
+                    r[i] = _mm512_mask_shuffle_ps(t[i], all, t[i], t[i + 2], 0x44);
+                    r[i + 1] = _mm512_mask_shuffle_ps(t[i], all, t[i], t[i + 2], 0xEE);
+                    r[i + 2] = _mm512_mask_shuffle_ps(t[i], all, t[i + 1], t[i + 3], 0x44);
+                    r[i + 3] = _mm512_mask_shuffle_ps(t[i], all, t[i + 1], t[i + 3], 0xEE);
+                }
+                for (int i = 0; i < 4; ++i) {
+                    t[i] = _mm512_mask_shuffle_f32x4(r[i], all, r[i], r[i + 4], 0x88);
+                    t[i + 4] = _mm512_mask_shuffle_f32x4(r[i], all, r[i], r[i + 4], 0xDD);
+                    t[i + 8] = _mm512_mask_shuffle_f32x4(r[i], all, r[i + 8], r[i + 12], 0x88);
+                    t[i + 12] = _mm512_mask_shuffle_f32x4(r[i], all, r[i + 8], r[i + 12], 0xDD);
+                }
+                for (int i = 0; i < 8; ++i) {
+                    r[i] = _mm512_mask_shuffle_f32x4(t[i], all, t[i], t[i + 8], 0x88);
+                    r[i + 8] = _mm512_mask_shuffle_f32x4(t[i], all, t[i], t[i + 8], 0xDD);
+                }
+                // r[k] now holds pixel p0 + k of the 16 channels.
+                for (int k = 0; k < 16; ++k) _mm512_storeu_ps(to + (p0 + k) * to_stride + c0, r[k]);
+            }
         }
-    };
-    std::size_t j = 0;
-    for (; j + tile_b <= n; j += tile_b) rows_of_a.template operator()<tile_b>(j);
-    for (; j < n; ++j) rows_of_a.template operator()<1>(j);
+    }
+#endif
+    for (std::size_t c = 0; c < channels; ++c) {
+        const std::size_t first_pixel = c < full_channels ? full_pixels : 0;
+        for (std::size_t p = first_pixel; p < pixels; ++p) to[p * to_stride + c] = from[c * from_stride + p];
+    }
 }
 
 struct weight_gradient_outputs_tag {};
+struct weight_gradient_sums_tag {};
+struct weight_gradient_taps_tag {};
 
-// Weight gradient without any im2col copy: grad_weights[co][q] = sum over
-// output pixels j of grad_output(co, j) * patches(q, j), as dot products along
-// the pixels. Output pixels are indexed over the width of a phase plane,
-// j = oh * phase_width + ow, so that the patch row of tap q is a contiguous
-// slice of the phased input starting at the tap's origin. The output gradient
-// is copied to the same indexing with zeros in the columns ow >= out_width and
-// past the last row, which cancels whatever those positions of the slices
-// hold. (A slice may run up to a vector past its plane, into the next plane
-// or the buffer's zero slack: with finite inputs the product is zero; an
-// infinity or NaN there would reach this channel's gradient as NaN.)
+// Weight gradient, grad_weights[co][q] += sum over images and output pixels
+// of grad_output(co, pixel) * patch value of tap q at that pixel, without an
+// im2col copy. The output gradient is transposed once so that each output
+// pixel holds its channels contiguously (padded with zero channels to whole
+// vectors, and each row with zero pixels to a multiple of the pixel block);
+// tap values are then broadcast from the phased input, where tap q's values
+// for consecutive pixels of a row are consecutive, and multiply whole
+// vectors of channels (tap_group_gradient). The zero pixels past a row's end
+// read phased values of the next columns or rows, or the buffer's zero
+// slack: with finite inputs their products vanish.
 template <class T>
 void weight_gradient(const convolution_shape& shape, const phased_input<T>& input, const T* grad_output,
                      T* grad_weights)
 {
+    using blocking = weight_gradient_blocking<T>;
     constexpr std::size_t width = simd_width<T>;
     const std::size_t out_height = shape.out_height(), out_width = shape.out_width();
-    const std::size_t depth = (out_height * input.width + width - 1) / width * width;
-    const std::size_t images_per_chunk =
-        std::clamp<std::size_t>(dot_product_blocking<T>::max_depth / depth, 1, shape.batch);
-    const std::size_t image_stride = shape.out_channels * depth;
-    T* outputs = thread_scratch<weight_gradient_outputs_tag, T>(images_per_chunk * image_stride);
-    for (std::size_t first_image = 0; first_image < shape.batch; first_image += images_per_chunk) {
-        const std::size_t images = std::min(images_per_chunk, shape.batch - first_image);
-        for (std::size_t image = 0; image < images; ++image) {
-            for (std::size_t co = 0; co < shape.out_channels; ++co) {
-                T* row = outputs + image * image_stride + co * depth;
-                const T* source = grad_output + ((first_image + image) * shape.out_channels + co) * shape.output_pixels();
-                std::fill(row, row + depth, T(0));
-                for (std::size_t oh = 0; oh < out_height; ++oh) {
-                    std::memcpy(row + oh * input.width, source + oh * out_width, out_width * sizeof(T));
-                }
+    const std::size_t out_channels = shape.out_channels, taps = shape.patch_size();
+    const std::size_t channel_vectors = (out_channels + width - 1) / width;
+    const std::size_t channel_stride = channel_vectors * width;
+    // Rows padded to a multiple of every pass's pixel block: the full passes
+    // of max_vectors vectors and the last one.
+    const std::size_t last_pass = channel_vectors % blocking::max_vectors;
+    const std::size_t pixel_block =
+        std::lcm(blocking::pixels_for(std::min(channel_vectors, blocking::max_vectors)),
+                 blocking::pixels_for(last_pass == 0 ? blocking::max_vectors : last_pass));
+    const std::size_t row_length = (out_width + pixel_block - 1) / pixel_block * pixel_block;
+    const std::size_t image_values = out_height * row_length * channel_stride;
+    T* gradients = thread_scratch<weight_gradient_outputs_tag, T>(shape.batch * image_values);
+    for (std::size_t image = 0; image < shape.batch; ++image) {
+        T* transposed = gradients + image * image_values;
+        const T* source = grad_output + image * out_channels * shape.output_pixels();
+        if (row_length == out_width) {
+            transpose_channels(source, shape.output_pixels(), out_channels, shape.output_pixels(), transposed,
+                               channel_stride);
+        } else {
+            for (std::size_t oh = 0; oh < out_height; ++oh) {
+                T* row = transposed + oh * row_length * channel_stride;
+                transpose_channels(source + oh * out_width, shape.output_pixels(), out_channels, out_width, row,
+                                   channel_stride);
+                std::fill(row + out_width * channel_stride, row + row_length * channel_stride, T(0));
             }
         }
-        const std::size_t first_offset = first_image * input.image_stride();
-        accumulate_dot_products(
-            shape.out_channels, shape.patch_size(), images, depth, static_cast<const T*>(outputs), depth, image_stride,
-            [&](std::size_t q) { return input.tap_origin(tap_of(shape, q)) + first_offset; }, input.image_stride(),
-            grad_weights, shape.patch_size());
+        // The zero channels that pad every pixel to whole vectors.
+        if (channel_stride > out_channels) {
+            for (std::size_t pixel = 0; pixel < out_height * row_length; ++pixel) {
+                std::fill(transposed + pixel * channel_stride + out_channels,
+                          transposed + (pixel + 1) * channel_stride, T(0));
+            }
+        }
+    }
+    const T** tap = thread_scratch<weight_gradient_taps_tag, const T*>(taps);
+    for (std::size_t q = 0; q < taps; ++q) tap[q] = input.tap_origin(tap_of(shape, q));
+    T* sums = thread_scratch<weight_gradient_sums_tag, T>(taps * channel_stride);
+    std::fill(sums, sums + taps * channel_stride, T(0));
+    for (std::size_t v0 = 0; v0 < channel_vectors; v0 += blocking::max_vectors) {
+        const std::size_t vectors = std::min(blocking::max_vectors, channel_vectors - v0);
+        [&]<std::size_t... V>(std::index_sequence<V...>) {
+            ((vectors == V + 1 ? tap_gradients<T, V + 1>(shape.batch, out_height, row_length, tap, taps,
+                                                          input.image_stride(), input.width, gradients + v0 * width,
+                                                          channel_stride, sums + v0 * width, channel_stride)
+                               : void()),
+             ...);
+        }(std::make_index_sequence<blocking::max_vectors>{});
+    }
+    for (std::size_t co = 0; co < out_channels; ++co) {
+        for (std::size_t q = 0; q < taps; ++q) grad_weights[co * taps + q] += sums[q * channel_stride + co];
     }
 }
 
