@@ -1,0 +1,57 @@
+# The README cannot drift from the code: its complete C++ programs are
+# extracted, built against an install of petra (find_package, as a user's
+# project would, with -Wall -Wextra -Wpedantic -Werror) and run; each must
+# exit with 0. Its excerpts must match the files they name (the extractor
+# checks them, and refuses any C++ block that is neither).
+# Invoked by ctest with PETRA_SOURCE_DIR, WORK_DIR, GENERATOR, CXX_COMPILER,
+# EXTRACT (the readme_extract program), JOBS and CXX_FLAGS.
+foreach(variable PETRA_SOURCE_DIR WORK_DIR GENERATOR CXX_COMPILER EXTRACT JOBS)
+  if(NOT DEFINED ${variable})
+    message(FATAL_ERROR "run.cmake needs -D${variable}=...")
+  endif()
+endforeach()
+
+file(REMOVE_RECURSE ${WORK_DIR})
+set(programs ${WORK_DIR}/programs)
+
+function(run_step description)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
+  if(NOT result EQUAL 0)
+    message(FATAL_ERROR "${description} failed (${result}):\n${output}")
+  endif()
+  message(STATUS "${description}: ok")
+endfunction()
+
+# 1. The README's blocks sorted: programs written out, excerpts checked.
+execute_process(COMMAND ${EXTRACT} ${PETRA_SOURCE_DIR}/README.md ${programs} ${PETRA_SOURCE_DIR}
+  RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
+if(NOT result EQUAL 0)
+  message(FATAL_ERROR "README.md has C++ blocks that cannot be checked:\n${output}")
+endif()
+message(STATUS "${output}")
+
+# 2. petra alone installed into a prefix.
+run_step("configure petra for installation"
+  ${CMAKE_COMMAND} -S ${PETRA_SOURCE_DIR} -B ${WORK_DIR}/petra-build -G ${GENERATOR}
+    -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix
+    -DPETRA_BUILD_TESTS=OFF -DPETRA_BUILD_BENCHMARKS=OFF -DPETRA_BUILD_EXAMPLES=OFF)
+run_step("install petra" ${CMAKE_COMMAND} --build ${WORK_DIR}/petra-build --target install)
+
+# 3. The programs, one target each, built in parallel.
+run_step("configure the README's programs"
+  ${CMAKE_COMMAND} -S ${programs} -B ${programs}/build -G ${GENERATOR} -DCMAKE_BUILD_TYPE=Release
+    -DCMAKE_CXX_COMPILER=${CXX_COMPILER} "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}" -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
+run_step("build the README's programs" ${CMAKE_COMMAND} --build ${programs}/build --parallel ${JOBS})
+
+# 4. Each program run in the programs' directory (the checkpoint example
+# writes a file there); a non-zero exit fails the test.
+file(STRINGS ${programs}/programs.txt targets)
+foreach(target IN LISTS targets)
+  string(REGEX REPLACE "^readme_line_" "" line ${target})
+  execute_process(COMMAND ${programs}/build/${target} WORKING_DIRECTORY ${programs} TIMEOUT 120
+    RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
+  if(NOT result EQUAL 0)
+    message(FATAL_ERROR "The program at README.md line ${line} exited with ${result}:\n${output}")
+  endif()
+  message(STATUS "README.md line ${line}: ok\n${output}")
+endforeach()
