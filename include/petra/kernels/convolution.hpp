@@ -161,7 +161,24 @@ phased_input<T> prepare_input(const convolution_shape& shape, const T* input)
     const std::size_t planes = shape.batch * shape.in_channels * stride * stride;
     constexpr std::size_t slack = 2 * simd_width<T>;
     T* phased = thread_scratch<phased_input_tag, T>(planes * plane + slack);
-    std::fill(phased, phased + planes * plane + slack, T(0));
+    std::fill(phased + planes * plane, phased + planes * plane + slack, T(0));
+    if (stride == 1) {
+        // One pass: each padded row is its border zeros and an input row.
+        for (std::size_t channel = 0; channel < planes; ++channel) {
+            const T* source = input + channel * shape.input_pixels();
+            T* target = phased + channel * plane;
+            std::fill(target, target + padding * width, T(0));
+            for (std::size_t row = 0; row < shape.in_height; ++row) {
+                T* target_row = target + (row + padding) * width;
+                std::fill(target_row, target_row + padding, T(0));
+                std::memcpy(target_row + padding, source + row * shape.in_width, shape.in_width * sizeof(T));
+                std::fill(target_row + padding + shape.in_width, target_row + width, T(0));
+            }
+            std::fill(target + (shape.in_height + padding) * width, target + plane, T(0));
+        }
+        return {phased, stride, shape.in_channels, height, width};
+    }
+    std::fill(phased, phased + planes * plane, T(0));
     // Phase rows and columns from `kernel` on hold values no tap reads (a 1x1
     // kernel with stride 2 reads phase (0, 0) only): they stay zero.
     const std::size_t phases_read = std::min(stride, shape.kernel);
@@ -597,17 +614,29 @@ void backward_input_by_phases(const convolution_shape& shape, const T* grad_outp
     const std::size_t source_plane = (end_row - first_row + border) * source_width;
     const std::size_t out_height = shape.out_height(), out_width = shape.out_width();
     T* source = thread_scratch<phase_source_tag, T>(shape.batch * out_channels * source_plane + 2 * simd_width<T>);
-    std::fill(source, source + shape.batch * out_channels * source_plane + 2 * simd_width<T>, T(0));
     // Output pixel (oh, ow) lands at copy row oh + border - first_row and
     // column ow + border - first_column. These are never negative: first_row
     // and first_column are at most ceil((padding - stride + 1) / stride),
-    // which padding < kernel keeps within border.
+    // which padding < kernel keeps within border. Everything else is zero,
+    // written in the same pass.
+    const std::size_t row_shift = border - first_row, column_shift = border - first_column;
+    const std::size_t copy_rows = source_plane / source_width;
+    const std::size_t copied_end = std::min(source_width, column_shift + out_width);
     for (std::size_t plane = 0; plane < shape.batch * out_channels; ++plane) {
-        for (std::size_t oh = 0; oh < out_height; ++oh) {
-            std::memcpy(source + plane * source_plane + (oh + border - first_row) * source_width + border - first_column,
-                        grad_output + (plane * out_height + oh) * out_width, out_width * sizeof(T));
+        for (std::size_t row = 0; row < copy_rows; ++row) {
+            T* target = source + plane * source_plane + row * source_width;
+            if (row < row_shift || row - row_shift >= out_height) {
+                std::fill(target, target + source_width, T(0));
+                continue;
+            }
+            std::fill(target, target + column_shift, T(0));
+            std::memcpy(target + column_shift, grad_output + (plane * out_height + row - row_shift) * out_width,
+                        (copied_end - column_shift) * sizeof(T));
+            std::fill(target + copied_end, target + source_width, T(0));
         }
     }
+    std::fill(source + shape.batch * out_channels * source_plane,
+              source + shape.batch * out_channels * source_plane + 2 * simd_width<T>, T(0));
     // A kernel smaller than the stride (1x1, stride 2) leaves phases that no
     // tap reaches: their gradient is zero, so scale everything first and
     // accumulate the phases that have taps.
