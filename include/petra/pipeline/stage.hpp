@@ -17,6 +17,12 @@
 // stage's input as rebuilt (or popped) to x and its gradient to grad_x, and
 // adds the parameter gradient to the stage's gradient sum.
 //
+// The last stage differentiates each micro-batch in the tick that forwards
+// it, with the same parameters: nothing is stale there, so it keeps what
+// its backward needs (every block's input and workspace, as exact backprop
+// does) and neither reconstructs nor recomputes. With one stage, PETRA is
+// then exact backprop.
+//
 // Memory is allocated once, in the constructor: FIFOs hold `fifo_depth`
 // micro-batches, enough for the 2 (J - 1 - Index) ticks a micro-batch spends
 // between its forward and its backward in this stage, plus the one pushed by
@@ -84,19 +90,28 @@ public:
         for (std::size_t i = first_block; i < end_block; ++i) {
             const block_profile& profile = Network::profile[i];
             if (i + 1 < end_block) intermediate = std::max(intermediate, profile.output_values);
-            workspace = std::max(workspace, Network::workspace_size(i, batch_));
+            workspace = is_last ? workspace + Network::workspace_size(i, batch_)
+                                : std::max(workspace, Network::workspace_size(i, batch_));
             if (keeps_input(i)) {
-                inputs_[i - first_block] = array_fifo<T>(fifo_depth, batch_ * profile.input_values);
+                // The last stage keeps its inputs elsewhere: an empty FIFO
+                // that still states its entry size, so that checkpoints keep
+                // one layout.
+                inputs_[i - first_block] = array_fifo<T>(is_last ? 0 : fifo_depth, batch_ * profile.input_values);
                 recomputed = std::max(recomputed, profile.output_values);
             }
         }
         // Between blocks: one buffer, or two alternating ones from three
         // blocks on, for the forward's activations (later the backward's
-        // gradients) and one more set for the backward's rebuilt inputs.
+        // gradients) and, except in the last stage, one more set for the
+        // backward's rebuilt inputs.
         intermediate_size_ = batch_ * intermediate;
         const std::size_t alternating = std::min<std::size_t>(block_count - 1, 2);
-        intermediates_.resize(2 * alternating * intermediate_size_);
-        recomputed_.resize(batch_ * recomputed);
+        intermediates_.resize((is_last ? 1 : 2) * alternating * intermediate_size_);
+        if constexpr (is_last) {
+            kept_.resize(kept_offset(block_count));
+        } else {
+            recomputed_.resize(batch_ * recomputed);
+        }
         workspace_.resize(workspace);
         // Stage 0 sends nothing down, but block 0 may still need somewhere to
         // write the input it rebuilds and its gradient.
@@ -122,6 +137,10 @@ public:
     void forward(const_batch<T, input> x, batch_view<T, output> y)
     {
         check_batch(x.batch(), "forward");
+        if (is_last && in_flight_ > 0) {
+            throw std::logic_error("pipeline stage: the last stage differentiates a micro-batch before it forwards "
+                                   "the next.");
+        }
         if (options_.parameter_buffer) std::copy_n(parameters_.data(), parameter_count, stashed_.push());
         for_each_index<block_count>([&](auto i) { forward_block<i>(x, y); });
         ++in_flight_;
@@ -175,8 +194,8 @@ public:
 
     std::size_t memory_bytes() const
     {
-        std::size_t bytes = (intermediates_.size() + recomputed_.size() + sink_.size() + workspace_.size() +
-                             gradient_.size()) *
+        std::size_t bytes = (intermediates_.size() + recomputed_.size() + kept_.size() + sink_.size() +
+                             workspace_.size() + gradient_.size()) *
                                 sizeof(T) +
                             stashed_.memory_bytes();
         for (const auto& fifo : inputs_) bytes += fifo.memory_bytes();
@@ -215,6 +234,31 @@ private:
         return Network::template parameters_of<first_block + I, first_block>(gradient());
     }
 
+    // Last stage: where block I's kept input begins (its inputs end to end),
+    // and block I's own workspace; other stages share one workspace.
+    std::size_t kept_offset(std::size_t i) const
+    {
+        std::size_t offset = 0;
+        for (std::size_t k = 0; k < i; ++k) offset += batch_ * Network::profile[first_block + k].input_values;
+        return offset;
+    }
+    template <std::size_t I>
+    batch_view<T, typename block<I>::input> kept_input()
+    {
+        return {kept_.data() + kept_offset(I), batch_};
+    }
+    template <std::size_t I>
+    std::span<T> block_workspace()
+    {
+        if constexpr (is_last) {
+            std::size_t offset = 0;
+            for (std::size_t k = 0; k < I; ++k) offset += Network::workspace_size(first_block + k, batch_);
+            return {workspace_.data() + offset, Network::workspace_size(first_block + I, batch_)};
+        } else {
+            return std::span<T>(workspace_);
+        }
+    }
+
     // The activation between blocks K and K + 1 (forward), in buffer K % 2
     // of the first set; the backward writes the gradient of that activation
     // there too (forward is over when backward runs), and the rebuilt
@@ -237,23 +281,29 @@ private:
 
     // Forward: block I reads the stage input or activation I - 1 and writes
     // the stage output or activation I. A block that keeps its input pushes
-    // it first.
+    // it first. In the last stage every block's input and workspace are
+    // kept: activation I is block I + 1's kept input.
     template <std::size_t I>
     void forward_block(const_batch<T, input> x, batch_view<T, output> y)
     {
         using bound = block<I>;
+        if constexpr (is_last && I == 0) copy_batch(x, kept_input<0>());
         const auto in = [&] {
-            if constexpr (I == 0) return x;
+            if constexpr (is_last) return batch_view<const T, typename bound::input>(kept_input<I>());
+            else if constexpr (I == 0) return x;
             else return batch_view<const T, typename bound::input>(activation<I - 1>());
         }();
         const auto out = [&] {
             if constexpr (I + 1 == block_count) return y;
+            else if constexpr (is_last) return kept_input<I + 1>();
             else return activation<I>();
         }();
-        if (keeps_input(first_block + I)) copy_batch(in, batch_view<T, typename bound::input>(inputs_[I].push(), batch_));
+        if (!is_last && keeps_input(first_block + I)) {
+            copy_batch(in, batch_view<T, typename bound::input>(inputs_[I].push(), batch_));
+        }
         bound::forward(pass::training, block_parameters<I>(parameters_),
                        Network::template state_of<first_block + I, first_block>(state_), in, out,
-                       std::span<T>(workspace_));
+                       block_workspace<I>());
     }
 
     // Backward of block I from its output `above` and that output's
@@ -276,10 +326,17 @@ private:
             else return activation_gradient<I - 1>();
         }();
         in_view in;
-        if (keeps_input(g)) {
+        if constexpr (is_last) {
+            in = kept_input<I>();
+            bound::backward(block_parameters<I>(parameters), in, grad_y, grad_in, block_gradient<I>(),
+                            block_workspace<I>());
+            if constexpr (I == 0) {
+                if (x) copy_batch<T>(in, x);
+            }
+        } else if (keeps_input(g)) {
             in = in_view(inputs_[I].pop(), batch_);
             recompute_backward<bound>(block_parameters<I>(parameters), block_state<I>(), in, grad_y, grad_in,
-                                      block_gradient<I>(), std::span<T>(workspace_),
+                                      block_gradient<I>(), block_workspace<I>(),
                                       batch_view<T, typename bound::output>(recomputed_.data(), batch_));
             if constexpr (I == 0) {
                 if (x) copy_batch<T>(in, x);
@@ -290,7 +347,7 @@ private:
                 else return x ? x : in_view(sink_.data(), batch_);
             }();
             reconstruct_backward<bound>(block_parameters<I>(parameters), block_state<I>(), y, grad_y, in, grad_in,
-                                        block_gradient<I>(), std::span<T>(workspace_));
+                                        block_gradient<I>(), block_workspace<I>());
         }
         above = in.data();
         grad_above = grad_in.data();
@@ -305,6 +362,7 @@ private:
     array_fifo<T> stashed_;
     kernels::aligned_vector<T> intermediates_;
     kernels::aligned_vector<T> recomputed_;
+    kernels::aligned_vector<T> kept_; // the last stage's block inputs
     kernels::aligned_vector<T> sink_;
     kernels::aligned_vector<T> workspace_;
     std::size_t intermediate_size_ = 0;
