@@ -324,6 +324,40 @@ void tap_gradients(std::size_t images, std::size_t rows, std::size_t row_length,
     }
 }
 
+#if defined(__AVX512F__)
+// The 16 x 16 block of floats held in r (r[i] lane j is element (i, j))
+// transposed in place: afterwards r[j] lane i is element (i, j).
+inline void transpose_16x16(__m512 (&r)[16])
+{
+    // Interleave pairs of rows, then pairs of pairs within each 128-bit
+    // lane, then 128-bit lanes twice. (The masked forms with every lane
+    // selected are the plain instructions; the unmasked intrinsics pass an
+    // undefined vector that g++ 12 reports as maybe uninitialised.)
+    constexpr __mmask16 all = 0xFFFF;
+    __m512 t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_mask_unpacklo_ps(r[i], all, r[i], r[i + 1]);
+        t[i + 1] = _mm512_mask_unpackhi_ps(r[i], all, r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_mask_shuffle_ps(t[i], all, t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm512_mask_shuffle_ps(t[i], all, t[i], t[i + 2], 0xEE);
+        r[i + 2] = _mm512_mask_shuffle_ps(t[i], all, t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm512_mask_shuffle_ps(t[i], all, t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; ++i) {
+        t[i] = _mm512_mask_shuffle_f32x4(r[i], all, r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_mask_shuffle_f32x4(r[i], all, r[i], r[i + 4], 0xDD);
+        t[i + 8] = _mm512_mask_shuffle_f32x4(r[i], all, r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_mask_shuffle_f32x4(r[i], all, r[i + 8], r[i + 12], 0xDD);
+    }
+    for (int i = 0; i < 8; ++i) {
+        r[i] = _mm512_mask_shuffle_f32x4(t[i], all, t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_mask_shuffle_f32x4(t[i], all, t[i], t[i + 8], 0xDD);
+    }
+}
+#endif
+
 // to[p * to_stride + c] = from[c * from_stride + p] for c < channels and
 // p < pixels: a block of channel rows turned into pixel rows. On AVX-512,
 // float blocks of 16 x 16 go through registers (about 0.4 instructions per
@@ -339,36 +373,9 @@ void transpose_channels(const T* from, std::size_t from_stride, std::size_t chan
         full_pixels = pixels - pixels % 16;
         for (std::size_t c0 = 0; c0 < full_channels; c0 += 16) {
             for (std::size_t p0 = 0; p0 < full_pixels; p0 += 16) {
-                __m512 r[16], t[16];
+                __m512 r[16];
                 for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(from + (c0 + i) * from_stride + p0);
-                // Interleave pairs of rows, then pairs of pairs within each
-                // 128-bit lane, then 128-bit lanes twice: row i of the result
-                // is column i of the block.
-                // (The masked forms with every lane selected are the plain
-                // instructions; the unmasked intrinsics pass an undefined
-                // vector that g++ 12 reports as maybe uninitialised.)
-                constexpr __mmask16 all = 0xFFFF;
-                for (int i = 0; i < 16; i += 2) {
-                    t[i] = _mm512_mask_unpacklo_ps(r[i], all, r[i], r[i + 1]);
-                    t[i + 1] = _mm512_mask_unpackhi_ps(r[i], all, r[i], r[i + 1]);
-                }
-                for (int i = 0; i < 16; i += 4) {
-                    r[i] = _mm512_mask_shuffle_ps(t[i], all, t[i], t[i + 2], 0x44);
-                    r[i + 1] = _mm512_mask_shuffle_ps(t[i], all, t[i], t[i + 2], 0xEE);
-                    r[i + 2] = _mm512_mask_shuffle_ps(t[i], all, t[i + 1], t[i + 3], 0x44);
-                    r[i + 3] = _mm512_mask_shuffle_ps(t[i], all, t[i + 1], t[i + 3], 0xEE);
-                }
-                for (int i = 0; i < 4; ++i) {
-                    t[i] = _mm512_mask_shuffle_f32x4(r[i], all, r[i], r[i + 4], 0x88);
-                    t[i + 4] = _mm512_mask_shuffle_f32x4(r[i], all, r[i], r[i + 4], 0xDD);
-                    t[i + 8] = _mm512_mask_shuffle_f32x4(r[i], all, r[i + 8], r[i + 12], 0x88);
-                    t[i + 12] = _mm512_mask_shuffle_f32x4(r[i], all, r[i + 8], r[i + 12], 0xDD);
-                }
-                for (int i = 0; i < 8; ++i) {
-                    r[i] = _mm512_mask_shuffle_f32x4(t[i], all, t[i], t[i + 8], 0x88);
-                    r[i + 8] = _mm512_mask_shuffle_f32x4(t[i], all, t[i], t[i + 8], 0xDD);
-                }
-                // r[k] now holds pixel p0 + k of the 16 channels.
+                transpose_16x16(r);
                 for (int k = 0; k < 16; ++k) _mm512_storeu_ps(to + (p0 + k) * to_stride + c0, r[k]);
             }
         }
@@ -478,22 +485,30 @@ void for_each_wide_row(std::size_t row_width, std::size_t j0, std::size_t count,
     }
 }
 
-// A correlation read in place, on the GEMM micro-kernel: for every image n,
-// result channel c < channels and wide pixel j < wide_pixels,
-//   result(n, c, j) = sum over taps t < taps of weights(c, t)
-//                     * source[n * image_stride + offsets[t] + j],
-// with the weights packed as mr-row slivers over the taps. Each mr x nr tile
-// goes to store(image, c0, rows, j0, columns, tile) (tile row stride nr),
-// for result channels [c0, c0 + rows) and wide pixels [j0, j0 + columns).
-// The micro-kernel loads whole vectors, so source must stay readable
-// simd_width - 1 elements past the last pixel it is asked for.
+struct correlation_weights_tag {};
+
+// A correlation read in place: for every image n, result channel c <
+// channels and wide pixel j < wide_pixels,
+//   result(n, c, j) = sum over taps t < taps of weights[c * taps + t]
+//                     * source[n * image_stride + offsets[t] + j].
+// Each tile of results goes to store(image, c0, rows, j0, columns, tile,
+// tile_stride): result channels [c0, c0 + rows) and wide pixels [j0, j0 +
+// columns), channel r's values at tile + r * tile_stride. Source must stay
+// readable simd_width - 1 elements past the last pixel it is asked for.
+//
+// The GEMM micro-kernel computes it: the weights packed as mr-row slivers,
+// the pixels along the vectors, read unaligned from the source. (Result
+// channels along the vectors instead, with each tap value broadcast, measured
+// 3 to 45% slower on the reference network's convolutions; bench/RESULTS.md.)
 template <class T, class Store>
 void direct_correlation(std::size_t images, const T* source, std::size_t image_stride, const std::size_t* offsets,
-                        std::size_t taps, const T* packed_weights, std::size_t channels, std::size_t wide_pixels,
+                        std::size_t taps, const T* weights, std::size_t channels, std::size_t wide_pixels,
                         Store&& store)
 {
     using blocking = gemm_blocking<T>;
     constexpr std::size_t mr = blocking::mr, nr = blocking::nr;
+    T* packed = thread_scratch<correlation_weights_tag, T>((channels + mr - 1) / mr * mr * taps);
+    pack_slivers<mr>(weights, taps, 1, channels, taps, packed);
     alignas(buffer_alignment) T tile[mr * nr];
     for (std::size_t image = 0; image < images; ++image) {
         const T* image_source = source + image * image_stride;
@@ -501,15 +516,17 @@ void direct_correlation(std::size_t images, const T* source, std::size_t image_s
             const std::size_t columns = std::min(nr, wide_pixels - j);
             for (std::size_t c0 = 0; c0 < channels; c0 += mr) {
                 micro_kernel_for_columns<T, mr, blocking::vectors_per_row>(
-                    columns, taps, packed_weights + c0 * taps, offset_rows<T>{image_source + j, offsets}, tile);
-                store(image, c0, std::min(mr, channels - c0), j, columns, static_cast<const T*>(tile));
+                    columns, taps, packed + c0 * taps, offset_rows<T>{image_source + j, offsets}, tile);
+                store(image, c0, std::min(mr, channels - c0), j, columns, static_cast<const T*>(tile), nr);
             }
         }
     }
 }
 
 // out[t] = in[t] + beta * out[t] for t < count (out not read when beta == 0),
-// in whole vectors with a scalar tail.
+// in whole vectors, with the tail (fewer than a vector) as one masked vector
+// on AVX-512 and value by value elsewhere: tiles are stored in pieces of a
+// row, most of them shorter than a vector or two.
 template <class T>
 inline void store_row(std::size_t count, const T* in, T* out, T beta)
 {
@@ -518,17 +535,29 @@ inline void store_row(std::size_t count, const T* in, T* out, T beta)
     std::size_t t = 0;
     if (beta == T(0)) {
         for (; t < vector_end; t += vector::size) vector::load_unaligned(in + t).store_unaligned(out + t);
-        for (; t < count; ++t) out[t] = in[t];
     } else {
         const vector scale(beta);
         for (; t < vector_end; t += vector::size) {
             xsimd::fma(scale, vector::load_unaligned(out + t), vector::load_unaligned(in + t)).store_unaligned(out + t);
         }
+    }
+    if (t == count) return;
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+        const __mmask16 tail = static_cast<__mmask16>((1u << (count - t)) - 1);
+        __m512 values = _mm512_maskz_loadu_ps(tail, in + t);
+        if (beta != T(0)) values = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(tail, out + t), values);
+        _mm512_mask_storeu_ps(out + t, tail, values);
+        return;
+    }
+#endif
+    if (beta == T(0)) {
+        for (; t < count; ++t) out[t] = in[t];
+    } else {
         for (; t < count; ++t) out[t] = xsimd::fma(beta, out[t], in[t]);
     }
 }
 
-struct direct_weights_tag {};
 struct tap_offsets_tag {};
 
 // output = convolution(input, weights) + beta * output, for a validated shape
@@ -543,26 +572,24 @@ struct tap_offsets_tag {};
 template <class T>
 void forward_accumulate(const convolution_shape& shape, const T* input, const T* weights, T* output, T beta)
 {
-    constexpr std::size_t mr = gemm_blocking<T>::mr, nr = gemm_blocking<T>::nr;
     const phased_input<T> phased = prepare_input(shape, input);
     const std::size_t taps = shape.patch_size(), channels = shape.out_channels;
-    T* packed_weights = thread_scratch<direct_weights_tag, T>((channels + mr - 1) / mr * mr * taps);
-    pack_slivers<mr>(weights, taps, 1, channels, taps, packed_weights);
     std::size_t* offsets = thread_scratch<tap_offsets_tag, std::size_t>(taps);
     for (std::size_t q = 0; q < taps; ++q) {
         offsets[q] = static_cast<std::size_t>(phased.tap_origin(tap_of(shape, q)) - phased.data);
     }
     const std::size_t out_width = shape.out_width(), pixels = shape.output_pixels();
     direct_correlation(
-        shape.batch, phased.data, phased.image_stride(), offsets, taps, static_cast<const T*>(packed_weights),
-        channels, shape.out_height() * phased.width,
-        [&](std::size_t image, std::size_t c0, std::size_t rows, std::size_t j0, std::size_t columns, const T* tile) {
+        shape.batch, phased.data, phased.image_stride(), offsets, taps, weights, channels,
+        shape.out_height() * phased.width,
+        [&](std::size_t image, std::size_t c0, std::size_t rows, std::size_t j0, std::size_t columns, const T* tile,
+            std::size_t tile_stride) {
             for_each_wide_row(phased.width, j0, columns, [&](std::size_t row, std::size_t column, std::size_t length,
                                                              std::size_t offset) {
                 if (column >= out_width) return;
                 length = std::min(length, out_width - column);
                 for (std::size_t r = 0; r < rows; ++r) {
-                    store_row(length, tile + r * nr + offset,
+                    store_row(length, tile + r * tile_stride + offset,
                               output + ((image * channels + c0 + r) * pixels + row * out_width + column), beta);
                 }
             });
@@ -590,7 +617,6 @@ template <class T>
 void backward_input_by_phases(const convolution_shape& shape, const T* grad_output, const T* weights,
                               T* grad_input, T beta)
 {
-    constexpr std::size_t mr = gemm_blocking<T>::mr, nr = gemm_blocking<T>::nr;
     const std::size_t stride = shape.stride, kernel = shape.kernel, padding = shape.padding;
     const std::size_t in_channels = shape.in_channels, out_channels = shape.out_channels;
     const std::size_t height = shape.in_height, width = shape.in_width;
@@ -645,8 +671,7 @@ void backward_input_by_phases(const convolution_shape& shape, const T* grad_outp
         beta = T(1);
     }
     const std::size_t max_taps = out_channels * (border + 1) * (border + 1);
-    T* matrix = thread_scratch<phase_weights_tag, T>(in_channels * max_taps + (in_channels + mr - 1) / mr * mr * max_taps);
-    T* packed = matrix + in_channels * max_taps;
+    T* matrix = thread_scratch<phase_weights_tag, T>(in_channels * max_taps);
     std::size_t* offsets = thread_scratch<tap_offsets_tag, std::size_t>(max_taps);
     for (std::size_t a = 0; a < std::min(stride, kernel); ++a) {
         for (std::size_t b = 0; b < std::min(stride, kernel); ++b) {
@@ -665,17 +690,16 @@ void backward_input_by_phases(const convolution_shape& shape, const T* grad_outp
                     }
                 }
             }
-            pack_slivers<mr>(static_cast<const T*>(matrix), taps, 1, in_channels, taps, packed);
             const std::size_t phase_first_row = first_index(a), phase_end_row = end_index(a, height);
             if (phase_first_row >= phase_end_row) continue;
             // Wide pixel (row, column) of this phase is result row
             // phase_first_row + row, result column first_column + column.
             direct_correlation(
                 shape.batch, static_cast<const T*>(source + (phase_first_row - first_row) * source_width),
-                out_channels * source_plane, offsets, taps, static_cast<const T*>(packed), in_channels,
+                out_channels * source_plane, offsets, taps, static_cast<const T*>(matrix), in_channels,
                 (phase_end_row - phase_first_row) * source_width,
                 [&](std::size_t image, std::size_t c0, std::size_t rows, std::size_t j0, std::size_t columns,
-                    const T* tile) {
+                    const T* tile, std::size_t tile_stride) {
                     for_each_wide_row(source_width, j0, columns, [&](std::size_t row, std::size_t column,
                                                                      std::size_t length, std::size_t offset) {
                         const std::size_t y = (phase_first_row + row) * stride + a - padding;
@@ -687,7 +711,7 @@ void backward_input_by_phases(const convolution_shape& shape, const T* grad_outp
                         const std::size_t x = static_cast<std::size_t>(origin + static_cast<std::ptrdiff_t>(valid.begin * stride));
                         for (std::size_t r = 0; r < rows; ++r) {
                             T* out = grad_input + ((image * in_channels + c0 + r) * height + y) * width + x;
-                            const T* in = tile + r * nr + offset + valid.begin;
+                            const T* in = tile + r * tile_stride + offset + valid.begin;
                             if (stride == 1) {
                                 store_row(count, in, out, beta);
                             } else {
