@@ -103,6 +103,12 @@ struct block_profile {
     // What a stage spends on the block per tick, per example, in
     // FLOP-equivalents: the partitioner balances this.
     constexpr std::size_t tick_cost() const { return tick_flops() + flops_per_traffic_value * traffic_values(); }
+    // The same in the last stage, which keeps what its backward needs and
+    // so spends no reconstruction: a forward and a backward.
+    constexpr std::size_t last_stage_tick_cost() const
+    {
+        return forward_flops + backward_flops + flops_per_traffic_value * traffic_values();
+    }
     // Bytes of the activation leaving the block, for values of Value bytes.
     constexpr std::size_t output_bytes(std::size_t value_bytes) const { return output_values * value_bytes; }
 };

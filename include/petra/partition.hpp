@@ -12,8 +12,8 @@
 //
 // A block's cost is what a stage spends on it per tick (block_profile::
 // tick_cost): forward, reconstruction (or recomputation) and backward FLOPs
-// per example, plus a term for the memory traffic of its memory-bound
-// layers, without which FLOPs alone mis-balance the reference network in two
+// per example (the last stage reconstructs nothing: last_stage_tick_cost),
+// plus a term for the memory traffic of its memory-bound layers, without which FLOPs alone mis-balance the reference network in two
 // stages by a third (bench/RESULTS.md). Costs measured some other way go
 // through balanced_cuts directly.
 #pragma once
@@ -31,32 +31,41 @@ template <std::size_t Stages>
 using stage_cuts = std::array<std::size_t, Stages + 1>;
 
 // The cuts of Stages contiguous non-empty stages over costs.size() blocks
-// that minimise the largest stage cost (the sum of its blocks' costs). Among
-// equally good cuts, the last stage starts as late as possible, then the one
-// before it, and so on. Needs 1 <= Stages <= costs.size(). Dynamic
-// programming over (stages, blocks): O(Stages * N^2) steps at compile time.
+// that minimise the largest stage cost (the sum of its blocks' costs), where
+// the blocks of the last stage cost last_stage_costs instead (the last stage
+// of PETRA reconstructs nothing). Among equally good cuts, the last stage
+// starts as late as possible, then the one before it, and so on. Needs
+// 1 <= Stages <= costs.size(). Dynamic programming over (stages, blocks):
+// O(Stages * N^2) steps at compile time.
 template <std::size_t Stages, class Cost, std::size_t N>
-constexpr stage_cuts<Stages> balanced_cuts(const std::array<Cost, N>& costs)
+constexpr stage_cuts<Stages> balanced_cuts(const std::array<Cost, N>& costs,
+                                           const std::array<Cost, N>& last_stage_costs)
 {
     static_assert(Stages >= 1, "A pipeline needs at least one stage.");
     static_assert(Stages <= N, "A pipeline cannot have more stages than the network has blocks.");
-    std::array<Cost, N + 1> prefix{};
-    for (std::size_t i = 0; i < N; ++i) prefix[i + 1] = prefix[i] + costs[i];
+    std::array<Cost, N + 1> prefix{}, last_prefix{};
+    for (std::size_t i = 0; i < N; ++i) {
+        prefix[i + 1] = prefix[i] + costs[i];
+        last_prefix[i + 1] = last_prefix[i] + last_stage_costs[i];
+    }
 
     // worst[s][i]: the smallest possible largest stage cost of the first i
-    // blocks in s + 1 stages; last_start[s][i]: where its last stage begins
-    // (the latest start among the optimal ones).
+    // blocks in s + 1 stages (the last of them priced as the pipeline's last
+    // stage when s + 1 == Stages); last_start[s][i]: where its last stage
+    // begins (the latest start among the optimal ones).
     constexpr Cost unreachable = std::numeric_limits<Cost>::max();
     std::array<std::array<Cost, N + 1>, Stages> worst{};
     std::array<std::array<std::size_t, N + 1>, Stages> last_start{};
-    for (std::size_t i = 0; i <= N; ++i) worst[0][i] = i == 0 ? unreachable : prefix[i];
+    const auto& first_prefix = Stages == 1 ? last_prefix : prefix;
+    for (std::size_t i = 0; i <= N; ++i) worst[0][i] = i == 0 ? unreachable : first_prefix[i];
     for (std::size_t s = 1; s < Stages; ++s) {
+        const auto& stage_prefix = s + 1 == Stages ? last_prefix : prefix;
         for (std::size_t i = 0; i <= N; ++i) {
             worst[s][i] = unreachable;
             // The last stage is blocks [start, i), the first s stages need
             // at least s blocks.
             for (std::size_t start = s; start < i; ++start) {
-                const Cost candidate = std::max(worst[s - 1][start], prefix[i] - prefix[start]);
+                const Cost candidate = std::max(worst[s - 1][start], stage_prefix[i] - stage_prefix[start]);
                 if (candidate <= worst[s][i]) {
                     worst[s][i] = candidate;
                     last_start[s][i] = start;
@@ -71,12 +80,27 @@ constexpr stage_cuts<Stages> balanced_cuts(const std::array<Cost, N>& costs)
     return cuts;
 }
 
-// Per-tick cost of every block of Network.
+// The same with every stage priced alike.
+template <std::size_t Stages, class Cost, std::size_t N>
+constexpr stage_cuts<Stages> balanced_cuts(const std::array<Cost, N>& costs)
+{
+    return balanced_cuts<Stages>(costs, costs);
+}
+
+// Per-tick cost of every block of Network, in a stage before the last and
+// in the last stage.
 template <class Network>
 constexpr std::array<std::size_t, Network::block_count> tick_costs()
 {
     std::array<std::size_t, Network::block_count> costs{};
     for (std::size_t i = 0; i < Network::block_count; ++i) costs[i] = Network::profile[i].tick_cost();
+    return costs;
+}
+template <class Network>
+constexpr std::array<std::size_t, Network::block_count> last_stage_tick_costs()
+{
+    std::array<std::size_t, Network::block_count> costs{};
+    for (std::size_t i = 0; i < Network::block_count; ++i) costs[i] = Network::profile[i].last_stage_tick_cost();
     return costs;
 }
 
@@ -85,7 +109,7 @@ template <class Network, std::size_t Stages>
 constexpr stage_cuts<Stages> partition()
 {
     static_assert(is_network<Network>::value, "partition needs a network<input<C, H, W>, Block...>.");
-    return balanced_cuts<Stages>(tick_costs<Network>());
+    return balanced_cuts<Stages>(tick_costs<Network>(), last_stage_tick_costs<Network>());
 }
 
 // Whether cuts (given by hand, or from partition) fit Network: from 0 to
@@ -102,17 +126,28 @@ constexpr bool valid_cuts(const std::array<std::size_t, Points>& cuts)
     return true;
 }
 
-// The cost of each stage under cuts.
+// The cost of each stage under cuts, the last stage's blocks priced by
+// last_stage_costs.
 template <class Cost, std::size_t N, std::size_t Points>
 constexpr std::array<Cost, Points - 1> stage_costs(const std::array<Cost, N>& costs,
+                                                   const std::array<Cost, N>& last_stage_costs,
                                                    const std::array<std::size_t, Points>& cuts)
 {
     constexpr std::size_t Stages = Points - 1;
     std::array<Cost, Stages> totals{};
     for (std::size_t s = 0; s < Stages; ++s) {
-        for (std::size_t i = cuts[s]; i < cuts[s + 1]; ++i) totals[s] += costs[i];
+        const auto& priced = s + 1 == Stages ? last_stage_costs : costs;
+        for (std::size_t i = cuts[s]; i < cuts[s + 1]; ++i) totals[s] += priced[i];
     }
     return totals;
+}
+
+// The same with every stage priced alike.
+template <class Cost, std::size_t N, std::size_t Points>
+constexpr std::array<Cost, Points - 1> stage_costs(const std::array<Cost, N>& costs,
+                                                   const std::array<std::size_t, Points>& cuts)
+{
+    return stage_costs(costs, costs, cuts);
 }
 
 } // namespace petra

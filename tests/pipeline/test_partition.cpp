@@ -17,18 +17,21 @@ using namespace petra;
 namespace {
 
 // The smallest largest-stage cost over every way to cut costs into stages
-// contiguous non-empty stages, by enumerating them.
-std::size_t brute_force_best(const std::vector<std::size_t>& costs, std::size_t stages)
+// contiguous non-empty stages, the last stage's blocks priced by last_costs,
+// by enumerating them.
+std::size_t brute_force_best(const std::vector<std::size_t>& costs, const std::vector<std::size_t>& last_costs,
+                             std::size_t stages)
 {
     const std::size_t n = costs.size();
     std::size_t best = ~std::size_t{0};
     // A subset of the n - 1 gaps between blocks, of size stages - 1.
     for (std::size_t mask = 0; mask < (std::size_t{1} << (n - 1)); ++mask) {
         if (std::size_t(__builtin_popcountll(mask)) != stages - 1) continue;
-        std::size_t largest = 0, current = 0;
+        std::size_t largest = 0, current = 0, stage = 0;
         for (std::size_t i = 0; i < n; ++i) {
-            current += costs[i];
+            current += stage + 1 == stages ? last_costs[i] : costs[i];
             if (i + 1 == n || (mask >> i) & 1) {
+                ++stage;
                 largest = std::max(largest, current);
                 current = 0;
             }
@@ -38,24 +41,30 @@ std::size_t brute_force_best(const std::vector<std::size_t>& costs, std::size_t 
     return best;
 }
 
+// With cheaper_last, the last stage's blocks cost a random part of their
+// cost elsewhere (as PETRA's last stage, which reconstructs nothing).
 template <std::size_t N, std::size_t Stages>
-void check_against_brute_force(std::mt19937_64& generator, std::size_t largest_cost)
+void check_against_brute_force(std::mt19937_64& generator, std::size_t largest_cost, bool cheaper_last = false)
 {
     std::uniform_int_distribution<std::size_t> cost(1, largest_cost);
     for (int trial = 0; trial < 30; ++trial) {
-        std::array<std::size_t, N> costs{};
-        for (auto& value : costs) value = cost(generator);
-        const auto cuts = balanced_cuts<Stages>(costs);
+        std::array<std::size_t, N> costs{}, last_costs{};
+        for (std::size_t i = 0; i < N; ++i) {
+            costs[i] = cost(generator);
+            last_costs[i] = cheaper_last ? std::uniform_int_distribution<std::size_t>(1, costs[i])(generator) : costs[i];
+        }
+        const auto cuts = balanced_cuts<Stages>(costs, last_costs);
         // Valid: from 0 to N, strictly increasing (every stage non-empty, so
         // every block in exactly one stage).
         REQUIRE(cuts[0] == 0);
         REQUIRE(cuts[Stages] == N);
         for (std::size_t s = 0; s < Stages; ++s) REQUIRE(cuts[s] < cuts[s + 1]);
-        const auto totals = stage_costs(costs, cuts);
+        const auto totals = stage_costs(costs, last_costs, cuts);
         const std::size_t largest = *std::max_element(totals.begin(), totals.end());
         CAPTURE(N);
         CAPTURE(Stages);
-        CHECK(largest == brute_force_best(std::vector<std::size_t>(costs.begin(), costs.end()), Stages));
+        CHECK(largest == brute_force_best(std::vector<std::size_t>(costs.begin(), costs.end()),
+                                          std::vector<std::size_t>(last_costs.begin(), last_costs.end()), Stages));
     }
 }
 
@@ -64,15 +73,17 @@ void check_against_brute_force(std::mt19937_64& generator, std::size_t largest_c
 TEST_CASE("partition: optimal against brute force on small cost lists")
 {
     std::mt19937_64 generator(1);
-    for (std::size_t largest_cost : {3, 100}) { // many ties, then few
-        check_against_brute_force<1, 1>(generator, largest_cost);
-        check_against_brute_force<5, 1>(generator, largest_cost);
-        check_against_brute_force<5, 2>(generator, largest_cost);
-        check_against_brute_force<5, 5>(generator, largest_cost);
-        check_against_brute_force<8, 3>(generator, largest_cost);
-        check_against_brute_force<10, 4>(generator, largest_cost);
-        check_against_brute_force<12, 6>(generator, largest_cost);
-        check_against_brute_force<12, 11>(generator, largest_cost);
+    for (bool cheaper_last : {false, true}) {
+        for (std::size_t largest_cost : {3, 100}) { // many ties, then few
+            check_against_brute_force<1, 1>(generator, largest_cost, cheaper_last);
+            check_against_brute_force<5, 1>(generator, largest_cost, cheaper_last);
+            check_against_brute_force<5, 2>(generator, largest_cost, cheaper_last);
+            check_against_brute_force<5, 5>(generator, largest_cost, cheaper_last);
+            check_against_brute_force<8, 3>(generator, largest_cost, cheaper_last);
+            check_against_brute_force<10, 4>(generator, largest_cost, cheaper_last);
+            check_against_brute_force<12, 6>(generator, largest_cost, cheaper_last);
+            check_against_brute_force<12, 11>(generator, largest_cost, cheaper_last);
+        }
     }
 }
 
@@ -89,6 +100,7 @@ TEST_CASE("partition: the reference network in 1 to 4 balanced stages, computed 
 {
     using net = reference_network<>;
     constexpr auto costs = tick_costs<net>();
+    constexpr auto last_costs = last_stage_tick_costs<net>();
     constexpr auto one = partition<net, 1>();
     constexpr auto two = partition<net, 2>();
     constexpr auto four = partition<net, 4>();
@@ -98,15 +110,15 @@ TEST_CASE("partition: the reference network in 1 to 4 balanced stages, computed 
     // Four stages: no stage costs more than a third of the total (the
     // couplings at each resolution cost about the same, so a quarter is out
     // of reach with blocks this coarse).
-    const auto totals = stage_costs(costs, four);
+    const auto totals = stage_costs(costs, last_costs, four);
     std::size_t total = 0;
     for (std::size_t cost : costs) total += cost;
     for (std::size_t s = 0; s < 4; ++s) {
         CAPTURE(s);
         CHECK(totals[s] * 3 <= total);
     }
-    const std::vector<std::size_t> all(costs.begin(), costs.end());
-    const auto two_totals = stage_costs(costs, two);
-    CHECK(std::max(two_totals[0], two_totals[1]) == brute_force_best(all, 2));
-    CHECK(*std::max_element(totals.begin(), totals.end()) == brute_force_best(all, 4));
+    const std::vector<std::size_t> all(costs.begin(), costs.end()), last(last_costs.begin(), last_costs.end());
+    const auto two_totals = stage_costs(costs, last_costs, two);
+    CHECK(std::max(two_totals[0], two_totals[1]) == brute_force_best(all, last, 2));
+    CHECK(*std::max_element(totals.begin(), totals.end()) == brute_force_best(all, last, 4));
 }
