@@ -290,8 +290,10 @@ public:
 
     // A fingerprint of the architecture, for checkpoints: FNV-1a over the
     // input shape and every block's profile (kind, parameter and state
-    // counts, FLOPs, activation sizes). Two networks that differ only in an
-    // activation function or another parameter-free layer share it.
+    // counts, FLOPs, activation sizes between blocks). Two networks that
+    // differ only in an activation function or another parameter-free layer
+    // share it. What a block keeps for its backward is left out: it is how
+    // the library computes (fusion changes it), not what it trains.
     static constexpr std::uint64_t signature = [] {
         std::uint64_t hash = 14695981039346656037ull;
         auto mix = [&](std::uint64_t value) {
@@ -312,7 +314,6 @@ public:
             mix(p.backward_flops);
             mix(p.input_values);
             mix(p.output_values);
-            mix(p.kept_values);
         }
         return hash;
     }();

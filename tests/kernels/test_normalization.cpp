@@ -1,5 +1,6 @@
 // The batch-normalisation kernels against their scalar references, in float
 // and double, over row lengths around the vector width and its multiples.
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <limits>
@@ -8,6 +9,7 @@
 
 #include <doctest/doctest.h>
 
+#include <petra/kernels/elementwise.hpp>
 #include <petra/kernels/normalization.hpp>
 
 #include "reference/normalization.hpp"
@@ -91,5 +93,49 @@ TEST_CASE_TEMPLATE("channel_gradient_sums matches the reference", T, float, doub
             CHECK(std::abs((long double)sum_g[c] - expected_g[c]) <= roundings * magnitude_g);
             CHECK(std::abs((long double)sum_gd[c] - expected_gd[c]) <= roundings * magnitude_gd);
         }
+    }
+}
+
+// The fused kernels of batch_norm_relu compute what the unfused kernels
+// compute one after another, to the bit (which the layer relies on).
+TEST_CASE_TEMPLATE("the fused normalisation-and-ReLU kernels equal the unfused ones, bit for bit", T, float, double)
+{
+    std::mt19937_64 generator(3);
+    for (const auto [N, C, S] : cases) {
+        CAPTURE(N);
+        CAPTURE(C);
+        CAPTURE(S);
+        const std::size_t count = N * C * S;
+        const auto x = test::random_vector<T>(count, generator), g = test::random_vector<T>(count, generator);
+        const auto scale = test::random_vector<T>(C, generator), shift = test::random_vector<T>(C, generator);
+        const auto center = test::random_vector<T>(C, generator), a = test::random_vector<T>(C, generator),
+                   b = test::random_vector<T>(C, generator), d = test::random_vector<T>(C, generator);
+
+        std::vector<T> normalised(count), expected(count), fused(count);
+        kernels::channel_affine(N, C, S, x.data(), scale.data(), shift.data(), normalised.data());
+        kernels::relu_forward(count, normalised.data(), expected.data());
+        kernels::channel_affine_relu(N, C, S, x.data(), scale.data(), shift.data(), fused.data());
+        CHECK(fused == expected);
+        // Values fall on both sides of the kink (for all but the tiniest case).
+        const auto zeros = std::size_t(std::count(fused.begin(), fused.end(), T(0)));
+        if (count >= 16) {
+            CHECK(zeros > 0);
+            CHECK(zeros < count);
+        }
+
+        std::vector<T> gated(count);
+        kernels::relu_backward(count, normalised.data(), g.data(), gated.data());
+        std::vector<T> sum_g(C), sum_gd(C), fused_g(C), fused_gd(C);
+        kernels::channel_gradient_sums(N, C, S, gated.data(), x.data(), center.data(), sum_g.data(), sum_gd.data());
+        kernels::channel_relu_gradient_sums(N, C, S, g.data(), x.data(), center.data(), scale.data(), shift.data(),
+                                            fused_g.data(), fused_gd.data());
+        CHECK(fused_g == sum_g);
+        CHECK(fused_gd == sum_gd);
+
+        std::vector<T> combined(count), fused_combined(count);
+        kernels::channel_combination(N, C, S, gated.data(), x.data(), a.data(), b.data(), d.data(), combined.data());
+        kernels::channel_relu_combination(N, C, S, g.data(), x.data(), scale.data(), shift.data(), a.data(), b.data(),
+                                          d.data(), fused_combined.data());
+        CHECK(fused_combined == combined);
     }
 }

@@ -41,9 +41,9 @@ inline double relative_error(const std::vector<double>& a, const std::vector<dou
     return error / scale;
 }
 
-// The forward differentiated is a training pass, or an inference pass (with
-// Pass = petra::pass::inference_t: running statistics as constants).
-template <class Bound, class Pass = petra::pass::training_t>
+// The forward differentiated is a training pass; the finite differences
+// evaluate recomputation passes, which leave the running statistics alone.
+template <class Bound>
 void check_gradients(std::mt19937_64& generator, const gradient_check_options& options = {})
 {
     using input = typename Bound::input;
@@ -67,16 +67,14 @@ void check_gradients(std::mt19937_64& generator, const gradient_check_options& o
     std::vector<double> y(batch * output::size), cache(Bound::cache_size(batch) + 1);
     auto objective = [&](const std::vector<double>& at_x, const std::vector<double>& at_parameters) {
         std::vector<double> scratch_cache(Bound::cache_size(batch) + 1), out(y.size());
-        // Recomputation keeps the running statistics fixed across evaluations.
-        using evaluation = std::conditional_t<Pass::uses_running_statistics, Pass, petra::pass::recomputation_t>;
-        Bound::forward(evaluation{}, span_of<Bound::parameter_count>(at_parameters), span_of<Bound::state_count>(state),
+        Bound::forward(petra::pass::recomputation, span_of<Bound::parameter_count>(at_parameters), span_of<Bound::state_count>(state),
                        batch_of<input>(at_x, batch), batch_of<output>(out, batch), std::span<double>(scratch_cache));
         double sum = 0.0;
         for (std::size_t i = 0; i < out.size(); ++i) sum += direction[i] * out[i];
         return sum;
     };
 
-    Bound::forward(Pass{}, span_of<Bound::parameter_count>(parameters), span_of<Bound::state_count>(state),
+    Bound::forward(petra::pass::training, span_of<Bound::parameter_count>(parameters), span_of<Bound::state_count>(state),
                    batch_of<input>(x, batch), batch_of<output>(y, batch), std::span<double>(cache));
     std::vector<double> grad_x(x.size(), std::nan("")), grad_parameters(parameters.size(), 0.0);
     Bound::backward(span_of<Bound::parameter_count>(parameters), batch_of<input>(x, batch),

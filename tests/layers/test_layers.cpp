@@ -1,6 +1,7 @@
 // Every layer's backward pass against central differences in double, for the
 // input and every parameter; shapes and counts computed at compile time; batch
 // normalisation's running statistics across passes.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -266,4 +267,72 @@ TEST_CASE("every layer's backward may skip the input gradient")
     check_skipped_input_gradient<layer_for<global_average_pool, shape<2, 3, 3>>>();
     check_skipped_input_gradient<layer_for<flatten, shape<2, 3, 3>>>();
     check_skipped_input_gradient<layer_for<residual<2>, shape<2, 5, 5>>>();
+}
+
+TEST_CASE("fusion: a chain runs batch_norm then relu as batch_norm_relu, wherever the pair appears")
+{
+    using fused = layer_for<residual<4>, shape<4, 5, 5>>;
+    static_assert(fused::length == 4); // conv, batch_norm_relu, conv, batch_norm_relu
+    static_assert(std::is_same_v<fused::layer<1>, layer_for<batch_norm_relu<4>, shape<4, 5, 5>>>);
+    static_assert(std::is_same_v<fused::layer<3>, layer_for<batch_norm_relu<4>, shape<4, 5, 5>>>);
+    // The same parameters, state and FLOPs as the layers written.
+    static_assert(fused::parameter_count == 2 * (4 * 4 * 9) + 2 * 8 && fused::state_count == 2 * 8);
+    static_assert(fused::forward_flops == 2 * (2 * 100 * 36) + 2 * (4 * 100) + 2 * 100);
+    // Anything else is bound layer by layer.
+    static_assert(layer_for<chain<relu, batch_norm<4>>, shape<4, 5, 5>>::length == 2);
+    static_assert(layer_for<chain<batch_norm<4>, conv2d<4, 4>, relu>, shape<4, 5, 5>>::length == 3);
+    static_assert(layer_for<chain<batch_norm<4>, relu, relu>, shape<4, 5, 5>>::length == 2);
+}
+
+TEST_CASE_TEMPLATE("fusion: batch_norm_relu computes batch_norm then relu, forward and backward, bit for bit", T,
+                   float, double)
+{
+    using input = shape<3, 5, 6>;
+    using normalisation = layer_for<batch_norm<3>, input>;
+    using rectifier = layer_for<relu, input>;
+    using fused = layer_for<batch_norm_relu<3>, input>;
+    const std::size_t batch = 4;
+    std::mt19937_64 generator(41);
+    auto parameters = test::random_vector<T>(fused::parameter_count, generator);
+    const auto x = test::random_vector<T>(batch * input::size, generator);
+    const auto grad_z = test::random_vector<T>(batch * input::size, generator);
+    std::vector<T> state(fused::state_count, T(1)), fused_state = state;
+    const auto values = test::span_of<fused::parameter_count>(std::as_const(parameters));
+
+    // batch_norm, then relu, one after the other.
+    std::vector<T> y(x.size()), z(x.size()), cache(normalisation::cache_size(batch));
+    normalisation::forward(pass::training, values, test::span_of<normalisation::state_count>(state),
+                           test::batch_of<input>(x, batch), test::batch_of<input>(y, batch), std::span<T>(cache));
+    rectifier::forward(pass::training, std::span<const T, 0>(), std::span<T, 0>(), test::batch_of<input>(std::as_const(y), batch),
+                       test::batch_of<input>(z, batch), {});
+    std::vector<T> grad_y(x.size()), grad_x(x.size()), grad_parameters(fused::parameter_count, T(0));
+    rectifier::backward(std::span<const T, 0>(), test::batch_of<input>(std::as_const(y), batch),
+                        test::batch_of<input>(grad_z, batch), test::batch_of<input>(grad_y, batch), std::span<T, 0>(), {});
+    normalisation::backward(values, test::batch_of<input>(x, batch), test::batch_of<input>(std::as_const(grad_y), batch),
+                            test::batch_of<input>(grad_x, batch), test::span_of<fused::parameter_count>(grad_parameters),
+                            std::span<T>(cache));
+
+    // The fused layer.
+    std::vector<T> fused_z(x.size()), fused_cache(fused::cache_size(batch)), fused_grad_x(x.size()),
+        fused_grad_parameters(fused::parameter_count, T(0));
+    fused::forward(pass::training, values, test::span_of<fused::state_count>(fused_state),
+                   test::batch_of<input>(x, batch), test::batch_of<input>(fused_z, batch), std::span<T>(fused_cache));
+    fused::backward(values, test::batch_of<input>(x, batch), test::batch_of<input>(grad_z, batch),
+                    test::batch_of<input>(fused_grad_x, batch),
+                    test::span_of<fused::parameter_count>(fused_grad_parameters), std::span<T>(fused_cache));
+
+    CHECK(fused_z == z);
+    CHECK(fused_state == state);
+    CHECK(fused_grad_x == grad_x);
+    CHECK(fused_grad_parameters == grad_parameters);
+    // The ReLU cut some values and kept others.
+    CHECK(std::count(z.begin(), z.end(), T(0)) > 0);
+    CHECK(std::count(z.begin(), z.end(), T(0)) < std::ptrdiff_t(z.size()));
+}
+
+TEST_CASE("batch_norm_relu: gradients away from the kink")
+{
+    std::mt19937_64 generator(42);
+    test::check_gradients<layer_for<batch_norm_relu<3>, shape<3, 4, 5>>>(generator);
+    test::check_gradients<layer_for<batch_norm_relu<4>, shape<4>>>(generator, {.batch = 7});
 }

@@ -11,6 +11,7 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include <petra/kernels/elementwise.hpp>
 #include <petra/kernels/reduction.hpp>
 #include <petra/kernels/simd.hpp>
 
@@ -70,19 +71,17 @@ void channel_combination(std::size_t N, std::size_t C, std::size_t S, const T* g
         out, g, x);
 }
 
-// sum_g_out[c] = sum of g over channel c, and
-// sum_gd_out[c] = sum of g * (x - center[c]) over it: the two sums of batch
-// normalisation's backward pass, accumulated as in reduction.hpp (several
-// vector accumulators per row, then the rows of a channel). The outputs must
-// not overlap the inputs.
-template <class T>
-void channel_gradient_sums(std::size_t N, std::size_t C, std::size_t S, const T* g, const T* x, const T* center,
-                           T* sum_g_out, T* sum_gd_out)
+namespace detail {
+
+// The sums of channel_gradient_sums, over the gradient as gate(c, g, x)
+// makes it from g and x (g itself, or g where a ReLU let the value through).
+template <class T, class Gate>
+void gated_gradient_sums(std::size_t N, std::size_t C, std::size_t S, const T* g, const T* x, const T* center,
+                         T* sum_g_out, T* sum_gd_out, Gate&& gate)
 {
-    static_assert(std::is_floating_point_v<T>, "channel_gradient_sums is defined for float and double");
     using vector = simd<T>;
     constexpr std::size_t width = vector::size;
-    constexpr std::size_t accumulators = detail::reduction_accumulators;
+    constexpr std::size_t accumulators = reduction_accumulators;
     constexpr std::size_t block = accumulators * width;
     for (std::size_t c = 0; c < C; ++c) {
         T total_g = T(0), total_gd = T(0);
@@ -96,20 +95,23 @@ void channel_gradient_sums(std::size_t N, std::size_t C, std::size_t S, const T*
             for (; s < S - S % block; s += block) {
 #pragma GCC unroll 4
                 for (std::size_t a = 0; a < accumulators; ++a) {
-                    const vector gv = vector::load_unaligned(gradient + s + a * width);
+                    const vector xv = vector::load_unaligned(value + s + a * width);
+                    const vector gv = gate(c, vector::load_unaligned(gradient + s + a * width), xv);
                     sum_g[a] += gv;
-                    sum_gd[a] = xsimd::fma(gv, vector::load_unaligned(value + s + a * width) - shift, sum_gd[a]);
+                    sum_gd[a] = xsimd::fma(gv, xv - shift, sum_gd[a]);
                 }
             }
             for (; s < S - S % width; s += width) {
-                const vector gv = vector::load_unaligned(gradient + s);
+                const vector xv = vector::load_unaligned(value + s);
+                const vector gv = gate(c, vector::load_unaligned(gradient + s), xv);
                 sum_g[0] += gv;
-                sum_gd[0] = xsimd::fma(gv, vector::load_unaligned(value + s) - shift, sum_gd[0]);
+                sum_gd[0] = xsimd::fma(gv, xv - shift, sum_gd[0]);
             }
-            T row_g = detail::horizontal_sum(sum_g), row_gd = detail::horizontal_sum(sum_gd);
+            T row_g = horizontal_sum(sum_g), row_gd = horizontal_sum(sum_gd);
             for (; s < S; ++s) {
-                row_g += gradient[s];
-                row_gd = xsimd::fma(gradient[s], value[s] - center[c], row_gd);
+                const T gs = gate(c, gradient[s], value[s]);
+                row_g += gs;
+                row_gd = xsimd::fma(gs, value[s] - center[c], row_gd);
             }
             total_g += row_g;
             total_gd += row_gd;
@@ -117,6 +119,89 @@ void channel_gradient_sums(std::size_t N, std::size_t C, std::size_t S, const T*
         sum_g_out[c] = total_g;
         sum_gd_out[c] = total_gd;
     }
+}
+
+// g where scale[c] * x + shift[c] > 0, else exactly 0: the gradient of a
+// ReLU that follows the affine map, read from the map's input (the map is
+// evaluated as channel_affine evaluates it, so the two agree on every
+// element).
+template <class T>
+struct relu_gate {
+    const T* scale;
+    const T* shift;
+
+    template <class V>
+    V operator()(std::size_t c, V gradient, V x) const
+    {
+        return choose(xsimd::fma(V(scale[c]), x, V(shift[c])) > V(T(0)), gradient, V(T(0)));
+    }
+};
+
+} // namespace detail
+
+// sum_g_out[c] = sum of g over channel c, and
+// sum_gd_out[c] = sum of g * (x - center[c]) over it: the two sums of batch
+// normalisation's backward pass, accumulated as in reduction.hpp (several
+// vector accumulators per row, then the rows of a channel). The outputs must
+// not overlap the inputs.
+template <class T>
+void channel_gradient_sums(std::size_t N, std::size_t C, std::size_t S, const T* g, const T* x, const T* center,
+                           T* sum_g_out, T* sum_gd_out)
+{
+    static_assert(std::is_floating_point_v<T>, "channel_gradient_sums is defined for float and double");
+    detail::gated_gradient_sums(N, C, S, g, x, center, sum_g_out, sum_gd_out,
+                                [](std::size_t, auto gradient, auto) { return gradient; });
+}
+
+// Batch normalisation followed by a ReLU, fused: one pass instead of two
+// over the activation, and the normalised values never stored.
+
+// y = max(scale[c] * x + shift[c], 0), with relu_forward's treatment of -0
+// and NaN (elementwise.hpp): what channel_affine then relu_forward give, in
+// one pass. y may be x itself; no other overlap.
+template <class T>
+void channel_affine_relu(std::size_t N, std::size_t C, std::size_t S, const T* x, const T* scale, const T* shift,
+                         T* y)
+{
+    static_assert(std::is_floating_point_v<T>, "channel_affine_relu is defined for float and double");
+    detail::channel_map(
+        N, C, S,
+        [scale, shift](std::size_t c, auto value) {
+            using V = decltype(value);
+            const V affine = xsimd::fma(V(scale[c]), value, V(shift[c]));
+            return detail::choose(affine <= V(T(0)), V(T(0)), affine);
+        },
+        y, x);
+}
+
+// channel_gradient_sums of the gradient behind a ReLU: g replaced by g where
+// scale[c] * x + shift[c] > 0 and by 0 elsewhere (x is the affine map's
+// input). Equal, sum for sum, to relu_backward on the map's output and then
+// channel_gradient_sums.
+template <class T>
+void channel_relu_gradient_sums(std::size_t N, std::size_t C, std::size_t S, const T* g, const T* x,
+                                const T* center, const T* scale, const T* shift, T* sum_g_out, T* sum_gd_out)
+{
+    static_assert(std::is_floating_point_v<T>, "channel_relu_gradient_sums is defined for float and double");
+    detail::gated_gradient_sums(N, C, S, g, x, center, sum_g_out, sum_gd_out, detail::relu_gate<T>{scale, shift});
+}
+
+// channel_combination of the gradient behind a ReLU, gated as in
+// channel_relu_gradient_sums: out = a[c] * g' + b[c] * x + d[c]. out may be g
+// or x itself; no other overlap.
+template <class T>
+void channel_relu_combination(std::size_t N, std::size_t C, std::size_t S, const T* g, const T* x, const T* scale,
+                              const T* shift, const T* a, const T* b, const T* d, T* out)
+{
+    static_assert(std::is_floating_point_v<T>, "channel_relu_combination is defined for float and double");
+    const detail::relu_gate<T> gate{scale, shift};
+    detail::channel_map(
+        N, C, S,
+        [a, b, d, gate](std::size_t c, auto gradient, auto value) {
+            using V = decltype(value);
+            return xsimd::fma(V(a[c]), gate(c, gradient, value), xsimd::fma(V(b[c]), value, V(d[c])));
+        },
+        out, g, x);
 }
 
 } // namespace petra::kernels

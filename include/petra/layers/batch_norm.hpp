@@ -6,6 +6,12 @@
 // updated by training passes only (running = (1 - momentum) running +
 // momentum batch, the variance unbiased), so that a reconstruction, which
 // recomputes a forward already counted, leaves them as they were.
+//
+// batch_norm_relu<C> is batch_norm<C> followed by relu, fused: the same
+// parameters and state, the normalised values never stored, one pass over
+// the activation fewer each way, and the same numbers to the bit. A chain
+// uses it wherever batch_norm<C> is followed by relu (fusion.hpp); users
+// need not name it.
 #pragma once
 
 #include <algorithm>
@@ -18,9 +24,154 @@
 
 #include <petra/kernels/normalization.hpp>
 #include <petra/kernels/reduction.hpp>
+#include <petra/layers/fusion.hpp>
 #include <petra/layers/layer.hpp>
+#include <petra/layers/relu.hpp>
 
 namespace petra {
+
+namespace detail {
+
+// Batch normalisation of Channels channels bound to Input, followed by a
+// ReLU when WithRelu.
+template <class Input, std::size_t Channels, bool WithRelu>
+struct bound_normalization {
+    static_assert(Input::channels == Channels,
+                  "batch_norm: the input does not have the number of channels the layer expects.");
+    static constexpr double epsilon = 1e-5;
+    static constexpr double momentum = 0.1;
+
+    using input = Input;
+    using output = Input;
+    static constexpr std::size_t pixels = Input::pixels;
+    static constexpr std::size_t parameter_count = 2 * Channels;
+    static constexpr std::size_t state_count = 2 * Channels;
+    // The batch mean and inverse standard deviation of each channel.
+    static constexpr std::size_t cache_size(std::size_t /*batch*/) { return 2 * Channels; }
+    static constexpr std::size_t forward_flops = (WithRelu ? 5 : 4) * Input::size;
+    static constexpr std::size_t backward_flops = (WithRelu ? 9 : 8) * Input::size;
+
+    // gamma = 1, beta = 0; running mean 0, running variance 1.
+    template <class T>
+    static void initialize(std::span<T, parameter_count> parameters, std::span<T, state_count> state,
+                           std::mt19937_64& /*generator*/)
+    {
+        std::fill_n(parameters.data(), Channels, T(1));
+        std::fill_n(parameters.data() + Channels, Channels, T(0));
+        std::fill_n(state.data(), Channels, T(0));
+        std::fill_n(state.data() + Channels, Channels, T(1));
+    }
+
+    template <forward_pass Pass, class T>
+    static void forward(Pass, parameters_view<T, parameter_count> parameters,
+                        statistics_view<Pass, T, state_count> state, const_batch<T, input> x, batch_view<T, output> y,
+                        std::span<T> cache)
+    {
+        const std::size_t batch = x.batch();
+        T* mean = cache.data();
+        T* inverse_deviation = cache.data() + Channels;
+        if constexpr (Pass::uses_running_statistics) {
+            for (std::size_t c = 0; c < Channels; ++c) {
+                mean[c] = state[c];
+                inverse_deviation[c] = T(1) / std::sqrt(state[Channels + c] + T(epsilon));
+            }
+        } else {
+            if (batch * pixels < 2) {
+                throw std::invalid_argument("batch_norm: training needs at least two values per channel in a batch");
+            }
+            T* variance = inverse_deviation;
+            kernels::channel_mean_variance(batch, Channels, pixels, x.data(), mean, variance);
+            if constexpr (Pass::updates_running_statistics) {
+                const T unbiased = T(batch * pixels) / T(batch * pixels - 1);
+                for (std::size_t c = 0; c < Channels; ++c) {
+                    state[c] = T(1 - momentum) * state[c] + T(momentum) * mean[c];
+                    state[Channels + c] = T(1 - momentum) * state[Channels + c] + T(momentum) * unbiased * variance[c];
+                }
+            }
+            for (std::size_t c = 0; c < Channels; ++c) inverse_deviation[c] = T(1) / std::sqrt(variance[c] + T(epsilon));
+        }
+        const affine<T> map(parameters, cache);
+        if constexpr (WithRelu) {
+            kernels::channel_affine_relu(batch, Channels, pixels, x.data(), map.scale.data(), map.shift.data(), y.data());
+        } else {
+            kernels::channel_affine(batch, Channels, pixels, x.data(), map.scale.data(), map.shift.data(), y.data());
+        }
+    }
+
+    // The gradient of a training (or recomputation) pass, where mean and
+    // variance depend on x: with x_hat = (x - mean) * inverse_deviation
+    // and count = batch * pixels, per channel
+    //   grad_beta  += sum grad_y,   grad_gamma += sum grad_y * x_hat,
+    //   grad_x = gamma * inverse_deviation / count
+    //            * (count * grad_y - sum grad_y - x_hat * sum grad_y * x_hat),
+    // where, WithRelu, grad_y is the gradient behind the ReLU: zero where the
+    // normalised value (recomputed from x and the cache, as forward computed
+    // it) is not positive.
+    template <class T>
+    static void backward(parameters_view<T, parameter_count> parameters, const_batch<T, input> x,
+                         const_batch<T, output> grad_y, batch_view<T, input> grad_x,
+                         std::span<T, parameter_count> grad_parameters, std::span<T> cache)
+    {
+        const std::size_t batch = x.batch();
+        const T* gamma = parameters.data();
+        const T* mean = cache.data();
+        const T* inverse_deviation = cache.data() + Channels;
+        const T count = static_cast<T>(batch * pixels);
+        std::array<T, Channels> sum_grad, sum_grad_deviation;
+        [[maybe_unused]] const affine<T> map(parameters, cache);
+        if constexpr (WithRelu) {
+            kernels::channel_relu_gradient_sums(batch, Channels, pixels, grad_y.data(), x.data(), mean,
+                                                map.scale.data(), map.shift.data(), sum_grad.data(),
+                                                sum_grad_deviation.data());
+        } else {
+            kernels::channel_gradient_sums(batch, Channels, pixels, grad_y.data(), x.data(), mean, sum_grad.data(),
+                                           sum_grad_deviation.data());
+        }
+        // grad_x = a grad_y + b x + d, per channel, with
+        //   a = gamma inverse_deviation,
+        //   b = -a inverse_deviation sum_grad_x_hat / count,
+        //   d = -a sum_grad / count - b mean.
+        std::array<T, Channels> a, b, d;
+        for (std::size_t c = 0; c < Channels; ++c) {
+            const T sum_grad_x_hat = sum_grad_deviation[c] * inverse_deviation[c];
+            grad_parameters[c] += sum_grad_x_hat;
+            grad_parameters[Channels + c] += sum_grad[c];
+            a[c] = gamma[c] * inverse_deviation[c];
+            b[c] = -a[c] * inverse_deviation[c] * sum_grad_x_hat / count;
+            d[c] = -a[c] * sum_grad[c] / count - b[c] * mean[c];
+        }
+        if (!grad_x) return;
+        if constexpr (WithRelu) {
+            kernels::channel_relu_combination(batch, Channels, pixels, grad_y.data(), x.data(), map.scale.data(),
+                                              map.shift.data(), a.data(), b.data(), d.data(), grad_x.data());
+        } else {
+            kernels::channel_combination(batch, Channels, pixels, grad_y.data(), x.data(), a.data(), b.data(),
+                                         d.data(), grad_x.data());
+        }
+    }
+
+private:
+    // The per-channel map y = scale x + shift of a pass, from gamma, beta and
+    // the mean and inverse deviation the pass used.
+    template <class T>
+    struct affine {
+        std::array<T, Channels> scale, shift;
+
+        affine(std::span<const T, parameter_count> parameters, std::span<const T> cache)
+        {
+            const T* gamma = parameters.data();
+            const T* beta = parameters.data() + Channels;
+            const T* mean = cache.data();
+            const T* inverse_deviation = cache.data() + Channels;
+            for (std::size_t c = 0; c < Channels; ++c) {
+                scale[c] = gamma[c] * inverse_deviation[c];
+                shift[c] = beta[c] - scale[c] * mean[c];
+            }
+        }
+    };
+};
+
+} // namespace detail
 
 template <std::size_t Channels>
 struct batch_norm {
@@ -33,108 +184,24 @@ struct batch_norm {
     static constexpr bool accepts = Input::channels == Channels;
 
     template <class Input>
-    struct bind {
-        static_assert(Input::channels == Channels,
-                      "batch_norm: the input does not have the number of channels the layer expects.");
-        using input = Input;
-        using output = Input;
-        static constexpr std::size_t pixels = Input::pixels;
-        static constexpr std::size_t parameter_count = 2 * Channels;
-        static constexpr std::size_t state_count = 2 * Channels;
-        // The batch mean and inverse standard deviation of each channel.
-        static constexpr std::size_t cache_size(std::size_t /*batch*/) { return 2 * Channels; }
-        static constexpr std::size_t forward_flops = 4 * Input::size;
-        static constexpr std::size_t backward_flops = 8 * Input::size;
+    using bind = detail::bound_normalization<Input, Channels, false>;
+};
 
-        // gamma = 1, beta = 0; running mean 0, running variance 1.
-        template <class T>
-        static void initialize(std::span<T, parameter_count> parameters, std::span<T, state_count> state,
-                               std::mt19937_64& /*generator*/)
-        {
-            std::fill_n(parameters.data(), Channels, T(1));
-            std::fill_n(parameters.data() + Channels, Channels, T(0));
-            std::fill_n(state.data(), Channels, T(0));
-            std::fill_n(state.data() + Channels, Channels, T(1));
-        }
+template <std::size_t Channels>
+struct batch_norm_relu {
+    static_assert(Channels > 0, "batch_norm needs at least one channel.");
 
-        template <forward_pass Pass, class T>
-        static void forward(Pass, parameters_view<T, parameter_count> parameters,
-                            statistics_view<Pass, T, state_count> state, const_batch<T, input> x,
-                            batch_view<T, output> y, std::span<T> cache)
-        {
-            const std::size_t batch = x.batch();
-            const T* gamma = parameters.data();
-            const T* beta = parameters.data() + Channels;
-            T* mean = cache.data();
-            T* inverse_deviation = cache.data() + Channels;
-            if constexpr (Pass::uses_running_statistics) {
-                for (std::size_t c = 0; c < Channels; ++c) {
-                    mean[c] = state[c];
-                    inverse_deviation[c] = T(1) / std::sqrt(state[Channels + c] + T(epsilon));
-                }
-            } else {
-                if (batch * pixels < 2) {
-                    throw std::invalid_argument(
-                        "batch_norm: training needs at least two values per channel in a batch");
-                }
-                T* variance = inverse_deviation;
-                kernels::channel_mean_variance(batch, Channels, pixels, x.data(), mean, variance);
-                if constexpr (Pass::updates_running_statistics) {
-                    const T unbiased = T(batch * pixels) / T(batch * pixels - 1);
-                    for (std::size_t c = 0; c < Channels; ++c) {
-                        state[c] = T(1 - momentum) * state[c] + T(momentum) * mean[c];
-                        state[Channels + c] =
-                            T(1 - momentum) * state[Channels + c] + T(momentum) * unbiased * variance[c];
-                    }
-                }
-                for (std::size_t c = 0; c < Channels; ++c) inverse_deviation[c] = T(1) / std::sqrt(variance[c] + T(epsilon));
-            }
-            std::array<T, Channels> scale, shift;
-            for (std::size_t c = 0; c < Channels; ++c) {
-                scale[c] = gamma[c] * inverse_deviation[c];
-                shift[c] = beta[c] - scale[c] * mean[c];
-            }
-            kernels::channel_affine(batch, Channels, pixels, x.data(), scale.data(), shift.data(), y.data());
-        }
+    template <class Input>
+    static constexpr bool accepts = Input::channels == Channels;
 
-        // The gradient of a training (or recomputation) pass, where mean and
-        // variance depend on x: with x_hat = (x - mean) * inverse_deviation
-        // and count = batch * pixels, per channel
-        //   grad_beta  += sum grad_y,   grad_gamma += sum grad_y * x_hat,
-        //   grad_x = gamma * inverse_deviation / count
-        //            * (count * grad_y - sum grad_y - x_hat * sum grad_y * x_hat).
-        template <class T>
-        static void backward(parameters_view<T, parameter_count> parameters, const_batch<T, input> x,
-                             const_batch<T, output> grad_y, batch_view<T, input> grad_x,
-                             std::span<T, parameter_count> grad_parameters, std::span<T> cache)
-        {
-            const std::size_t batch = x.batch();
-            const T* gamma = parameters.data();
-            const T* mean = cache.data();
-            const T* inverse_deviation = cache.data() + Channels;
-            const T count = static_cast<T>(batch * pixels);
-            std::array<T, Channels> sum_grad, sum_grad_deviation;
-            kernels::channel_gradient_sums(batch, Channels, pixels, grad_y.data(), x.data(), mean, sum_grad.data(),
-                                           sum_grad_deviation.data());
-            // grad_x = a grad_y + b x + d, per channel, with
-            //   a = gamma inverse_deviation,
-            //   b = -a inverse_deviation sum_grad_x_hat / count,
-            //   d = -a sum_grad / count - b mean.
-            std::array<T, Channels> a, b, d;
-            for (std::size_t c = 0; c < Channels; ++c) {
-                const T sum_grad_x_hat = sum_grad_deviation[c] * inverse_deviation[c];
-                grad_parameters[c] += sum_grad_x_hat;
-                grad_parameters[Channels + c] += sum_grad[c];
-                a[c] = gamma[c] * inverse_deviation[c];
-                b[c] = -a[c] * inverse_deviation[c] * sum_grad_x_hat / count;
-                d[c] = -a[c] * sum_grad[c] / count - b[c] * mean[c];
-            }
-            if (grad_x) {
-                kernels::channel_combination(batch, Channels, pixels, grad_y.data(), x.data(), a.data(), b.data(),
-                                             d.data(), grad_x.data());
-            }
-        }
-    };
+    template <class Input>
+    using bind = detail::bound_normalization<Input, Channels, true>;
+};
+
+// In a chain, batch_norm<C> followed by relu runs as batch_norm_relu<C>.
+template <std::size_t Channels>
+struct fused_layers<batch_norm<Channels>, relu> {
+    using type = batch_norm_relu<Channels>;
 };
 
 } // namespace petra

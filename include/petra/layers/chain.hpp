@@ -4,8 +4,9 @@
 //
 //   chain<conv2d<16, 16>, batch_norm<16>, relu, conv2d<16, 16>, batch_norm<16>>
 //
-// Its counts and FLOPs are sums over the pack, its parameters and state are
-// its layers' arrays placed end to end, and forward and backward are visits
+// Neighbouring layers that fuse (fusion.hpp: batch_norm then relu) run as
+// one layer. Its counts and FLOPs are sums over the pack, its parameters and
+// state are its layers' arrays placed end to end, and forward and backward are visits
 // of its layers' indices; nothing is written per network. The bound layers
 // form a type list (type_list.hpp), bound by one left fold.
 //
@@ -28,6 +29,7 @@
 
 #include <petra/batch_view.hpp>
 #include <petra/kernels/simd.hpp>
+#include <petra/layers/fusion.hpp>
 #include <petra/layers/layer.hpp>
 #include <petra/type_list.hpp>
 
@@ -75,6 +77,14 @@ inline constexpr auto bind_next_layer = []<bool Valid, class Output, class... Bo
 template <class Input, class... Layers>
 using bind_chain = decltype(boost::hana::fold_left(type_list<Layers...>, chain_binding<true, Input>{},
                                                    bind_next_layer));
+
+// A chain binds its layers after fusing neighbours (fusion.hpp).
+template <class Input, class Fused>
+struct bind_fused;
+template <class Input, class... Layers>
+struct bind_fused<Input, fused_sequence<Layers...>> {
+    using type = bind_chain<Input, Layers...>;
+};
 
 template <class... Bound>
 struct bound_chain {
@@ -273,7 +283,8 @@ struct chain {
     static constexpr bool accepts = detail::chain_accepts<Input, Layers...>();
 
     template <class Input>
-    using bind = typename detail::bound_chain_of<Input, detail::bind_chain<Input, Layers...>>::type;
+    using bind = typename detail::bound_chain_of<
+        Input, typename detail::bind_fused<Input, fused_sequence_of<Layers...>>::type>::type;
 };
 
 } // namespace petra
