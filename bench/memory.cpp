@@ -59,7 +59,7 @@ struct epoch_data {
 template <std::size_t Stages>
 std::size_t predicted_pipeline_bytes(bool input_buffer, bool parameter_buffer)
 {
-    constexpr auto cuts = petra::partition<net, Stages>();
+    constexpr auto cuts = petra::reference_cuts<Stages>();
     std::size_t values = 0;
     for (std::size_t j = 0; j < Stages; ++j) {
         const std::size_t copies = 2 * (Stages - 1 - j) + 1;
@@ -93,7 +93,7 @@ int run_pipeline(bool input_buffer, bool parameter_buffer)
     const epoch_data data(2 * Stages + 4);
     auto parameters = net::make_parameters<float>(1);
     const std::size_t before = peak_rss_bytes();
-    constexpr auto cuts = petra::partition<net, Stages>();
+    constexpr auto cuts = petra::reference_cuts<Stages>();
     petra::thread_pipeline<net, cuts, petra::sgd<float>> pipeline(
         parameters, petra::sgd_options{}, [](std::size_t) { return 0.01; },
         {.batch = batch, .input_buffer = input_buffer, .parameter_buffer = parameter_buffer});

@@ -51,7 +51,7 @@ double learning_rate(std::size_t) { return 0.01; }
 template <std::size_t Stages>
 void pipeline_epoch(benchmark::State& state)
 {
-    constexpr auto cuts = petra::partition<net, Stages>();
+    constexpr auto cuts = petra::reference_cuts<Stages>();
     auto parameters = net::make_parameters<float>(1);
     petra::thread_pipeline<net, cuts, petra::sgd<float>> pipeline(parameters, petra::sgd_options{}, learning_rate,
                                                                   {.batch = batch});
@@ -72,7 +72,7 @@ void pipeline_epoch(benchmark::State& state)
 template <std::size_t Stages, std::size_t Index>
 void stage_tick(benchmark::State& state)
 {
-    using stage = petra::stage<net, petra::partition<net, Stages>(), Index, float>;
+    using stage = petra::stage<net, petra::reference_cuts<Stages>(), Index, float>;
     auto parameters = net::make_parameters<float>(1);
     stage alone(parameters, {.batch = batch});
     std::vector<float> x(batch * stage::input_values, 0.5f), y(batch * stage::output_values),

@@ -20,7 +20,7 @@ namespace fashion {
 template <std::size_t Stages>
 class petra_method {
 public:
-    static constexpr auto cuts = petra::partition<net, Stages>();
+    static constexpr auto cuts = petra::reference_cuts<Stages>();
 
     petra_method(const method_context& context, petra::network_parameters<net, float>& parameters)
         : pipeline_(parameters, context.recipe.optimizer(), context.schedule,

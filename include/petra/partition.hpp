@@ -6,7 +6,8 @@
 // Cut points: an array cuts of J + 1 values with cuts[0] = 0 < cuts[1] < ...
 // < cuts[J] = block count; stage j holds blocks [cuts[j], cuts[j + 1]).
 //
-//   constexpr auto cuts = partition<net, 4>();      // balanced on FLOPs
+//   constexpr auto cuts = partition<net, 4>();      // balanced on the built-in cost model
+//   constexpr auto tuned = partition<net, 4>(measured);  // or on costs measured here (scripts/calibrate)
 //   constexpr stage_cuts<2> mine{0, 6, 10};          // or by hand
 //   static_assert(valid_cuts<net>(mine));
 //
@@ -110,6 +111,24 @@ constexpr stage_cuts<Stages> partition()
 {
     static_assert(is_network<Network>::value, "partition needs a network<input<C, H, W>, Block...>.");
     return balanced_cuts<Stages>(tick_costs<Network>(), last_stage_tick_costs<Network>());
+}
+
+// Costs of every block measured on a machine (scripts/calibrate writes them
+// to a header): what a stage before the last spends on the block per
+// micro-batch, and what the last stage spends, in any one unit (the
+// calibration's is nanoseconds per micro-batch).
+template <std::size_t Blocks>
+struct block_costs {
+    std::array<std::size_t, Blocks> tick;
+    std::array<std::size_t, Blocks> last_stage_tick;
+};
+
+// Balanced cuts of Network into Stages stages on measured costs.
+template <class Network, std::size_t Stages>
+constexpr stage_cuts<Stages> partition(const block_costs<Network::block_count>& measured)
+{
+    static_assert(is_network<Network>::value, "partition needs a network<input<C, H, W>, Block...>.");
+    return balanced_cuts<Stages>(measured.tick, measured.last_stage_tick);
 }
 
 // Whether cuts (given by hand, or from partition) fit Network: from 0 to

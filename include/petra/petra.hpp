@@ -6,6 +6,7 @@
 #include <petra/data.hpp>
 #include <petra/kernels.hpp>
 #include <petra/layers.hpp>
+#include <petra/models/reference_cuts.hpp>
 #include <petra/models/reference_network.hpp>
 #include <petra/network.hpp>
 #include <petra/optim.hpp>
