@@ -11,6 +11,7 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include <petra/kernels/profile.hpp>
 #include <petra/kernels/reduction.hpp>
 #include <petra/kernels/simd.hpp>
 
@@ -45,6 +46,9 @@ template <class T>
 void channel_affine(std::size_t N, std::size_t C, std::size_t S, const T* x, const T* scale, const T* shift, T* y)
 {
     static_assert(std::is_floating_point_v<T>, "channel_affine is defined for float and double");
+    // One multiply-add per element; x read, y written.
+    PETRA_PROFILE_KERNEL("channel_affine", detail::channel_geometry, {N, C, S}, 2.0 * double(N * C * S),
+                         2.0 * double(N * C * S * sizeof(T)));
     detail::channel_map(
         N, C, S,
         [scale, shift](std::size_t c, auto value) {
@@ -61,6 +65,9 @@ void channel_combination(std::size_t N, std::size_t C, std::size_t S, const T* g
                          const T* d, T* out)
 {
     static_assert(std::is_floating_point_v<T>, "channel_combination is defined for float and double");
+    // Two multiply-adds per element; g and x read, out written.
+    PETRA_PROFILE_KERNEL("channel_combination", detail::channel_geometry, {N, C, S}, 4.0 * double(N * C * S),
+                         3.0 * double(N * C * S * sizeof(T)));
     detail::channel_map(
         N, C, S,
         [a, b, d](std::size_t c, auto gradient, auto value) {
@@ -80,6 +87,9 @@ void channel_gradient_sums(std::size_t N, std::size_t C, std::size_t S, const T*
                            T* sum_g_out, T* sum_gd_out)
 {
     static_assert(std::is_floating_point_v<T>, "channel_gradient_sums is defined for float and double");
+    // An addition, a subtraction and a multiply-add per element; g and x read.
+    PETRA_PROFILE_KERNEL("channel_gradient_sums", detail::channel_geometry, {N, C, S}, 4.0 * double(N * C * S),
+                         double((2 * N * C * S + 2 * C) * sizeof(T)));
     using vector = simd<T>;
     constexpr std::size_t width = vector::size;
     constexpr std::size_t accumulators = detail::reduction_accumulators;
