@@ -71,15 +71,19 @@ def main(directory):
               f"| {', '.join(f'{r:.2f}' for r in ratios) or '-'} "
               f"| {f'**{statistics.median(ratios):.2f}**' if ratios else '-'} | {share} |")
 
-    loads = [read_json(os.path.join(directory, f"round{r}-load.json"))["load_average"] for r in rounds
+    # Cores other processes kept busy just before each round (scripts/peer).
+    loads = [read_json(os.path.join(directory, f"round{r}-load.json")).get("busy_cores", 0.0) for r in rounds
              if os.path.exists(os.path.join(directory, f"round{r}-load.json"))]
     peak_text = (f"{peak:.1f} GFLOP/s (median of {len(peaks)} rounds, {min(peaks):.1f} to {max(peaks):.1f})"
                  if peak else "not measured")
     print()
     print(f"Machine: {machine['cpu']}, {machine['cores']} cores, {machine['date']}, commit {machine['commit']}; "
           f"FMA peak of one core {peak_text}; {len(rounds)} interleaved rounds "
-          f"(load average at their start: {', '.join(f'{load:.2f}' for load in loads) or '-'}); "
+          f"(cores busy with other processes before each: {', '.join(f'{load:.2f}' for load in loads) or '-'}); "
           f"{flops_per_example / 1e6:.1f} MFLOP per example (forward + backward, compile-time count).")
+    if any(load >= 0.1 for load in loads):
+        print("Warning: other processes were running; figures on 2 threads (the peer's above all) are then "
+              "unreliable. scripts/peer --wait-quiet waits for a quiet machine.")
     print("Targets: petra exact backprop / peer on 1 thread >= 1.5; PETRA J=2 / peer on 2 threads >= 1.5; "
           "exact backprop >= 55% of the FMA peak.")
 
