@@ -120,8 +120,9 @@ def main(directory):
           f"FMA peak of one core {peak_text}; {len(results.rounds)} interleaved rounds; "
           f"{flops_per_example / 1e6:.1f} MFLOP per example (forward + backward, compile-time count).")
     if disturbed:
-        print(f"*: {disturbed} runs shared the cores with other processes (their threads and the others' needed "
-              "more cores than there are), left out of the medians; figures on 2 threads, the peer's above all, "
+        runs = f"{disturbed} run{'s' if disturbed > 1 else ''}"
+        print(f"*: {runs} shared the cores with other processes (their threads and the others' needed more cores "
+              "than there are), left out of the medians; figures on 2 threads, the peer's above all, "
               "suffer most. scripts/peer --wait-quiet waits for a quiet machine before each round.")
     print("Targets: petra exact backprop / peer on 1 thread >= 1.5; PETRA J=2 / peer on 2 threads >= 1.5; "
           "exact backprop >= 55% of the FMA peak.")
