@@ -1,7 +1,8 @@
-// Kernel benchmarks: petra's GEMM next to OpenBLAS's cblas_sgemm (one thread)
-// on square sizes and on the GEMM shapes of the reference network's
-// convolutions, and the three convolution kernels on the reference network's
-// layers (batch 64). Every benchmark reports FLOP/s as a counter.
+// Kernel benchmarks: the core's FMA peak (the denominator of every "% of
+// peak"), petra's GEMM next to OpenBLAS's cblas_sgemm (one thread) on square
+// sizes and on the GEMM shapes of the reference network's convolutions, and
+// the three convolution kernels on the reference network's layers (batch
+// 64). Every benchmark reports FLOP/s as a counter.
 #include <cstddef>
 #include <random>
 #include <string>
@@ -16,6 +17,7 @@
 extern "C" char* openblas_get_corename();
 
 #include "benchmark_main.hpp"
+#include "fma_peak.hpp"
 
 namespace {
 
@@ -36,6 +38,22 @@ void set_flops(benchmark::State& state, double flops_per_iteration)
     state.counters["FLOPS"] = benchmark::Counter(flops_per_iteration, benchmark::Counter::kIsIterationInvariantRate,
                                                  benchmark::Counter::OneK::kIs1000);
 }
+
+// The FMA peak of one core: independent vector FMAs (bench/fma_peak.hpp).
+void fma_peak(benchmark::State& state)
+{
+    constexpr std::size_t iterations = 1 << 16;
+    float start = 1.0f;
+    for (auto _ : state) {
+        benchmark::DoNotOptimize(start);
+        benchmark::DoNotOptimize(petra::bench::fma_loop(iterations, start));
+    }
+    set_flops(state, petra::bench::fma_loop_flops(iterations));
+    state.counters["accumulators"] = double(petra::bench::fma_accumulators);
+    state.counters["lanes"] = double(xsimd::batch<float>::size);
+}
+
+BENCHMARK(fma_peak)->Name("peak/fma")->Unit(benchmark::kMicrosecond);
 
 // C (m x n) = A (m x k) * B (k x n), row-major, no transposition.
 template <bool UseOpenBlas>

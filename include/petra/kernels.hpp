@@ -6,6 +6,7 @@
 #include <petra/kernels/gemm.hpp>
 #include <petra/kernels/normalization.hpp>
 #include <petra/kernels/optimizer.hpp>
+#include <petra/kernels/profile.hpp>
 #include <petra/kernels/reduction.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/kernels/softmax.hpp>

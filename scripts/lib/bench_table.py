@@ -1,7 +1,7 @@
 """Turns the JSON of bench_kernels and bench_training into the markdown tables
-of bench/RESULTS.md: median time and GFLOP/s of every benchmark, for GEMM the
-ratio of petra to OpenBLAS on the same shape, for training steps examples/s,
-memory and the rate relative to exact backprop."""
+of bench/RESULTS.md: the core's FMA peak, median time and GFLOP/s of every
+benchmark, for GEMM the ratio of petra to OpenBLAS on the same shape, for
+training steps examples/s, memory and the rate relative to exact backprop."""
 import json
 import sys
 
@@ -24,6 +24,11 @@ def print_tables(report):
     context = report["context"]
     facts = [f"{key}={context[key]}" for key in ("openblas_core", "petra_simd", "date") if key in context]
     print("\n" + " ".join(facts) + "\n")
+
+    peak = medians.get("peak/fma")
+    if peak:
+        print(f"FMA peak of one core: {peak['FLOPS'] / 1e9:.1f} GFLOP/s ({int(peak['accumulators'])} independent "
+              f"accumulators of {int(peak['lanes'])} float lanes)\n")
 
     gemm = {}
     for name, run in medians.items():

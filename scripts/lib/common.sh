@@ -15,6 +15,11 @@ PETRA_PACKAGES=(
   dataset-fashion-mnist
 )
 
+# The peer petra is measured against (scripts/peer): Debian's PyTorch and
+# NumPy for the system interpreter. Installed only by scripts/peer, never by
+# the tests or the build.
+PETRA_PEER_PACKAGES=(python3-torch python3-numpy)
+
 petra_log() { printf '\033[1m[petra]\033[0m %s\n' "$*" >&2; }
 
 # Installs whichever of the packages named (default: PETRA_PACKAGES) is

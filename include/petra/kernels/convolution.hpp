@@ -30,6 +30,7 @@
 #endif
 
 #include <petra/kernels/gemm.hpp>
+#include <petra/kernels/profile.hpp>
 #include <petra/kernels/simd.hpp>
 
 namespace petra::kernels {
@@ -83,6 +84,24 @@ inline void validate(const convolution_shape& shape)
 }
 
 namespace detail {
+
+// The sizes a profile record of a convolution is keyed by (see
+// kernels/profile.hpp), and how they read.
+inline constexpr const char* convolution_geometry = "%zux%zu s%zu, %zu -> %zu channels, %zux%zu input, batch %zu";
+
+inline profile::sizes convolution_sizes(const convolution_shape& shape)
+{
+    return {shape.kernel,       shape.kernel,    shape.stride,   shape.in_channels,
+            shape.out_channels, shape.in_height, shape.in_width, shape.batch};
+}
+
+// Bytes of the profile record: each array argument once, read or written,
+// plus once more for the output that beta != 0 reads.
+template <class T>
+double convolution_bytes(std::size_t read, std::size_t written, T beta)
+{
+    return double(sizeof(T)) * double(read + written * (beta == T(0) ? 1 : 2));
+}
 
 // Positions origin + t * stride along one axis, for t in [0, length), with
 // origin possibly negative: returns the range [begin, end) of t whose
@@ -737,6 +756,10 @@ void backward_input_by_phases(const convolution_shape& shape, const T* grad_outp
 template <class T>
 void convolution_forward(const convolution_shape& shape, const T* input, const T* weights, T* output)
 {
+    PETRA_PROFILE_KERNEL("convolution forward", detail::convolution_geometry, detail::convolution_sizes(shape),
+                         double(shape.flops()),
+                         detail::convolution_bytes(shape.input_count() + shape.weight_count(), shape.output_count(),
+                                                   T(0)));
     validate(shape);
     if (shape.batch == 0) return;
     detail::forward_accumulate(shape, input, weights, output, T(0));
@@ -750,6 +773,10 @@ template <class T>
 void convolution_backward_input(const convolution_shape& shape, const T* grad_output, const T* weights,
                                 T* grad_input, T beta = T(0))
 {
+    PETRA_PROFILE_KERNEL("convolution input gradient", detail::convolution_geometry,
+                         detail::convolution_sizes(shape), double(shape.flops()),
+                         detail::convolution_bytes(shape.output_count() + shape.weight_count(), shape.input_count(),
+                                                   beta));
     validate(shape);
     if (shape.batch == 0) return;
     detail::backward_input_by_phases(shape, grad_output, weights, grad_input, beta);
@@ -762,6 +789,10 @@ template <class T>
 void convolution_backward_weights(const convolution_shape& shape, const T* input, const T* grad_output,
                                   T* grad_weights, T beta = T(0))
 {
+    PETRA_PROFILE_KERNEL("convolution weight gradient", detail::convolution_geometry,
+                         detail::convolution_sizes(shape), double(shape.flops()),
+                         detail::convolution_bytes(shape.input_count() + shape.output_count(), shape.weight_count(),
+                                                   beta));
     validate(shape);
     detail::scale_in_place(grad_weights, shape.weight_count(), beta);
     if (shape.batch == 0) return;

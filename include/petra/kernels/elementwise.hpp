@@ -13,11 +13,18 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include <petra/kernels/profile.hpp>
 #include <petra/kernels/simd.hpp>
 
 namespace petra::kernels {
 
 namespace detail {
+
+// How the profile records of these maps read their one size (see
+// kernels/profile.hpp). FLOPs counted: one per element for a sum,
+// difference or product, two for a multiply-add, none for the ReLU's
+// selections. Bytes: each array once per element.
+inline constexpr const char* values_geometry = "%zu values";
 
 // out[i] = expression(inputs[i]...) for i in [0, n): on whole vectors, then
 // on the scalars that remain. out may be one of the inputs.
@@ -58,6 +65,7 @@ template <class T>
 void add(std::size_t n, const T* x, const T* y, T* out)
 {
     static_assert(std::is_floating_point_v<T>, "add is defined for float and double");
+    PETRA_PROFILE_KERNEL("add", detail::values_geometry, {n}, double(n), 3.0 * double(n * sizeof(T)));
     detail::map(n, [](auto a, auto b) { return a + b; }, out, x, y);
 }
 
@@ -67,6 +75,7 @@ template <class T>
 void subtract(std::size_t n, const T* x, const T* y, T* out)
 {
     static_assert(std::is_floating_point_v<T>, "subtract is defined for float and double");
+    PETRA_PROFILE_KERNEL("subtract", detail::values_geometry, {n}, double(n), 3.0 * double(n * sizeof(T)));
     detail::map(n, [](auto a, auto b) { return a - b; }, out, x, y);
 }
 
@@ -79,6 +88,7 @@ template <class T>
 void axpy(std::size_t n, T alpha, const T* x, T* y)
 {
     static_assert(std::is_floating_point_v<T>, "axpy is defined for float and double");
+    PETRA_PROFILE_KERNEL("axpy", detail::values_geometry, {n}, 2.0 * double(n), 3.0 * double(n * sizeof(T)));
     detail::map(
         n, [alpha](auto a, auto b) { return xsimd::fma(decltype(a)(alpha), a, b); }, y, x,
         static_cast<const T*>(y));
@@ -91,6 +101,7 @@ template <class T>
 void scale(std::size_t n, T alpha, const T* x, T* out)
 {
     static_assert(std::is_floating_point_v<T>, "scale is defined for float and double");
+    PETRA_PROFILE_KERNEL("scale", detail::values_geometry, {n}, double(n), 2.0 * double(n * sizeof(T)));
     detail::map(n, [alpha](auto a) { return decltype(a)(alpha) * a; }, out, x);
 }
 
@@ -102,6 +113,7 @@ template <class T>
 void relu_forward(std::size_t n, const T* x, T* out)
 {
     static_assert(std::is_floating_point_v<T>, "relu_forward is defined for float and double");
+    PETRA_PROFILE_KERNEL("relu_forward", detail::values_geometry, {n}, 0.0, 2.0 * double(n * sizeof(T)));
     detail::map(
         n,
         [](auto value) {
@@ -121,6 +133,7 @@ template <class T>
 void relu_backward(std::size_t n, const T* x, const T* grad_out, T* grad_in)
 {
     static_assert(std::is_floating_point_v<T>, "relu_backward is defined for float and double");
+    PETRA_PROFILE_KERNEL("relu_backward", detail::values_geometry, {n}, 0.0, 3.0 * double(n * sizeof(T)));
     detail::map(
         n,
         [](auto value, auto gradient) {

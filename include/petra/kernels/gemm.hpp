@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <utility>
 
+#include <petra/kernels/profile.hpp>
 #include <petra/kernels/simd.hpp>
 
 namespace petra::kernels {
@@ -321,6 +322,11 @@ void gemm(transpose op_a, transpose op_b, std::size_t m, std::size_t n, std::siz
           std::size_t lda, const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc)
 {
     static_assert(std::is_floating_point_v<T>, "gemm is defined for float and double");
+    // 2 m n k FLOPs; A and B read once, C written (and read when beta != 0).
+    PETRA_PROFILE_KERNEL(op_a == transpose::no ? (op_b == transpose::no ? "gemm nn" : "gemm nt")
+                                               : (op_b == transpose::no ? "gemm tn" : "gemm tt"),
+                         "%zu x %zu x %zu", {m, n, k}, 2.0 * double(m) * double(n) * double(k),
+                         double((m * k + k * n + m * n * (beta == T(0) ? 1 : 2)) * sizeof(T)));
     if (m == 0 || n == 0) return;
     detail::require(c != nullptr, "C is null");
     detail::require(ldc >= n, "ldc is smaller than the number of columns of C");

@@ -12,6 +12,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include <petra/kernels/elementwise.hpp>
+#include <petra/kernels/profile.hpp>
 #include <petra/kernels/reduction.hpp>
 #include <petra/kernels/simd.hpp>
 
@@ -46,6 +47,9 @@ template <class T>
 void channel_affine(std::size_t N, std::size_t C, std::size_t S, const T* x, const T* scale, const T* shift, T* y)
 {
     static_assert(std::is_floating_point_v<T>, "channel_affine is defined for float and double");
+    // One multiply-add per element; x read, y written.
+    PETRA_PROFILE_KERNEL("channel_affine", detail::channel_geometry, {N, C, S}, 2.0 * double(N * C * S),
+                         2.0 * double(N * C * S * sizeof(T)));
     detail::channel_map(
         N, C, S,
         [scale, shift](std::size_t c, auto value) {
@@ -62,6 +66,9 @@ void channel_combination(std::size_t N, std::size_t C, std::size_t S, const T* g
                          const T* d, T* out)
 {
     static_assert(std::is_floating_point_v<T>, "channel_combination is defined for float and double");
+    // Two multiply-adds per element; g and x read, out written.
+    PETRA_PROFILE_KERNEL("channel_combination", detail::channel_geometry, {N, C, S}, 4.0 * double(N * C * S),
+                         3.0 * double(N * C * S * sizeof(T)));
     detail::channel_map(
         N, C, S,
         [a, b, d](std::size_t c, auto gradient, auto value) {
@@ -149,6 +156,9 @@ void channel_gradient_sums(std::size_t N, std::size_t C, std::size_t S, const T*
                            T* sum_g_out, T* sum_gd_out)
 {
     static_assert(std::is_floating_point_v<T>, "channel_gradient_sums is defined for float and double");
+    // An addition, a subtraction and a multiply-add per element; g and x read.
+    PETRA_PROFILE_KERNEL("channel_gradient_sums", detail::channel_geometry, {N, C, S}, 4.0 * double(N * C * S),
+                         double((2 * N * C * S + 2 * C) * sizeof(T)));
     detail::gated_gradient_sums(N, C, S, g, x, center, sum_g_out, sum_gd_out,
                                 [](std::size_t, auto gradient, auto) { return gradient; });
 }
@@ -164,6 +174,9 @@ void channel_affine_relu(std::size_t N, std::size_t C, std::size_t S, const T* x
                          T* y)
 {
     static_assert(std::is_floating_point_v<T>, "channel_affine_relu is defined for float and double");
+    // A multiply-add and a comparison per element; x read, y written.
+    PETRA_PROFILE_KERNEL("channel_affine_relu", detail::channel_geometry, {N, C, S}, 3.0 * double(N * C * S),
+                         2.0 * double(N * C * S * sizeof(T)));
     detail::channel_map(
         N, C, S,
         [scale, shift](std::size_t c, auto value) {
@@ -183,6 +196,9 @@ void channel_relu_gradient_sums(std::size_t N, std::size_t C, std::size_t S, con
                                 const T* center, const T* scale, const T* shift, T* sum_g_out, T* sum_gd_out)
 {
     static_assert(std::is_floating_point_v<T>, "channel_relu_gradient_sums is defined for float and double");
+    // The gate (a multiply-add and a comparison), then channel_gradient_sums' work; g and x read.
+    PETRA_PROFILE_KERNEL("channel_relu_gradient_sums", detail::channel_geometry, {N, C, S},
+                         7.0 * double(N * C * S), double((2 * N * C * S + 2 * C) * sizeof(T)));
     detail::gated_gradient_sums(N, C, S, g, x, center, sum_g_out, sum_gd_out, detail::relu_gate<T>{scale, shift});
 }
 
@@ -194,6 +210,9 @@ void channel_relu_combination(std::size_t N, std::size_t C, std::size_t S, const
                               const T* shift, const T* a, const T* b, const T* d, T* out)
 {
     static_assert(std::is_floating_point_v<T>, "channel_relu_combination is defined for float and double");
+    // The gate, then two multiply-adds per element; g and x read, out written.
+    PETRA_PROFILE_KERNEL("channel_relu_combination", detail::channel_geometry, {N, C, S},
+                         7.0 * double(N * C * S), 3.0 * double(N * C * S * sizeof(T)));
     const detail::relu_gate<T> gate{scale, shift};
     detail::channel_map(
         N, C, S,

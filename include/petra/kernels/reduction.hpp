@@ -18,11 +18,16 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include <petra/kernels/profile.hpp>
 #include <petra/kernels/simd.hpp>
 
 namespace petra::kernels {
 
 namespace detail {
+
+// How the profile records of the per-channel kernels (here and in
+// normalization.hpp) read their sizes (see kernels/profile.hpp).
+inline constexpr const char* channel_geometry = "%zu x %zu channels x %zu positions";
 
 // Independent accumulators per row: enough to hide the latency of a vector
 // add, few enough to leave registers to the caller.
@@ -89,6 +94,9 @@ template <class T>
 void channel_sum(std::size_t N, std::size_t C, std::size_t S, const T* x, T* sum_out)
 {
     static_assert(std::is_floating_point_v<T>, "channel_sum is defined for float and double");
+    // One addition per element; x read once, C sums written.
+    PETRA_PROFILE_KERNEL("channel_sum", detail::channel_geometry, {N, C, S}, double(N * C * S),
+                         double((N * C * S + C) * sizeof(T)));
     for (std::size_t c = 0; c < C; ++c) {
         T total = T(0);
         for (std::size_t n = 0; n < N; ++n) total += detail::row_sum(S, x + (n * C + c) * S);
@@ -111,6 +119,10 @@ template <class T>
 void channel_mean_variance(std::size_t N, std::size_t C, std::size_t S, const T* x, T* mean_out, T* variance_out)
 {
     static_assert(std::is_floating_point_v<T>, "channel_mean_variance is defined for float and double");
+    // Per element an addition (mean pass), a subtraction and a multiply-add
+    // (deviation pass); x read twice, 2 C values written.
+    PETRA_PROFILE_KERNEL("channel_mean_variance", detail::channel_geometry, {N, C, S}, 4.0 * double(N * C * S),
+                         double((2 * N * C * S + 2 * C) * sizeof(T)));
     if (N == 0 || S == 0) {
         throw std::invalid_argument("petra::kernels::channel_mean_variance: the batch holds no element per channel "
                                     "(N = " + std::to_string(N) + ", S = " + std::to_string(S) +

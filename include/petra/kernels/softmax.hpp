@@ -20,6 +20,7 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include <petra/kernels/profile.hpp>
 #include <petra/kernels/simd.hpp>
 
 namespace petra::kernels {
@@ -114,6 +115,10 @@ void softmax_rows(std::size_t rows, std::size_t classes, const T* logits, std::s
                   T* probabilities_out, std::size_t ld_out)
 {
     static_assert(std::is_floating_point_v<T>, "softmax_rows is defined for float and double");
+    // Per element a subtraction, an exponential and a division (counted one
+    // each); logits read, probabilities written.
+    PETRA_PROFILE_KERNEL("softmax_rows", "%zu rows x %zu classes", {rows, classes}, 3.0 * double(rows * classes),
+                         2.0 * double(rows * classes * sizeof(T)));
     if (rows == 0 || classes == 0) return;
     detail::softmax_require(ld_logits >= classes, "softmax_rows", "ld_logits is smaller than the number of classes");
     detail::softmax_require(ld_out >= classes, "softmax_rows", "ld_out is smaller than the number of classes");
@@ -151,6 +156,13 @@ T softmax_cross_entropy(std::size_t rows, std::size_t classes, const T* logits, 
                         std::type_identity_t<T>* grad_logits_out, std::size_t ld_out)
 {
     static_assert(std::is_floating_point_v<T>, "softmax_cross_entropy is defined for float and double");
+    // As softmax_rows, plus a division for the gradient; logits and labels
+    // read, each requested output written.
+    PETRA_PROFILE_KERNEL("softmax_cross_entropy", "%zu rows x %zu classes", {rows, classes},
+                         4.0 * double(rows * classes),
+                         double(rows * classes * sizeof(T)) *
+                                 (1.0 + (probabilities_out != nullptr) + (grad_logits_out != nullptr)) +
+                             double(rows * sizeof(std::int32_t)));
     constexpr const char* function = "softmax_cross_entropy";
     detail::softmax_require(rows > 0, function, "rows is 0; the mean loss of no example is undefined");
     detail::softmax_require(classes > 0, function, "classes is 0; a softmax needs at least one class");
