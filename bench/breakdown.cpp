@@ -78,13 +78,17 @@ float exact_backprop_gradient(petra::exact_backprop<net, float>& trainer,
 template <class Stage>
 void stage_forward(Stage& stage, const float* x, float* y)
 {
-    stage.forward(x, y);
+    stage.forward(petra::batch_view<const float, typename Stage::input>(x, batch),
+                  petra::batch_view<float, typename Stage::output>(y, batch));
 }
 
 template <class Stage>
 void stage_backward(Stage& stage, const float* y, const float* grad_y, float* x, float* grad_x)
 {
-    stage.backward(y, grad_y, x, grad_x);
+    stage.backward(petra::batch_view<const float, typename Stage::output>(y, batch),
+                   petra::batch_view<const float, typename Stage::output>(grad_y, batch),
+                   petra::batch_view<float, typename Stage::input>(x, batch),
+                   petra::batch_view<float, typename Stage::input>(grad_x, batch));
 }
 
 // The last stage's loss and the gradient of its logits (the worker's work
@@ -96,12 +100,16 @@ float loss_gradient(const float* logits, const std::int32_t* labels, float* grad
 }
 
 // The FLOPs a stage's tick is charged at compile time: forward,
-// reconstruction (or recomputation) and backward of its blocks.
+// reconstruction (or recomputation) and backward of its blocks; the last
+// stage reconstructs nothing.
 template <class Stage>
 double stage_tick_flops()
 {
     double flops = 0;
-    for (std::size_t i = Stage::first_block; i < Stage::end_block; ++i) flops += double(net::profile[i].tick_flops());
+    for (std::size_t i = Stage::first_block; i < Stage::end_block; ++i) {
+        const petra::block_profile& profile = net::profile[i];
+        flops += double(Stage::is_last ? profile.forward_flops + profile.backward_flops : profile.tick_flops());
+    }
     return flops * double(batch);
 }
 // ---------------------------------------------------------------------------
@@ -327,7 +335,7 @@ private:
 // the same work as in the pipeline (where stage 0 differentiates an older
 // micro-batch), without the channels.
 class petra_ticks {
-    static constexpr auto cuts = petra::partition<net, 2>();
+    static constexpr auto cuts = petra::reference_cuts<2>();
 
 public:
     using first = petra::stage<net, cuts, 0, float>;
