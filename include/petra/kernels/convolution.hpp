@@ -515,31 +515,56 @@ struct correlation_weights_tag {};
 // columns), channel r's values at tile + r * tile_stride. Source must stay
 // readable simd_width - 1 elements past the last pixel it is asked for.
 //
-// The GEMM micro-kernel computes it: the weights packed as mr-row slivers,
-// the pixels along the vectors, read unaligned from the source. (Result
-// channels along the vectors instead, with each tap value broadcast, measured
-// 3 to 45% slower on the reference network's convolutions; bench/RESULTS.md.)
+// The GEMM micro-kernel computes it: the weights packed as Rows-row
+// slivers, the pixels along the vectors (Vectors of them per tile), read
+// unaligned from the source.
+template <class T, std::size_t Rows, std::size_t Vectors, class Store>
+void direct_correlation_tiles(std::size_t images, const T* source, std::size_t image_stride,
+                              const std::size_t* offsets, std::size_t taps, const T* weights, std::size_t channels,
+                              std::size_t wide_pixels, Store&& store)
+{
+    constexpr std::size_t columns_per_tile = Vectors * simd_width<T>;
+    T* packed = thread_scratch<correlation_weights_tag, T>((channels + Rows - 1) / Rows * Rows * taps);
+    pack_slivers<Rows>(weights, taps, 1, channels, taps, packed);
+    alignas(buffer_alignment) T tile[Rows * columns_per_tile];
+    for (std::size_t image = 0; image < images; ++image) {
+        const T* image_source = source + image * image_stride;
+        for (std::size_t j = 0; j < wide_pixels; j += columns_per_tile) {
+            const std::size_t columns = std::min(columns_per_tile, wide_pixels - j);
+            for (std::size_t c0 = 0; c0 < channels; c0 += Rows) {
+                micro_kernel_for_columns<T, Rows, Vectors>(columns, taps, packed + c0 * taps,
+                                                           offset_rows<T>{image_source + j, offsets}, tile);
+                store(image, c0, std::min(Rows, channels - c0), j, columns, static_cast<const T*>(tile),
+                      columns_per_tile);
+            }
+        }
+    }
+}
+
+// The tile is the GEMM's (8 rows x 3 vectors on AVX-512), except for the
+// small images of a network's last stages, whose wide pixels fit in four
+// vectors: there 6 rows x 4 vectors cover an image in one tile, where 8 x 3
+// would run a full tile and a one-vector tile of a third of its speed.
+// (Result channels along the vectors instead, with each tap value
+// broadcast, measured 3 to 45% slower on the reference network's
+// convolutions; bench/RESULTS.md.)
 template <class T, class Store>
 void direct_correlation(std::size_t images, const T* source, std::size_t image_stride, const std::size_t* offsets,
                         std::size_t taps, const T* weights, std::size_t channels, std::size_t wide_pixels,
                         Store&& store)
 {
     using blocking = gemm_blocking<T>;
-    constexpr std::size_t mr = blocking::mr, nr = blocking::nr;
-    T* packed = thread_scratch<correlation_weights_tag, T>((channels + mr - 1) / mr * mr * taps);
-    pack_slivers<mr>(weights, taps, 1, channels, taps, packed);
-    alignas(buffer_alignment) T tile[mr * nr];
-    for (std::size_t image = 0; image < images; ++image) {
-        const T* image_source = source + image * image_stride;
-        for (std::size_t j = 0; j < wide_pixels; j += nr) {
-            const std::size_t columns = std::min(nr, wide_pixels - j);
-            for (std::size_t c0 = 0; c0 < channels; c0 += mr) {
-                micro_kernel_for_columns<T, mr, blocking::vectors_per_row>(
-                    columns, taps, packed + c0 * taps, offset_rows<T>{image_source + j, offsets}, tile);
-                store(image, c0, std::min(mr, channels - c0), j, columns, static_cast<const T*>(tile), nr);
-            }
+    constexpr std::size_t width = simd_width<T>;
+    if constexpr (blocking::wide_register_file) {
+        const std::size_t last_vectors = (wide_pixels % (3 * width) + width - 1) / width;
+        if (wide_pixels <= 4 * width && last_vectors == 1) {
+            direct_correlation_tiles<T, 6, 4>(images, source, image_stride, offsets, taps, weights, channels,
+                                              wide_pixels, store);
+            return;
         }
     }
+    direct_correlation_tiles<T, blocking::mr, blocking::vectors_per_row>(images, source, image_stride, offsets, taps,
+                                                                        weights, channels, wide_pixels, store);
 }
 
 // out[t] = in[t] + beta * out[t] for t < count (out not read when beta == 0),
