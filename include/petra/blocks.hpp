@@ -5,5 +5,6 @@
 #include <petra/blocks/block.hpp>
 #include <petra/blocks/downsample.hpp>
 #include <petra/blocks/head.hpp>
+#include <petra/blocks/pixel_unshuffle.hpp>
 #include <petra/blocks/revnet_coupling.hpp>
 #include <petra/blocks/stem.hpp>

@@ -8,6 +8,7 @@
 #include <petra/layers.hpp>
 #include <petra/models/reference_cuts.hpp>
 #include <petra/models/reference_network.hpp>
+#include <petra/models/reversible_reference_network.hpp>
 #include <petra/network.hpp>
 #include <petra/optim.hpp>
 #include <petra/partition.hpp>

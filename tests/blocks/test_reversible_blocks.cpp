@@ -122,3 +122,34 @@ TEST_CASE_TEMPLATE("reversible blocks: reconstruction error grows smoothly with 
         CHECK(ratio < 20.0);
     }
 }
+
+TEST_CASE("pixel_unshuffle: 2 x 2 neighbourhoods become channels, and back exactly")
+{
+    using unshuffle = layer_for<pixel_unshuffle, block_input>;
+    static_assert(std::is_same_v<unshuffle::output, halves<shape<16, 3, 3>>>);
+    static_assert(unshuffle::reversible && unshuffle::parameter_count == 0 && unshuffle::input::size == unshuffle::output::size);
+    static_assert(!block_accepts<pixel_unshuffle, halves<shape<4, 5, 6>>>(), "odd sizes are refused");
+    const std::size_t batch = 3;
+    std::mt19937_64 generator(21);
+    const auto x = test::random_vector<float>(batch * block_input::size, generator);
+    std::vector<float> y(x.size()), back(x.size(), std::nanf(""));
+    unshuffle::forward(pass::training, std::span<const float, 0>(), std::span<float, 0>(),
+                       test::batch_of<block_input>(x, batch), test::batch_of<unshuffle::output>(y, batch), {});
+    // Second half (x~) of example 1, channel 2, pixel (3, 4) = (2 * 1 + 1, 2 * 2 + 0):
+    // channel 4 * 2 + 2 * 1 + 0 = 10, pixel (1, 2) of the output half.
+    const std::size_t in = ((batch + 1) * 4 + 2) * 36 + 3 * 6 + 4;
+    const std::size_t out = ((batch + 1) * 16 + 10) * 9 + 1 * 3 + 2;
+    CHECK(y[out] == x[in]);
+    unshuffle::inverse(std::span<const float, 0>(), std::span<const float, 0>(),
+                       test::batch_of<unshuffle::output>(std::as_const(y), batch), test::batch_of<block_input>(back, batch),
+                       {});
+    CHECK(back == x);
+}
+
+TEST_CASE("pixel_unshuffle: reconstruct-and-backward and backward after forward match central differences")
+{
+    using unshuffle = layer_for<pixel_unshuffle, block_input>;
+    std::mt19937_64 generator(22);
+    test::check_gradients<test::reconstruct_then_backward<unshuffle>>(generator, {.batch = 2});
+    test::check_gradients<test::backward_after_forward<unshuffle>>(generator, {.batch = 2});
+}

@@ -242,6 +242,7 @@ void check_reversible_equals_exact(std::size_t batch, std::size_t image_size, st
     Network::for_each_block([&](auto index) {
         constexpr std::size_t i = decltype(index)::value;
         const auto begin = Network::parameter_offsets[i], count = Network::profile[i].parameter_count;
+        if (count == 0) return; // a block without parameters (pixel_unshuffle)
         const double error = test::relative_distance(std::span<const float>(reversible_gradient).subspan(begin, count),
                                                std::span<const float>(exact_gradient).subspan(begin, count));
         INFO("block " << i << ": relative difference " << error);
@@ -259,6 +260,30 @@ TEST_CASE("reversible backprop: the gradients of exact backprop, without stored 
 TEST_CASE("reversible backprop: the reference network's gradients equal exact backprop's (float)")
 {
     check_reversible_equals_exact<reference>(3, 784, 23);
+}
+
+TEST_CASE("the reversible reference network: every block between stem and head reversible, costs within 10%")
+{
+    using reversible = reversible_reference_network<>;
+    static_assert(reversible::block_count == 10);
+    constexpr std::size_t kept = [] {
+        std::size_t count = 0;
+        for (const block_profile& profile : reversible::profile) count += profile.reversible ? 0 : 1;
+        return count;
+    }();
+    static_assert(kept == 2 && !reversible::profile[0].reversible && !reversible::profile[9].reversible,
+                  "only the stem and the head keep their inputs");
+    static_assert(reversible::parameter_count == 200554);
+    static_assert(10 * reversible::parameter_count >= 9 * reference::parameter_count);
+    static_assert(10 * reversible::forward_flops >= 9 * reference::forward_flops &&
+                  reversible::forward_flops <= reference::forward_flops);
+    static_assert(std::is_same_v<reversible::block<3>::output, halves<shape<64, 14, 14>>>);
+    static_assert(std::is_same_v<reversible::block<6>::output, halves<shape<256, 7, 7>>>);
+}
+
+TEST_CASE("reversible backprop: the reversible reference network's gradients equal exact backprop's (float)")
+{
+    check_reversible_equals_exact<reversible_reference_network<>>(3, 784, 24);
 }
 
 TEST_CASE("trainers: bad batches, gradients and labels are refused with a plain message")

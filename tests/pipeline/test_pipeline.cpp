@@ -407,3 +407,45 @@ TEST_CASE("pipeline: a bad batch or accumulation is refused with one sentence, b
     CHECK_THROWS_WITH_AS((stage<pipeline_network, cuts_of<2>, 0, float>(parameters, {.batch = 0})), batch,
                          std::invalid_argument);
 }
+
+namespace {
+
+// Downsampling by pixel_unshuffle: every block between stem and head
+// reversible (a shape-changing one among them), 5 blocks.
+using unshuffling_network =
+    network<input<1, 6, 6>, stem<chain<conv2d<1, 8>, batch_norm<8>, relu>>, additive_coupling<residual_function<4>>,
+            pixel_unshuffle, additive_coupling<residual_function<16>>, classifier_head<32, 3>>;
+
+template <std::size_t J>
+void check_unshuffling_threads_equal_simulation()
+{
+    CAPTURE(J);
+    constexpr auto cuts = partition<unshuffling_network, J>();
+    const test::micro_batches data(13, 4, 200 + J);
+    auto simulated = unshuffling_network::make_parameters<float>(4);
+    auto threaded = simulated;
+    std::vector<epoch_statistics> simulated_epochs, threaded_epochs;
+    {
+        sequential_pipeline<unshuffling_network, cuts, sgd<float>> pipeline(simulated, plain_sgd, test::constant_rate,
+                                                                           {.batch = 4});
+        simulated_epochs = test::train_epochs(pipeline, data, 2);
+    }
+    {
+        thread_pipeline<unshuffling_network, cuts, sgd<float>> pipeline(threaded, plain_sgd, test::constant_rate,
+                                                                       {.batch = 4});
+        threaded_epochs = test::train_epochs(pipeline, data, 2);
+    }
+    CHECK(std::equal(simulated.values().begin(), simulated.values().end(), threaded.values().begin()));
+    CHECK(std::equal(simulated.state().begin(), simulated.state().end(), threaded.state().begin()));
+    for (std::size_t e = 0; e < 2; ++e) CHECK(simulated_epochs[e].loss_sum == threaded_epochs[e].loss_sum);
+    // It trained: the second epoch's loss is below the first's.
+    CHECK(simulated_epochs[1].mean_loss() < simulated_epochs[0].mean_loss());
+}
+
+} // namespace
+
+TEST_CASE("pipeline: a network downsampling by pixel_unshuffle, up to one block per stage, threads equal simulation")
+{
+    check_unshuffling_threads_equal_simulation<2>();
+    check_unshuffling_threads_equal_simulation<5>();
+}

@@ -32,8 +32,9 @@
 // receives the x and the workspace of the forward it differentiates (the
 // workspace is consumed), overwrites grad_x and ADDS to grad_parameters.
 //
-// A reversible block (reversible = true, output shape = input shape) also
-// provides
+// A reversible block (reversible = true; its output holds as many values as
+// its input: a coupling keeps the shape, pixel_unshuffle moves pixels into
+// channels) also provides
 //   template <class T>
 //   static void inverse(parameters_view<T, P> parameters, statistics_view<pass::recomputation_t, T, S> state,
 //                       const_batch<T, output> y, batch_view<T, input> x, std::span<T> workspace);
