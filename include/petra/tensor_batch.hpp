@@ -16,6 +16,7 @@
 #pragma once
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -124,20 +125,36 @@ auto as_batch(E& tensor, const std::string& what)
     return batch_view<element, Shape>(detail::first_value(tensor), dimensions[0]);
 }
 
-// A one-dimensional tensor of class labels (std::int32_t) as a span, which
-// must hold one label per example of a batch of `batch`.
-template <tensor_like E>
+// Where labels may come from next to a tensor of images: a tensor of
+// std::int32_t, or anything a span of them is made from (a std::vector, an
+// array).
+template <class Labels>
+concept label_source = tensor_like<const Labels> || std::convertible_to<const Labels&, std::span<const std::int32_t>>;
+
+// A one-dimensional tensor of class labels (std::int32_t), or a contiguous
+// range of them, as a span, which must hold one label per example of a
+// batch of `batch`.
+template <label_source E>
 std::span<const std::int32_t> as_labels(const E& labels, std::size_t batch, const std::string& what)
 {
-    static_assert(std::is_same_v<std::remove_cv_t<std::remove_pointer_t<decltype(labels.data())>>, std::int32_t>,
-                  "Labels are a tensor of std::int32_t class indices.");
-    const std::vector<std::size_t> dimensions = detail::dimensions_of(labels);
-    if (dimensions.size() != 1 || dimensions[0] != batch) {
-        throw std::invalid_argument(what + ": labels of shape " + detail::dimensions_text(dimensions, true) +
-                                    " for a batch of " + std::to_string(batch) + " images; one label each.");
+    if constexpr (!tensor_like<const E>) {
+        const std::span<const std::int32_t> values(labels);
+        if (values.size() != batch) {
+            throw std::invalid_argument(what + ": " + std::to_string(values.size()) + " labels for a batch of " +
+                                        std::to_string(batch) + " images; one label each.");
+        }
+        return values;
+    } else {
+        static_assert(std::is_same_v<std::remove_cv_t<std::remove_pointer_t<decltype(labels.data())>>, std::int32_t>,
+                      "Labels are a tensor of std::int32_t class indices.");
+        const std::vector<std::size_t> dimensions = detail::dimensions_of(labels);
+        if (dimensions.size() != 1 || dimensions[0] != batch) {
+            throw std::invalid_argument(what + ": labels of shape " + detail::dimensions_text(dimensions, true) +
+                                        " for a batch of " + std::to_string(batch) + " images; one label each.");
+        }
+        detail::check_contiguous(labels, dimensions, what);
+        return {detail::first_value(labels), batch};
     }
-    detail::check_contiguous(labels, dimensions, what);
-    return {detail::first_value(labels), batch};
 }
 
 } // namespace petra

@@ -158,3 +158,26 @@ TEST_CASE("tensors: a pipeline fed tensors trains as one fed pointers, and refus
                          "pipeline feed: 4 images and 4 labels; every micro-batch holds 3 of each.",
                          std::invalid_argument);
 }
+
+TEST_CASE("tensors: images as a tensor, labels as a vector, for the trainers and a pipeline")
+{
+    std::mt19937_64 generator(5);
+    const auto images = random_images(3, generator);
+    const auto label_tensor = random_labels(3, generator);
+    const std::vector<std::int32_t> labels(label_tensor.begin(), label_tensor.end());
+    exact_backprop<small_network, float> trainer(3);
+    auto with_tensor = small_network::make_parameters<float>(6), with_vector = with_tensor;
+    std::vector<float> tensor_gradient(small_network::parameter_count), vector_gradient(tensor_gradient.size());
+    CHECK(trainer.accumulate_gradient(with_tensor, images, label_tensor, tensor_gradient) ==
+          trainer.accumulate_gradient(with_vector, images, labels, vector_gradient));
+    CHECK(tensor_gradient == vector_gradient);
+    CHECK_THROWS_WITH_AS(trainer.accumulate_gradient(with_vector, images, std::vector<std::int32_t>{0, 1}, vector_gradient),
+                         "exact_backprop: labels: 2 labels for a batch of 3 images; one label each.",
+                         std::invalid_argument);
+    constexpr auto cuts = partition<small_network, 2>();
+    auto parameters = small_network::make_parameters<float>(7);
+    sequential_pipeline<small_network, cuts, sgd<float>> pipeline(parameters, sgd_options{},
+                                                                  [](std::size_t) { return 0.01; }, {.batch = 3});
+    pipeline.feed(images, labels);
+    CHECK(pipeline.drain().micro_batches == 1);
+}

@@ -145,7 +145,7 @@ protected:
         }
         return {images.data(), labels.data()};
     }
-    template <tensor_like Images, tensor_like Labels>
+    template <tensor_like Images, label_source Labels>
     micro_batch_values micro_batch_of(const Images& images, const Labels& labels) const
     {
         const batch_view<const T, typename Network::input> x =

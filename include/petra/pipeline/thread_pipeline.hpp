@@ -74,7 +74,7 @@ public:
         const auto values = core::micro_batch_of(images, labels);
         feed(values.images, values.labels);
     }
-    template <tensor_like Images, tensor_like Labels>
+    template <tensor_like Images, label_source Labels>
     void feed(const Images& images, const Labels& labels)
     {
         const auto values = core::micro_batch_of(images, labels);

@@ -65,7 +65,7 @@ public:
     // The same on tensors (tensor_batch.hpp): images N x C x H x W, labels N
     // (an xtensor container or an xt::adapt view of the caller's memory),
     // checked against the network's input.
-    template <tensor_like Images, tensor_like Labels>
+    template <tensor_like Images, label_source Labels>
     T accumulate_gradient(network_parameters<Network, T>& parameters, const Images& images, const Labels& labels,
                           std::span<T> gradient)
     {
