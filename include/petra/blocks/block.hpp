@@ -61,6 +61,7 @@
 
 #include <petra/batch_view.hpp>
 #include <petra/layers/chain.hpp>
+#include <petra/layers/parts.hpp>
 #include <petra/layers/layer.hpp>
 #include <petra/shape.hpp>
 #include <petra/type_list.hpp>
@@ -120,48 +121,6 @@ template <class Input>
 using concatenated_halves =
     shape<2 * half_of<Input>::type::channels, half_of<Input>::type::height, half_of<Input>::type::width>;
 
-// Base of a bound block that applies the bound layers Functions...: its
-// parameters and its state are theirs, in that order, end to end, and so is
-// its initialisation; parameters_of<K> and state_of<K> give function K's part.
-template <class... Functions>
-struct made_of {
-    static constexpr auto parameter_offsets = detail::prefix_sums<sizeof...(Functions)>({Functions::parameter_count...});
-    static constexpr auto state_offsets = detail::prefix_sums<sizeof...(Functions)>({Functions::state_count...});
-    static constexpr std::size_t parameter_count = parameter_offsets.back();
-    static constexpr std::size_t state_count = state_offsets.back();
-
-    template <std::size_t K>
-    using function_at = type_at<K, std::remove_const_t<decltype(type_list<Functions...>)>>;
-
-    // Function K's part of an array laid out like the block's parameters (or
-    // its state), const or not as given.
-    template <std::size_t K, class T, std::size_t Count>
-    static constexpr auto parameters_of(std::span<T, Count> all)
-    {
-        return all.template subspan<parameter_offsets[K], function_at<K>::parameter_count>();
-    }
-    template <std::size_t K, class T, std::size_t Count>
-    static constexpr auto state_of(std::span<T, Count> all)
-    {
-        return all.template subspan<state_offsets[K], function_at<K>::state_count>();
-    }
-
-    template <class T>
-    static void initialize(std::span<T, parameter_count> parameters, std::span<T, state_count> state,
-                           std::mt19937_64& generator)
-    {
-        for_each_index<sizeof...(Functions)>([&](auto k) {
-            function_at<k>::initialize(parameters_of<k>(parameters), state_of<k>(state), generator);
-        });
-    }
-
-    template <class T>
-    static void mark_weights(std::span<T, parameter_count> mask)
-    {
-        for_each_index<sizeof...(Functions)>(
-            [&](auto k) { petra::mark_weights<function_at<k>, T>(parameters_of<k>(mask)); });
-    }
-};
 
 // Between the NCHW layout of a batch with 2C channels per example and the
 // half-major layout of halves of C channels: channels [0, C) of every example

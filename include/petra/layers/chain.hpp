@@ -31,20 +31,13 @@
 #include <petra/kernels/simd.hpp>
 #include <petra/layers/fusion.hpp>
 #include <petra/layers/layer.hpp>
+#include <petra/layers/parts.hpp>
 #include <petra/type_list.hpp>
 
 namespace petra {
 
 namespace detail {
 
-// offsets[i] = sum of sizes[0 .. i), offsets[N] = the total.
-template <std::size_t N>
-constexpr std::array<std::size_t, N + 1> prefix_sums(const std::array<std::size_t, N>& sizes)
-{
-    std::array<std::size_t, N + 1> offsets{};
-    for (std::size_t i = 0; i < N; ++i) offsets[i + 1] = offsets[i] + sizes[i];
-    return offsets;
-}
 
 // The check that names, in its template arguments, a layer that breaks the
 // contract of layer.hpp.
@@ -87,7 +80,11 @@ struct bind_fused<Input, fused_sequence<Layers...>> {
 };
 
 template <class... Bound>
-struct bound_chain {
+struct bound_chain : made_of<Bound...> {
+    using parts = made_of<Bound...>;
+    using parts::parameter_count;
+    using parts::state_count;
+
     static constexpr std::size_t length = sizeof...(Bound);
     static constexpr auto layers = type_list<Bound...>;
     template <std::size_t I>
@@ -96,10 +93,6 @@ struct bound_chain {
     using input = typename layer<0>::input;
     using output = typename layer<length - 1>::output;
 
-    static constexpr auto parameter_offsets = prefix_sums<length>({Bound::parameter_count...});
-    static constexpr auto state_offsets = prefix_sums<length>({Bound::state_count...});
-    static constexpr std::size_t parameter_count = parameter_offsets[length];
-    static constexpr std::size_t state_count = state_offsets[length];
     static constexpr std::size_t forward_flops = (Bound::forward_flops + ...);
     static constexpr std::size_t backward_flops = (Bound::backward_flops + ...);
 
@@ -116,34 +109,6 @@ struct bound_chain {
         return batch * intermediate_size + (Bound::cache_size(batch) + ...);
     }
 
-    // Layer I's part of an array laid out like the chain's parameters (or
-    // like its state): a span of static extent, const or not as given.
-    template <std::size_t I, class T, std::size_t Count>
-    static constexpr auto parameters_of(std::span<T, Count> all)
-    {
-        return all.template subspan<parameter_offsets[I], layer<I>::parameter_count>();
-    }
-    template <std::size_t I, class T, std::size_t Count>
-    static constexpr auto state_of(std::span<T, Count> all)
-    {
-        return all.template subspan<state_offsets[I], layer<I>::state_count>();
-    }
-
-    template <class T>
-    static void initialize(std::span<T, parameter_count> parameters, std::span<T, state_count> state,
-                           std::mt19937_64& generator)
-    {
-        for_each_index<length>([&](auto i) {
-            layer<i>::initialize(parameters_of<i>(parameters), state_of<i>(state), generator);
-        });
-    }
-
-    template <class T>
-    static void mark_weights(std::span<T, parameter_count> mask)
-    {
-        for_each_index<length>([&](auto i) { petra::mark_weights<layer<i>, T>(parameters_of<i>(mask)); });
-    }
-
     template <forward_pass Pass, class T>
     static void forward(Pass mode, parameters_view<T, parameter_count> parameters,
                         statistics_view<Pass, T, state_count> state, const_batch<T, input> x, batch_view<T, output> y,
@@ -151,7 +116,7 @@ struct bound_chain {
     {
         const cache_layout<T> at{cache.data(), x.batch(), nullptr};
         for_each_index<length>([&](auto i) {
-            layer<i>::forward(mode, parameters_of<i>(parameters), state_of<i>(state), at.template input_of<i>(x),
+            layer<i>::forward(mode, parts::template parameters_of<i>(parameters), parts::template state_of<i>(state), at.template input_of<i>(x),
                               at.template output_of<i>(y), at.template layer_cache<i>());
         });
     }
@@ -168,9 +133,9 @@ struct bound_chain {
             length == 1 ? nullptr : kernels::thread_scratch<bound_chain, T>(2 * batch * largest_intermediate);
         const cache_layout<T> at{cache.data(), batch, gradients};
         for_each_index_down<length>([&](auto i) {
-            layer<i>::backward(parameters_of<i>(parameters), at.template input_of<i>(x),
+            layer<i>::backward(parts::template parameters_of<i>(parameters), at.template input_of<i>(x),
                                at.template output_gradient_of<i>(grad_y), at.template input_gradient_of<i>(grad_x),
-                               parameters_of<i>(grad_parameters), at.template layer_cache<i>());
+                               parts::template parameters_of<i>(grad_parameters), at.template layer_cache<i>());
         });
     }
 
