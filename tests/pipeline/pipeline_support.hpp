@@ -53,6 +53,12 @@ constexpr sgd_options plain_sgd{.momentum = 0.9, .nesterov = true, .weight_decay
 template <std::size_t J>
 constexpr auto cuts_of = partition<pipeline_network, J>();
 
+// The two drivers of pipeline_network in J stages with that optimizer.
+template <std::size_t J>
+using threads = thread_pipeline<pipeline_network, cuts_of<J>, sgd<float>>;
+template <std::size_t J>
+using simulator = sequential_pipeline<pipeline_network, cuts_of<J>, sgd<float>>;
+
 // Feeds every micro-batch, once per epoch, then drains; returns the epochs'
 // statistics.
 template <class Pipeline>

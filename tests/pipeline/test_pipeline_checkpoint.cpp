@@ -27,13 +27,11 @@ using namespace petra;
 using test::cuts_of;
 using test::pipeline_network;
 using test::plain_sgd;
+using test::simulator;
+using test::threads;
 
 namespace {
 
-template <std::size_t J>
-using threads = thread_pipeline<pipeline_network, cuts_of<J>, sgd<float>>;
-template <std::size_t J>
-using simulator = sequential_pipeline<pipeline_network, cuts_of<J>, sgd<float>>;
 
 std::string temporary_path(const std::string& name) { return test::temporary_path(name + ".checkpoint"); }
 

@@ -27,13 +27,11 @@ using namespace petra;
 using test::cuts_of;
 using test::pipeline_network;
 using test::plain_sgd;
+using test::simulator;
+using test::threads;
 
 namespace {
 
-template <std::size_t J>
-using threads = thread_pipeline<pipeline_network, cuts_of<J>, sgd<float>>;
-template <std::size_t J>
-using simulator = sequential_pipeline<pipeline_network, cuts_of<J>, sgd<float>>;
 
 constexpr const char* feed_refused =
     "pipeline: feed() while the pipeline is paused; let the paused_pipeline that pause() returned go out of scope "

@@ -56,6 +56,38 @@ struct worker_tuple<Network, Cuts, Optimizer, T, std::index_sequence<I...>> {
 
 } // namespace detail
 
+// The forms of feed a driver offers beside its own feed(const T* images,
+// const std::int32_t* labels): a view of the images and a span of labels,
+// or tensors (tensor_batch.hpp: images N x C x H x W, labels N or any range
+// of them), each checked against the network's input and the pipeline's
+// batch, then handed to the driver's feed. A driver derives from
+// feed_forms<itself, Network, T> and says `using feed_forms<...>::feed;`.
+template <class Driver, class Network, class T>
+class feed_forms {
+public:
+    void feed(const_batch<T, typename Network::input> images, std::span<const std::int32_t> labels)
+    {
+        const std::size_t batch = driver().options().batch;
+        if (images.batch() != batch || labels.size() != batch) {
+            throw std::invalid_argument("pipeline feed: " + std::to_string(images.batch()) + " images and " +
+                                        std::to_string(labels.size()) + " labels; every micro-batch holds " +
+                                        std::to_string(batch) + " of each.");
+        }
+        driver().feed(images.data(), labels.data());
+    }
+
+    template <tensor_like Images, label_source Labels>
+    void feed(const Images& images, const Labels& labels)
+    {
+        const batch_view<const T, typename Network::input> x =
+            as_batch<typename Network::input>(images, "pipeline feed: images");
+        feed(x, as_labels(labels, x.batch(), "pipeline feed: labels"));
+    }
+
+private:
+    Driver& driver() { return static_cast<Driver&>(*this); }
+};
+
 template <class Network, auto Cuts, class Optimizer, class T>
 class pipeline_core {
 public:
@@ -78,6 +110,8 @@ public:
         std::lock_guard lock(shared_.statistics_mutex);
         return shared_.statistics;
     }
+
+    const pipeline_options& options() const { return options_; }
 
     template <std::size_t I>
     worker_type<I>& worker()
@@ -126,31 +160,6 @@ protected:
                                    " while the pipeline is paused; let the paused_pipeline that pause() returned "
                                    "go out of scope first.");
         }
-    }
-
-    // One micro-batch given as a view and its labels, or as tensors
-    // (tensor_batch.hpp), checked against the network's input and the
-    // pipeline's batch: the pointers send_micro_batch takes.
-    struct micro_batch_values {
-        const T* images;
-        const std::int32_t* labels;
-    };
-    micro_batch_values micro_batch_of(batch_view<const T, typename Network::input> images,
-                                      std::span<const std::int32_t> labels) const
-    {
-        if (images.batch() != options_.batch || labels.size() != options_.batch) {
-            throw std::invalid_argument("pipeline feed: " + std::to_string(images.batch()) + " images and " +
-                                        std::to_string(labels.size()) + " labels; every micro-batch holds " +
-                                        std::to_string(options_.batch) + " of each.");
-        }
-        return {images.data(), labels.data()};
-    }
-    template <tensor_like Images, label_source Labels>
-    micro_batch_values micro_batch_of(const Images& images, const Labels& labels) const
-    {
-        const batch_view<const T, typename Network::input> x =
-            as_batch<typename Network::input>(images, "pipeline feed: images");
-        return micro_batch_of(x, as_labels(labels, x.batch(), "pipeline feed: labels"));
     }
 
     // The feeder's side: one micro-batch of options.batch examples.

@@ -28,8 +28,10 @@ namespace petra {
 // schedule expects one is a std::logic_error. After an exception the
 // pipeline is unusable: later calls rethrow it.
 template <class Network, auto Cuts, class Optimizer, class T = float>
-class sequential_pipeline : public pipeline_core<Network, Cuts, Optimizer, T> {
+class sequential_pipeline : public pipeline_core<Network, Cuts, Optimizer, T>,
+                      public feed_forms<sequential_pipeline<Network, Cuts, Optimizer, T>, Network, T> {
     using core = pipeline_core<Network, Cuts, Optimizer, T>;
+    using forms = feed_forms<sequential_pipeline<Network, Cuts, Optimizer, T>, Network, T>;
 
 public:
     sequential_pipeline(network_parameters<Network, T>& parameters,
@@ -40,20 +42,8 @@ public:
         core::start_epoch();
     }
 
-    // The same from a view of options.batch images, or from tensors
-    // (images N x C x H x W, labels N: an xtensor container or an xt::adapt
-    // view), checked against the network's input and the batch.
-    void feed(const_batch<T, typename Network::input> images, std::span<const std::int32_t> labels)
-    {
-        const auto values = core::micro_batch_of(images, labels);
-        feed(values.images, values.labels);
-    }
-    template <tensor_like Images, label_source Labels>
-    void feed(const Images& images, const Labels& labels)
-    {
-        const auto values = core::micro_batch_of(images, labels);
-        feed(values.images, values.labels);
-    }
+    // The other forms: a view and a span, or tensors (feed_forms).
+    using forms::feed;
 
     // One micro-batch: options.batch images (NCHW) and their labels.
     void feed(const T* images, const std::int32_t* labels)

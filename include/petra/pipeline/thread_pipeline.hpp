@@ -40,8 +40,10 @@ namespace petra {
 // end every epoch with drain(). The destructor stops and joins every thread;
 // it never hangs and never throws.
 template <class Network, auto Cuts, class Optimizer, class T = float>
-class thread_pipeline : public pipeline_core<Network, Cuts, Optimizer, T> {
+class thread_pipeline : public pipeline_core<Network, Cuts, Optimizer, T>,
+                      public feed_forms<thread_pipeline<Network, Cuts, Optimizer, T>, Network, T> {
     using core = pipeline_core<Network, Cuts, Optimizer, T>;
+    using forms = feed_forms<thread_pipeline<Network, Cuts, Optimizer, T>, Network, T>;
 
 public:
     thread_pipeline(network_parameters<Network, T>& parameters, const typename Optimizer::options& optimizer_options,
@@ -66,20 +68,8 @@ public:
 
     ~thread_pipeline() { shut_down(); }
 
-    // The same from a view of options.batch images, or from tensors
-    // (images N x C x H x W, labels N: an xtensor container or an xt::adapt
-    // view), checked against the network's input and the batch.
-    void feed(const_batch<T, typename Network::input> images, std::span<const std::int32_t> labels)
-    {
-        const auto values = core::micro_batch_of(images, labels);
-        feed(values.images, values.labels);
-    }
-    template <tensor_like Images, label_source Labels>
-    void feed(const Images& images, const Labels& labels)
-    {
-        const auto values = core::micro_batch_of(images, labels);
-        feed(values.images, values.labels);
-    }
+    // The other forms: a view and a span, or tensors (feed_forms).
+    using forms::feed;
 
     // A stage runs tick t of an epoch only once micro-batch t has been fed
     // (or the epoch's end announced), so that the stages can be stopped all

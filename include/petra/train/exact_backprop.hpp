@@ -20,10 +20,15 @@
 namespace petra {
 
 template <class Network, class T = float>
-class exact_backprop {
+class exact_backprop : public detail::gradient_forms<exact_backprop<Network, T>, Network, T> {
     using task = classification<Network>;
+    using forms = detail::gradient_forms<exact_backprop<Network, T>, Network, T>;
 
 public:
+    static constexpr const char* name = "exact_backprop";
+    // The other forms: tensors, and pointers with a batch size.
+    using forms::accumulate_gradient;
+
     // Memory for batches of up to max_batch examples, allocated once.
     explicit exact_backprop(std::size_t max_batch)
         : capacity_(max_batch), activations_(activation_offset(Network::block_count, max_batch)),
@@ -41,7 +46,7 @@ public:
     T accumulate_gradient(network_parameters<Network, T>& parameters, const_batch<T, typename Network::input> images,
                           std::span<const std::int32_t> labels, std::span<T> gradient)
     {
-        detail::check_step("exact_backprop", images.batch(), capacity_, gradient.size(), Network::parameter_count,
+        detail::check_step(name, images.batch(), capacity_, gradient.size(), Network::parameter_count,
                            labels, task::classes);
         batch_ = images.batch();
         Network::for_each_block([&](auto i) {
@@ -53,27 +58,6 @@ public:
         const T loss = task::loss::evaluate(batch_, logits, labels.data(), gradient_at<Network::block_count>().data());
         Network::for_each_block_down([&](auto i) { backward_block<i>(parameters, images, gradient); });
         return loss;
-    }
-
-    // The same on tensors (tensor_batch.hpp): images N x C x H x W, labels N
-    // (an xtensor container or an xt::adapt view of the caller's memory),
-    // checked against the network's input.
-    template <tensor_like Images, label_source Labels>
-    T accumulate_gradient(network_parameters<Network, T>& parameters, const Images& images, const Labels& labels,
-                          std::span<T> gradient)
-    {
-        const batch_view<const T, typename Network::input> x =
-            as_batch<typename Network::input>(images, "exact_backprop: images");
-        return accumulate_gradient(parameters, x, as_labels(labels, x.batch(), "exact_backprop: labels"), gradient);
-    }
-
-    // The same on pointers: images holds batch * Network::input::size
-    // values (NCHW), labels batch class indices.
-    T accumulate_gradient(network_parameters<Network, T>& parameters, std::size_t batch, const T* images,
-                          const std::int32_t* labels, std::span<T> gradient)
-    {
-        return accumulate_gradient(parameters, const_batch<T, typename Network::input>(images, batch),
-                                   std::span<const std::int32_t>(labels, batch), gradient);
     }
 
     // The logits of the last batch (batch * classes values).

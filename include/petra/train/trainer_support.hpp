@@ -16,6 +16,7 @@
 #include <petra/layers/softmax_cross_entropy_loss.hpp>
 #include <petra/network.hpp>
 #include <petra/shape.hpp>
+#include <petra/tensor_batch.hpp>
 
 namespace petra {
 
@@ -94,6 +95,40 @@ public:
 private:
     kernels::aligned_vector<T> storage_;
     std::size_t values_;
+};
+
+// The forms of accumulate_gradient a trainer offers beside its own on a
+// view of images and a span of labels: tensors (tensor_batch.hpp: images N x
+// C x H x W, labels N or any range of them), checked against the network's
+// input, and pointers with a batch size. A trainer derives from
+// gradient_forms<itself, Network, T>, names itself (static constexpr const
+// char* name, for the messages) and says `using gradient_forms<...>::
+// accumulate_gradient;`.
+template <class Trainer, class Network, class T>
+class gradient_forms {
+public:
+    template <tensor_like Images, label_source Labels>
+    T accumulate_gradient(network_parameters<Network, T>& parameters, const Images& images, const Labels& labels,
+                          std::span<T> gradient)
+    {
+        const batch_view<const T, typename Network::input> x =
+            as_batch<typename Network::input>(images, std::string(Trainer::name) + ": images");
+        return trainer().accumulate_gradient(parameters, x,
+                                             as_labels(labels, x.batch(), std::string(Trainer::name) + ": labels"),
+                                             gradient);
+    }
+
+    // images: batch * Network::input::size values (NCHW); labels: batch
+    // class indices.
+    T accumulate_gradient(network_parameters<Network, T>& parameters, std::size_t batch, const T* images,
+                          const std::int32_t* labels, std::span<T> gradient)
+    {
+        return trainer().accumulate_gradient(parameters, const_batch<T, typename Network::input>(images, batch),
+                                             std::span<const std::int32_t>(labels, batch), gradient);
+    }
+
+private:
+    Trainer& trainer() { return static_cast<Trainer&>(*this); }
 };
 
 } // namespace detail
