@@ -5,7 +5,8 @@
 // parameters and differentiates (reconstruct_backward, its function evaluated
 // once); a block that is not reversible recomputes from its stored input
 // (recompute_backward), which also restarts the reconstruction below it from
-// exact values. This is PETRA with one stage: the gradients equal exact
+// exact values. This is how PETRA's stages before the last differentiate
+// (its last stage keeps its activations instead): the gradients equal exact
 // backprop's up to the rounding of the reconstructions.
 #pragma once
 
