@@ -167,15 +167,14 @@ public:
     // with them), then saves; the position's time includes what the clock
     // has run since it last counted.
     template <class Method>
-    void save(run_position& position, const training_clock& clock, petra::network_parameters<net, float>& parameters,
-              Method& method)
+    void save(run_position& position, const training_clock& clock, Method& method)
     {
         [[maybe_unused]] const auto paused = method.pause();
         const double counted = position.training_seconds;
         position.training_seconds += clock.elapsed();
         const auto start = std::chrono::steady_clock::now();
         petra::checkpoint_writer out(path_, net::signature);
-        transfer(out, position, parameters, method);
+        transfer(out, position, method);
         out.commit();
         position.training_seconds = counted;
         last_bytes_ = std::filesystem::file_size(path_);
@@ -185,10 +184,10 @@ public:
     // Throws petra::checkpoint_error for a missing or bad file,
     // std::invalid_argument for a run of another recipe.
     template <class Method>
-    void load(run_position& position, petra::network_parameters<net, float>& parameters, Method& method)
+    void load(run_position& position, Method& method)
     {
         petra::checkpoint_reader in(path_, net::signature);
-        transfer(in, position, parameters, method);
+        transfer(in, position, method);
         in.finish();
     }
 
@@ -198,13 +197,15 @@ public:
 
 private:
     template <class Archive, class Method>
-    void transfer(Archive& archive, run_position& position, petra::network_parameters<net, float>& parameters,
-                  Method& method)
+    void transfer(Archive& archive, run_position& position, Method& method)
     {
         transfer_configuration(archive, recipe_, batches_per_epoch_);
         transfer_position(archive, position);
-        parameters.transfer_state(archive);
-        method.transfer_state(archive);
+        if constexpr (requires { method.transfer_state(archive); }) {
+            method.transfer_state(archive); // the parameters first
+        } else {
+            throw std::invalid_argument("--checkpoint: not yet with --driver mpi.");
+        }
     }
 
     std::string path_;
