@@ -4,6 +4,7 @@
 #pragma once
 
 #include <petra/mpi/channel.hpp>
+#include <petra/mpi/checkpoint.hpp>
 #include <petra/mpi/pipeline.hpp>
 #include <petra/mpi/rank_link.hpp>
 #include <petra/mpi/session.hpp>

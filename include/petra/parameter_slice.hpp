@@ -123,14 +123,23 @@ public:
     template <state_archive Archive>
     void transfer_state(Archive& archive)
     {
+        transfer(archive, values(), state());
+    }
+
+    // The same records for these blocks' values held anywhere (a whole
+    // network's parameters cut at First), so that a slice saved by one
+    // process loads into another's whole network, and back.
+    template <state_archive Archive>
+    static void transfer(Archive& archive, std::span<T, parameter_count> values, std::span<T, state_count> state)
+    {
         archive.section("parameter slice");
         archive.expect(First, "first block of the slice");
         archive.expect(End, "end block of the slice");
         archive.expect(parameter_count, "parameter count");
         archive.expect(state_count, "running-statistics count");
         archive.expect(sizeof(T), "bytes per value");
-        archive.values(std::span<T>(values_));
-        archive.values(std::span<T>(state_));
+        archive.values(std::span<T>(values));
+        archive.values(std::span<T>(state));
     }
 
 private:

@@ -69,6 +69,7 @@
 #include <petra/partition.hpp>
 #include <petra/pipeline/accumulation.hpp>
 #include <petra/pipeline/channel.hpp>
+#include <petra/pipeline/core.hpp>
 #include <petra/pipeline/options.hpp>
 #include <petra/pipeline/stage.hpp>
 #include <petra/pipeline/worker.hpp>
@@ -266,7 +267,97 @@ public:
         return 0;
     }
 
+    // The pipeline's own communicator (a duplicate of the one given).
+    MPI_Comm communicator() const { return communicator_.get(); }
+
+    // Collective, before this rank saves its stages: how many messages the
+    // sending end of every channel between two ranks has sent (indexed as
+    // channel_index), which the receiving ends need to save what is in
+    // transit.
+    std::vector<std::uint64_t> channel_counts()
+    {
+        std::vector<std::uint64_t> mine(2 * stage_count + 1, 0), all(mine.size(), 0);
+        const auto count = [&](const auto& link, std::size_t index) {
+            if (link && link->remote() && link->remote()->end() == channel_end::sending) {
+                mine[index] = link->remote()->messages_sent();
+            }
+        };
+        for (std::size_t j = 0; j < stage_count; ++j) {
+            count(forward_links_[j], forward_index(j));
+            count(backward_links_[j], backward_index(j));
+        }
+        count(labels_link_, labels_index());
+        check_mpi(MPI_Allreduce(mine.data(), all.data(), int(mine.size()), MPI_UINT64_T, MPI_MAX, communicator_.get()),
+                  "mpi pipeline: channel counts");
+        return all;
+    }
+
+    // One hosted stage's share of the state, the records of
+    // pipeline_core::transfer_stage_state (the same in every driver):
+    // counts from channel_counts() when saving, unused when loading. Every
+    // stage between the same two ticks (between feeds); loaded before the
+    // epoch's first feed.
+    template <state_archive Archive>
+    void transfer_stage_state(std::size_t stage_index, Archive& archive, const std::vector<std::uint64_t>& counts)
+    {
+        if (!hosts(stage_index)) {
+            throw std::invalid_argument("mpi pipeline: rank " + std::to_string(rank_) + " does not host stage " +
+                                        std::to_string(stage_index) + ".");
+        }
+        if (!Archive::loading && counts.size() != 2 * stage_count + 1) {
+            throw std::invalid_argument("mpi pipeline: saving a stage needs channel_counts().");
+        }
+        for_each_index<stage_count>([&](auto index) {
+            constexpr std::size_t i = decltype(index)::value;
+            if (i != stage_index) return;
+            auto& hosted = *std::get<i>(stages_);
+            std::size_t fed = fed_;
+            transfer_stage_header<Cuts>(archive, i, options_, fed);
+            if constexpr (Archive::loading) {
+                if (hosted.worker.next_tick() != 0 || (fed_ != 0 && fed_ != fed)) {
+                    throw std::runtime_error("mpi pipeline checkpoint: stage " + std::to_string(i) +
+                                             " is not at the start of an epoch, or the stages' shards disagree on "
+                                             "the micro-batches fed.");
+                }
+                fed_ = fed;
+            }
+            if constexpr (i + 1 == stage_count) {
+                std::lock_guard lock(shared_.statistics_mutex);
+                shared_.statistics.transfer_state(archive);
+            }
+            hosted.worker.transfer_state(archive);
+            transfer_link(archive, *forward_links_[i], counts, forward_index(i));
+            if constexpr (i + 1 < stage_count) transfer_link(archive, *backward_links_[i], counts, backward_index(i));
+            if constexpr (i + 1 == stage_count) transfer_link(archive, *labels_link_, counts, labels_index());
+            hosted.parameters.transfer_state(archive);
+            if constexpr (Archive::loading) {
+                if (hosted.worker.next_tick() != fed_) {
+                    throw std::runtime_error("mpi pipeline checkpoint: stage " + std::to_string(i) +
+                                             " is not at the tick of the micro-batches fed; the checkpoint is "
+                                             "inconsistent.");
+                }
+            }
+        });
+    }
+
 private:
+    static constexpr std::size_t forward_index(std::size_t stage) { return stage; }
+    static constexpr std::size_t backward_index(std::size_t stage) { return stage_count + stage; }
+    static constexpr std::size_t labels_index() { return 2 * stage_count; }
+
+    // The messages in transit into a stage: a local channel saves its own;
+    // the receiving end of an MPI channel needs its sender's count.
+    template <state_archive Archive, class Value>
+    static void transfer_link(Archive& archive, rank_link<Value>& link, const std::vector<std::uint64_t>& counts,
+                              std::size_t index)
+    {
+        if (link.local() != nullptr) {
+            link.local()->transfer_state(archive);
+        } else {
+            link.remote()->transfer_state(archive, Archive::loading ? 0 : std::size_t(counts[index]));
+        }
+    }
+
     struct placement {
         std::vector<std::size_t> groups;
     };
