@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -108,6 +109,28 @@ struct mpi_job {
         };
     }
 
+    // A stop request (a signal) reaches the ranks at different moments;
+    // they agree on it one micro-batch later: each call completes the
+    // previous call's reduction of every rank's request, and starts the next
+    // one, so that every rank stops before the same micro-batch.
+    std::function<bool()> agreed_stop(std::function<bool()> requested)
+    {
+        return [this, requested = std::move(requested)] {
+            int any = 0;
+            if (pending_ != MPI_REQUEST_NULL) {
+                MPI_Wait(&pending_, MPI_STATUS_IGNORE);
+                any = reduced_;
+            }
+            local_ = requested() ? 1 : 0;
+            MPI_Iallreduce(&local_, &reduced_, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &pending_);
+            return any != 0;
+        };
+    }
+    ~mpi_job()
+    {
+        if (pending_ != MPI_REQUEST_NULL) MPI_Wait(&pending_, MPI_STATUS_IGNORE);
+    }
+
     [[noreturn]] void abort(const std::string& why, int status) const
     {
         std::fprintf(stderr, "fashion_mnist: rank %d of %d: %s\n", session.rank(), session.size(), why.c_str());
@@ -115,6 +138,11 @@ struct mpi_job {
         MPI_Abort(MPI_COMM_WORLD, status);
         std::exit(status);
     }
+
+private:
+    MPI_Request pending_ = MPI_REQUEST_NULL;
+    int local_ = 0;
+    int reduced_ = 0;
 };
 #endif
 
@@ -156,6 +184,9 @@ int main(int argc, char** argv)
     if (!options.checkpoint_path.empty()) {
         install_stop_handlers();
         options.stop_requested = [] { return stop_signal.load() != 0; };
+#ifdef PETRA_JOB_WITH_MPI
+        if (mpi) options.stop_requested = mpi->agreed_stop(options.stop_requested);
+#endif
     }
     const auto failed = [&](const char* why, int status) {
 #ifdef PETRA_JOB_WITH_MPI
@@ -165,7 +196,7 @@ int main(int argc, char** argv)
     };
     try {
         const fashion::job_summary summary = fashion::run_job(options);
-        if (!reports) return exit_status::done;
+        if (!reports) return summary.interrupted ? 128 + (stop_signal.load() == SIGTERM ? SIGTERM : SIGINT) : 0;
         return summary.interrupted ? stopped(summary, options.checkpoint_path) : finished(summary);
     } catch (const std::invalid_argument& error) {
         // Options, a checkpoint of other options, more ranks than stages:

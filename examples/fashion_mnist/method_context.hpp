@@ -32,8 +32,10 @@ struct method_context {
 // partial accumulation) and returns its statistics; pause() returns a guard
 // while which the parameters may be read (no stage runs); evaluate() scores
 // the network on `count` test images (read where reads_data()); digest() is
-// parameter_digest() of the whole network; transfer_state(archive) saves or
-// restores all it holds between calls, parameters first.
+// parameter_digest() of the whole network. Its checkpoint: all it holds
+// between calls, through transfer_state(archive) (parameters first) or, for
+// one shard per stage, save_checkpoint and load_checkpoint
+// (run_checkpoint.hpp).
 template <class M>
 concept training_method = std::constructible_from<M, const method_context&> &&
                           requires(M& method, const micro_batch& batch, const run_position& position,

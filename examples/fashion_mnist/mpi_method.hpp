@@ -9,6 +9,7 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include <petra/mpi.hpp>
@@ -68,6 +69,19 @@ public:
         const auto state = [](std::uint64_t hash, std::size_t, std::span<const float>,
                               std::span<const float> stage_state) { return digest_of(hash, stage_state); };
         return digest_text(pipeline_.fold_stages(pipeline_.fold_stages(digest_basis, values), state));
+    }
+
+    // Checkpoints: each rank the shards of its stages, then rank 0 the
+    // manifest with the run's records (read back on every rank).
+    template <class Records>
+    std::uint64_t save_checkpoint(const std::string& path, Records&& records)
+    {
+        return petra::save_mpi_checkpoint(path, net::signature, pipeline_, records);
+    }
+    template <class Records>
+    void load_checkpoint(const std::string& path, Records&& records)
+    {
+        petra::load_mpi_checkpoint(path, net::signature, pipeline_, records);
     }
 
 private:

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -75,13 +76,17 @@ public:
         return parameter_digest(parameters_);
     }
 
-    // The parameters, then everything in flight, all at the same tick.
-    template <petra::state_archive Archive>
-    void transfer_state(Archive& archive)
+    // Checkpoints: one shard per stage (its state and its slice of the
+    // parameters), then the manifest with the run's records.
+    template <class Records>
+    std::uint64_t save_checkpoint(const std::string& path, Records&& records)
     {
-        const auto paused = pipeline_.pause();
-        parameters_.transfer_state(archive);
-        pipeline_.transfer_state(archive);
+        return petra::save_sharded_checkpoint(path, net::signature, pipeline_, records);
+    }
+    template <class Records>
+    void load_checkpoint(const std::string& path, Records&& records)
+    {
+        petra::load_sharded_checkpoint(path, net::signature, pipeline_, records);
     }
 
 private:
