@@ -41,6 +41,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -50,14 +51,18 @@
 
 namespace petra {
 
-// Throws std::runtime_error naming `what` unless code is MPI_SUCCESS.
-inline void check_mpi(int code, const std::string& what)
+// Throws std::runtime_error naming `what` (and the channel `name`, if any)
+// unless code is MPI_SUCCESS. Nothing is built unless it throws: calls on
+// every message must not allocate.
+inline void check_mpi(int code, std::string_view what, std::string_view name = {})
 {
     if (code == MPI_SUCCESS) return;
     char text[MPI_MAX_ERROR_STRING];
     int length = 0;
     MPI_Error_string(code, text, &length);
-    throw std::runtime_error(what + ": " + std::string(text, std::size_t(length)));
+    const std::string where =
+        name.empty() ? std::string(what) : "channel '" + std::string(name) + "': " + std::string(what);
+    throw std::runtime_error(where + ": " + std::string(text, std::size_t(length)));
 }
 
 // The MPI datatype of float or double values.
@@ -114,7 +119,7 @@ public:
         const bool marker = header(slot)->end_of_epoch;
         const std::size_t bytes = header_bytes + (marker ? 0 : message_size_ * sizeof(T));
         check_mpi(MPI_Issend(slot_data(slot), int(bytes), MPI_BYTE, peer_, tag_, communicator_, &requests_[slot]),
-                  "channel '" + name_ + "': send");
+                  "send", name_);
         ++sent_;
         bytes_sent_ += bytes;
     }
@@ -200,12 +205,12 @@ private:
     {
         check_mpi(MPI_Irecv(slot_data(slot), int(slot_bytes_), MPI_BYTE, peer_, tag_, communicator_,
                             &requests_[slot]),
-                  "channel '" + name_ + "': receive");
+                  "receive", name_);
     }
 
     void wait(std::size_t slot)
     {
-        check_mpi(MPI_Wait(&requests_[slot], MPI_STATUS_IGNORE), "channel '" + name_ + "': wait");
+        check_mpi(MPI_Wait(&requests_[slot], MPI_STATUS_IGNORE), "wait", name_);
     }
 
     std::string name_;
