@@ -58,6 +58,8 @@ void check_ranks_equal_simulation(const pipeline_options& options)
         mpi_pipeline<pipeline_network, cuts_of<J>, sgd<float>> pipeline(MPI_COMM_WORLD, 3, plain_sgd,
                                                                         test::constant_rate, options);
         CHECK(pipeline.ranks() == world_size());
+        // A rank that hosts several stages runs them on threads.
+        CHECK(pipeline.threaded() == (pipeline.end_stage() - pipeline.first_stage() > 1));
         for (std::size_t epoch = 0; epoch < 2; ++epoch) {
             for (std::size_t m = 0; m < data.images.size(); ++m) {
                 if (pipeline.feeds()) pipeline.feed(data.images[m].data(), data.labels[m].data());

@@ -95,14 +95,29 @@ public:
     mpi_channel(const mpi_channel&) = delete;
     mpi_channel& operator=(const mpi_channel&) = delete;
 
-    // Sends still in flight complete (their receives are posted, or will
-    // be); receives still posted are cancelled.
+    // Never waits on the other side, which may have failed: receives still
+    // posted are cancelled; a send its receiver has not matched yet is let
+    // go (MPI_Request_free), and its slots are then left allocated, as MPI
+    // may still read them. Between epochs every send has been matched.
     ~mpi_channel()
     {
+        bool unmatched = false;
         for (MPI_Request& request : requests_) {
             if (request == MPI_REQUEST_NULL) continue;
-            if (end_ == channel_end::receiving) MPI_Cancel(&request);
-            MPI_Wait(&request, MPI_STATUS_IGNORE);
+            if (end_ == channel_end::receiving) {
+                MPI_Cancel(&request);
+                MPI_Wait(&request, MPI_STATUS_IGNORE);
+                continue;
+            }
+            int done = 0;
+            MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+            if (!done) {
+                MPI_Request_free(&request);
+                unmatched = true;
+            }
+        }
+        if (unmatched) {
+            [[maybe_unused]] auto* kept = new kernels::aligned_vector<std::byte>(std::move(buffer_)); // never freed
         }
     }
 

@@ -21,13 +21,15 @@
 // optimizer state, FIFOs and buffers, and the channels at its edges: never
 // the whole network.
 //
-// Schedule: each feed() runs one tick of every stage this rank hosts, in
-// stage order, on the caller's thread; ranks wait for one another only
-// through their messages, and every tick reads what its neighbours produced
-// at the tick before, so the numbers are those of sequential_pipeline, bit
-// for bit (tested for several (R, J), k = 1, 2 and every buffer option).
-// drain() runs the ticks that empty the pipeline and returns the epoch's
-// statistics on every rank.
+// Schedule: each feed() runs one tick of every stage this rank hosts: on
+// the caller's thread, before it returns, when the rank hosts one stage;
+// on one thread per stage, as thread_pipeline does, when it hosts several
+// (given MPI_THREAD_MULTIPLE; otherwise on the caller's thread, in stage
+// order). Ranks wait for one another only through their messages, and
+// every tick reads what its neighbours produced at the tick before, so the
+// numbers are those of sequential_pipeline, bit for bit (tested for several
+// (R, J), k = 1, 2 and every buffer option). drain() runs the ticks that
+// empty the pipeline and returns the epoch's statistics on every rank.
 //
 // Collective calls (every rank of the communicator, in the same order):
 // the constructor, feed(), drain(), evaluate(), gather_parameters(),
@@ -48,13 +50,17 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <condition_variable>
 #include <cstdlib>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -155,6 +161,13 @@ public:
     mpi_pipeline(const mpi_pipeline&) = delete;
     mpi_pipeline& operator=(const mpi_pipeline&) = delete;
 
+    // Between epochs, or where every rank stopped feeding at the same
+    // micro-batch (the stages finish the ticks granted, then the threads
+    // are joined). An exception leaving the pipeline's scope in the middle
+    // of an epoch, while this rank's stage threads still run, ends the job:
+    // they cannot be stopped inside MPI.
+    ~mpi_pipeline() { stop_threads(); }
+
     int rank() const { return rank_; }
     int ranks() const { return ranks_; }
     // The stages this rank hosts: [first_stage(), end_stage()).
@@ -169,6 +182,10 @@ public:
     // one that scores the micro-batches (it hosts the last stage).
     bool feeds() const { return rank_ == 0; }
     bool scores() const { return hosts(stage_count - 1); }
+    // Whether this rank runs its stages on one thread each (it hosts more
+    // than one, and MPI gives MPI_THREAD_MULTIPLE), or on the caller's
+    // thread inside feed().
+    bool threaded() const { return threaded_; }
     const std::vector<std::size_t>& stage_groups_of_ranks() const { return groups_; }
     const pipeline_options& options() const { return options_; }
 
@@ -177,7 +194,8 @@ public:
 
     // Collective: one micro-batch of options.batch images and labels, read
     // on the rank that feeds (others may pass null), then one tick of every
-    // stage this rank hosts.
+    // stage this rank hosts: run before feed() returns, or granted to the
+    // stages' threads.
     void feed(const T* images, const std::int32_t* labels)
     {
         if (feeds()) {
@@ -187,7 +205,15 @@ public:
             send_micro_batch(images, labels);
         }
         ++fed_;
-        run_tick();
+        if (!threaded_) {
+            run_tick();
+            return;
+        }
+        {
+            std::lock_guard lock(mutex_);
+            granted_ = fed_;
+        }
+        to_stages_.notify_all();
     }
     void feed(const_batch<T, typename Network::input> images, std::span<const std::int32_t> labels)
     {
@@ -210,7 +236,16 @@ public:
     epoch_statistics drain()
     {
         if (feeds()) send_end_of_epoch();
-        while (!run_tick()) {
+        if (threaded_) {
+            std::unique_lock lock(mutex_);
+            granted_ = std::numeric_limits<std::size_t>::max();
+            to_stages_.notify_all();
+            to_caller_.wait(lock, [&] { return finished_ == end_stage() - first_stage(); });
+            finished_ = 0;
+            granted_ = 0;
+        } else {
+            while (!run_tick()) {
+            }
         }
         epoch_statistics epoch;
         {
@@ -218,8 +253,14 @@ public:
             epoch = std::exchange(shared_.statistics, {});
         }
         broadcast_from(rank_of(stage_count - 1), epoch);
+        // Every stage's thread waits for the next epoch: none touches its
+        // worker.
         start_epoch();
-        ++epoch_;
+        {
+            std::lock_guard lock(mutex_);
+            ++epoch_;
+        }
+        to_stages_.notify_all();
         return epoch;
     }
 
@@ -276,6 +317,7 @@ public:
     // transit.
     std::vector<std::uint64_t> channel_counts()
     {
+        wait_until_idle();
         std::vector<std::uint64_t> mine(2 * stage_count + 1, 0), all(mine.size(), 0);
         const auto count = [&](const auto& link, std::size_t index) {
             if (link && link->remote() && link->remote()->end() == channel_end::sending) {
@@ -307,6 +349,7 @@ public:
         if (!Archive::loading && counts.size() != 2 * stage_count + 1) {
             throw std::invalid_argument("mpi pipeline: saving a stage needs channel_counts().");
         }
+        wait_until_idle();
         for_each_index<stage_count>([&](auto index) {
             constexpr std::size_t i = decltype(index)::value;
             if (i != stage_index) return;
@@ -406,6 +449,9 @@ private:
     {
         if (!shared_.learning_rate) throw std::invalid_argument("pipeline: a learning-rate schedule is needed.");
         if (options.batch == 0) throw std::invalid_argument("pipeline: the batch must hold at least one example.");
+        int thread_level = MPI_THREAD_SINGLE;
+        check_mpi(MPI_Query_thread(&thread_level), "MPI_Query_thread");
+        threaded_ = end_stage() - first_stage() > 1 && thread_level == MPI_THREAD_MULTIPLE;
         make_links();
         for_each_index<stage_count>([&](auto index) {
             constexpr std::size_t i = decltype(index)::value;
@@ -414,6 +460,100 @@ private:
                 std::make_unique<hosted_stage<i>>(seed, optimizer_options, options_, links_of<i>(), shared_);
         });
         start_epoch();
+        if (threaded_) start_threads();
+    }
+
+    // One std::thread per hosted stage, each running its ticks as soon as
+    // feed() grants them (as thread_pipeline's do).
+    void start_threads()
+    {
+        waiting_for_.fill(running);
+        try {
+            for_each_index<stage_count>([&](auto index) {
+                constexpr std::size_t i = decltype(index)::value;
+                if (hosts(i)) threads_.emplace_back([this] { run_stage<i>(); });
+            });
+        } catch (...) {
+            stop_threads();
+            throw;
+        }
+    }
+
+    template <std::size_t I>
+    void run_stage()
+    {
+        auto& worker = std::get<I>(stages_)->worker;
+        for (std::size_t epoch = 0;; ++epoch) {
+            {
+                std::unique_lock lock(mutex_);
+                waiting_for_[I] = 0; // the next epoch's first tick
+                to_caller_.notify_all();
+                to_stages_.wait(lock, [&] { return epoch_ == epoch || stopping_; });
+                if (stopping_) return;
+            }
+            for (bool done = false; !done;) {
+                {
+                    std::unique_lock lock(mutex_);
+                    while (worker.next_tick() >= granted_ && !stopping_) {
+                        waiting_for_[I] = worker.next_tick();
+                        to_caller_.notify_all();
+                        to_stages_.wait(lock);
+                    }
+                    if (stopping_) return;
+                    waiting_for_[I] = running;
+                }
+                const std::size_t tick = worker.next_tick();
+                try {
+                    done = worker.tick();
+                } catch (const pipeline_stopped&) {
+                    return; // the destructor, between epochs
+                } catch (const std::exception& error) {
+                    abort_job(I, tick, error.what());
+                } catch (...) {
+                    abort_job(I, tick, "an exception that is not a std::exception");
+                }
+            }
+            std::lock_guard lock(mutex_);
+            ++finished_;
+            to_caller_.notify_all();
+        }
+    }
+
+    // Whether every hosted stage's thread waits, with every tick granted
+    // run. With mutex_ held.
+    bool idle() const
+    {
+        for (std::size_t j = first_stage(); j < end_stage(); ++j) {
+            if (waiting_for_[j] == running || waiting_for_[j] < granted_) return false;
+        }
+        return true;
+    }
+
+    // Until no stage of this rank runs: what a checkpoint or a read of the
+    // parameters needs.
+    void wait_until_idle()
+    {
+        if (!threaded_) return;
+        std::unique_lock lock(mutex_);
+        to_caller_.wait(lock, [&] { return idle(); });
+    }
+
+    void stop_threads()
+    {
+        if (threads_.empty()) return;
+        {
+            std::unique_lock lock(mutex_);
+            if (!idle() && std::uncaught_exceptions() > 0) {
+                lock.unlock();
+                abort_rank("an exception left the mpi_pipeline's scope while its stages were running");
+            }
+            to_caller_.wait(lock, [&] { return idle(); });
+            stopping_ = true;
+        }
+        stop_.stop();
+        to_stages_.notify_all();
+        for (std::thread& thread : threads_) thread.join();
+        threads_.clear();
     }
 
     static std::size_t forward_values(std::size_t stage) { return Network::profile[Cuts[stage]].input_values; }
@@ -427,8 +567,9 @@ private:
 
     // One channel between a sending and a receiving rank: in-process when
     // both are this one, one end of an MPI channel when only one is, none
-    // otherwise. Local channels never wait: this rank runs its stages in
-    // order, so a message is always there when the schedule reads it.
+    // otherwise. Local channels wait for the other side when the stages run
+    // on threads; otherwise never: this rank runs its stages in order, so a
+    // message is always there when the schedule reads it.
     template <class Value>
     std::unique_ptr<rank_link<Value>> make_link(const std::string& name, int sender, int receiver, int tag,
                                                 std::size_t capacity, std::size_t message_size,
@@ -437,7 +578,8 @@ private:
     {
         if (sender == rank_ && receiver == rank_) {
             local.push_back(
-                std::make_unique<channel<Value>>(name, capacity, message_size, stop_, channel_waiting::never));
+                std::make_unique<channel<Value>>(name, capacity, message_size, stop_,
+                                                 threaded_ ? channel_waiting::blocking : channel_waiting::never));
             return std::make_unique<rank_link<Value>>(*local.back());
         }
         if (sender != rank_ && receiver != rank_) return nullptr;
@@ -558,6 +700,15 @@ private:
         return all_done;
     }
 
+    [[noreturn]] void abort_rank(const char* what) const
+    {
+        std::fprintf(stderr, "petra: rank %d of %d (stages %zu to %zu): %s; ending the job.\n", rank_, ranks_,
+                     first_stage(), end_stage() - 1, what);
+        std::fflush(stderr);
+        MPI_Abort(communicator_.get(), 1);
+        std::abort(); // MPI_Abort does not return
+    }
+
     [[noreturn]] void abort_job(std::size_t stage, std::size_t tick, const char* what) const
     {
         const std::string micro_batch =
@@ -594,9 +745,22 @@ private:
     std::vector<std::unique_ptr<rank_link<T>>> backward_links_; // [j]: from stage j + 1 into stage j
     std::unique_ptr<rank_link<std::int32_t>> labels_link_;
     typename hosted_tuple<std::make_index_sequence<stage_count>>::type stages_;
-    std::array<bool, stage_count> done_{};
+    std::array<bool, stage_count> done_{}; // the caller's thread runs the stages
     std::size_t fed_ = 0;
     std::size_t epoch_ = 0;
+
+    // The stages on threads: feed() grants ticks, drain() waits for every
+    // stage to finish the epoch, a stage that waits says for which tick.
+    bool threaded_ = false;
+    std::mutex mutex_;
+    std::condition_variable to_stages_;
+    std::condition_variable to_caller_;
+    std::size_t granted_ = 0;  // ticks the stages may run this epoch
+    std::size_t finished_ = 0; // stages done with the epoch
+    bool stopping_ = false;
+    static constexpr std::size_t running = std::numeric_limits<std::size_t>::max();
+    std::array<std::size_t, stage_count> waiting_for_{}; // the tick each stage's thread waits for, or running
+    std::vector<std::thread> threads_;
 };
 
 template <class Network, auto Cuts, class Optimizer, class T>
@@ -604,6 +768,7 @@ inference_score mpi_pipeline<Network, Cuts, Optimizer, T>::evaluate(const T* ima
                                                                     std::size_t count, std::size_t chunk)
 {
     if (chunk == 0) throw std::invalid_argument("mpi pipeline: evaluation needs a chunk of at least one example.");
+    wait_until_idle();
     if (feeds() && count > 0 && (images == nullptr || labels == nullptr)) {
         throw std::invalid_argument("mpi pipeline: the rank that feeds needs the images and labels to evaluate.");
     }
@@ -678,6 +843,7 @@ void mpi_pipeline<Network, Cuts, Optimizer, T>::gather_parameters(network_parame
     if (rank_ == root && whole == nullptr) {
         throw std::invalid_argument("mpi pipeline: gather_parameters needs the parameters to fill on its root.");
     }
+    wait_until_idle();
     const MPI_Datatype type = mpi_type<T>();
     const MPI_Comm communicator = communicator_.get();
     for_each_hosted([&](auto& hosted, std::size_t) {
@@ -708,6 +874,7 @@ template <class Network, auto Cuts, class Optimizer, class T>
 template <class Fold>
 std::uint64_t mpi_pipeline<Network, Cuts, Optimizer, T>::fold_stages(std::uint64_t state, Fold&& fold)
 {
+    wait_until_idle();
     const MPI_Comm communicator = communicator_.get();
     if (rank_ > 0) {
         check_mpi(MPI_Recv(&state, 1, MPI_UINT64_T, rank_ - 1, fold_tag, communicator, MPI_STATUS_IGNORE), "fold");
