@@ -47,8 +47,8 @@ public:
         else pipeline_.feed();
     }
 
-    // On the rank that scores; zero elsewhere (the epoch's statistics come
-    // to every rank with end_epoch()).
+    // Collective: every rank calls it after every micro-batch; rank 0
+    // learns the scoring rank's statistics one micro-batch late.
     petra::epoch_statistics progress() { return pipeline_.progress(); }
     petra::epoch_statistics end_epoch() { return pipeline_.drain(); }
     // Between feeds nothing runs on any rank.

@@ -100,7 +100,9 @@ private:
                           position_);
             ++position_.batch;
             ++position_.steps;
-            if (!progress_.quiet()) progress_.trained(position_, method_.progress());
+            // On every process: on MPI ranks the statistics travel to rank 0 (mpi_method.hpp).
+            const petra::epoch_statistics so_far = method_.progress();
+            if (!progress_.quiet()) progress_.trained(position_, so_far);
             if (options_.checkpoint_every != 0 && position_.steps % options_.checkpoint_every == 0) save_checkpoint();
         }
         return true;

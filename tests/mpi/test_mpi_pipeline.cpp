@@ -170,3 +170,39 @@ TEST_CASE("mpi pipeline: a forward-only pass through the ranks scores as predict
     CHECK(score.correct == correct);
     CHECK(score.loss_sum == loss_sum);
 }
+
+TEST_CASE("mpi pipeline: every rank learns the epoch's statistics so far, one micro-batch late, as the scoring rank "
+          "had them")
+{
+    constexpr std::size_t J = 3;
+    if (std::size_t(world_size()) > J) return;
+    const test::micro_batches data(10, 4, 11);
+    auto simulated = pipeline_network::make_parameters<float>(2);
+    std::vector<epoch_statistics> expected; // after each feed
+    {
+        sequential_pipeline<pipeline_network, cuts_of<J>, sgd<float>> pipeline(simulated, plain_sgd,
+                                                                               test::constant_rate, {.batch = 4});
+        for (std::size_t m = 0; m < data.images.size(); ++m) {
+            pipeline.feed(data.images[m].data(), data.labels[m].data());
+            expected.push_back(pipeline.progress());
+        }
+        pipeline.drain();
+    }
+    mpi_pipeline<pipeline_network, cuts_of<J>, sgd<float>> pipeline(MPI_COMM_WORLD, 2, plain_sgd, test::constant_rate,
+                                                                    {.batch = 4});
+    for (std::size_t m = 0; m < data.images.size(); ++m) {
+        pipeline.feed(data.images[m].data(), data.labels[m].data());
+        const epoch_statistics so_far = pipeline.progress();
+        CAPTURE(m);
+        if (pipeline.scores()) { // as after feed m
+            CHECK(so_far.micro_batches == expected[m].micro_batches);
+            CHECK(so_far.loss_sum == expected[m].loss_sum);
+            continue;
+        }
+        if (m == 0) continue;
+        CHECK(so_far.micro_batches == expected[m - 1].micro_batches);
+        CHECK(so_far.correct == expected[m - 1].correct);
+        CHECK(so_far.loss_sum == expected[m - 1].loss_sum);
+    }
+    pipeline.drain();
+}

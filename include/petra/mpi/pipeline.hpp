@@ -166,7 +166,11 @@ public:
     // are joined). An exception leaving the pipeline's scope in the middle
     // of an epoch, while this rank's stage threads still run, ends the job:
     // they cannot be stopped inside MPI.
-    ~mpi_pipeline() { stop_threads(); }
+    ~mpi_pipeline()
+    {
+        stop_threads();
+        finish_progress_broadcast();
+    }
 
     int rank() const { return rank_; }
     int ranks() const { return ranks_; }
@@ -252,6 +256,8 @@ public:
             std::lock_guard lock(shared_.statistics_mutex);
             epoch = std::exchange(shared_.statistics, {});
         }
+        finish_progress_broadcast();
+        progress_seen_ = {};
         broadcast_from(rank_of(stage_count - 1), epoch);
         // Every stage's thread waits for the next epoch: none touches its
         // worker.
@@ -264,12 +270,27 @@ public:
         return epoch;
     }
 
-    // The current epoch's statistics so far as this rank knows them: the
-    // micro-batches scored, on the rank that scores; nothing elsewhere.
+    // Collective, when called at all (every rank, after each feed): the
+    // current epoch's statistics so far. The rank that scores returns its
+    // own once its stages have run the tick of the last feed; the others
+    // those it had at the call before, broadcast without waiting (a
+    // nonblocking broadcast started at each call and completed at the
+    // next), so that rank 0 reports progress as the thread pipeline does,
+    // a micro-batch late.
     epoch_statistics progress()
     {
-        std::lock_guard lock(shared_.statistics_mutex);
-        return shared_.statistics;
+        if (scores()) wait_until_idle();
+        epoch_statistics local;
+        {
+            std::lock_guard lock(shared_.statistics_mutex);
+            local = shared_.statistics;
+        }
+        finish_progress_broadcast();
+        progress_sent_ = local;
+        check_mpi(MPI_Ibcast(&progress_sent_, int(sizeof(epoch_statistics)), MPI_BYTE, rank_of(stage_count - 1),
+                             communicator_.get(), &progress_request_),
+                  "mpi pipeline: progress");
+        return scores() ? local : progress_seen_;
     }
 
     // Collective: a forward-only pass (running statistics, nothing updated)
@@ -700,6 +721,15 @@ private:
         return all_done;
     }
 
+    // Completes the broadcast the last progress() started, if any (every
+    // rank has one then).
+    void finish_progress_broadcast()
+    {
+        if (progress_request_ == MPI_REQUEST_NULL) return;
+        check_mpi(MPI_Wait(&progress_request_, MPI_STATUS_IGNORE), "mpi pipeline: progress");
+        progress_seen_ = progress_sent_;
+    }
+
     [[noreturn]] void abort_rank(const char* what) const
     {
         std::fprintf(stderr, "petra: rank %d of %d (stages %zu to %zu): %s; ending the job.\n", rank_, ranks_,
@@ -748,6 +778,11 @@ private:
     std::array<bool, stage_count> done_{}; // the caller's thread runs the stages
     std::size_t fed_ = 0;
     std::size_t epoch_ = 0;
+    // progress(): the statistics in the broadcast in flight, and the last
+    // ones received.
+    MPI_Request progress_request_ = MPI_REQUEST_NULL;
+    epoch_statistics progress_sent_;
+    epoch_statistics progress_seen_;
 
     // The stages on threads: feed() grants ticks, drain() waits for every
     // stage to finish the epoch, a stage that waits says for which tick.
