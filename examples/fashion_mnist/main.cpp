@@ -174,7 +174,18 @@ int main(int argc, char** argv)
     }
 #ifdef PETRA_JOB_WITH_MPI
     std::optional<mpi_job> mpi;
-    if (recipe.driver == fashion::driver::mpi) mpi.emplace(argc, argv, options);
+    if (recipe.driver == fashion::driver::mpi) {
+        mpi.emplace(argc, argv, options);
+        // Before the data is read: every rank refuses alike.
+        if (std::size_t(mpi->session.size()) > recipe.stages) {
+            return refuse(("rank " + std::to_string(mpi->session.rank()) + ": " +
+                           std::to_string(mpi->session.size()) + " MPI ranks for " + std::to_string(recipe.stages) +
+                           " stages; every rank hosts at least one stage: launch at most " +
+                           std::to_string(recipe.stages) + " ranks, or pass more --stages.")
+                              .c_str(),
+                          exit_status::usage);
+        }
+    }
     const bool reports = !mpi || mpi->session.rank() == 0;
 #else
     const bool reports = true;
