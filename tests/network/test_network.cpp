@@ -2,6 +2,7 @@
 // parameter array with its block views, inference, and the two baseline
 // trainers: exact backprop against central differences in double, and
 // reversible backprop against exact backprop.
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -307,4 +308,31 @@ TEST_CASE("network: the weight mask marks convolution and dense weights, not bia
     const std::size_t head = reference::parameter_offsets[9];
     for (std::size_t i = head; i < head + 1280; ++i) CHECK(mask[i] == 1.0f);
     for (std::size_t i = head + 1280; i < head + 1290; ++i) CHECK(mask[i] == 0.0f);
+}
+
+// A run of blocks' parameters held on their own (what a stage on another
+// process holds): drawn from a seed, the same values as the whole network's
+// from that seed; its weight mask the whole network's, cut.
+TEST_CASE("parameter slice: the blocks' values of make_parameters(seed), and their weight mask")
+{
+    using net = reference_network<>;
+    const auto whole = net::make_parameters<float>(7);
+    const auto mask = net::weight_mask<float>();
+    const auto check_slice = [&](auto slice) {
+        using slice_type = decltype(slice);
+        CAPTURE(slice_type::first_block);
+        const auto values = slice.values();
+        const auto state = slice.state();
+        CHECK(std::equal(values.begin(), values.end(), whole.values().begin() + slice_type::parameter_offset));
+        CHECK(std::equal(state.begin(), state.end(), whole.state().begin() + slice_type::state_offset));
+        const auto slice_mask = slice_type::weight_mask();
+        CHECK(std::equal(slice_mask.begin(), slice_mask.end(), mask.begin() + slice_type::parameter_offset));
+        auto copy = net::make_parameters<float>(1);
+        slice.copy_into(copy);
+        CHECK(std::equal(values.begin(), values.end(), copy.values().begin() + slice_type::parameter_offset));
+    };
+    check_slice(parameter_slice<net, 0, 2, float>(7));
+    check_slice(parameter_slice<net, 4, 7, float>(7));
+    check_slice(parameter_slice<net, 9, 10, float>(7));
+    check_slice(parameter_slice<net, 3, 8, float>(whole));
 }

@@ -15,9 +15,11 @@
 // - A shard: section "checkpoint shard", the token, the stage index, then
 //   the stage's records (pipeline core.hpp: transfer_stage_state, the same
 //   whatever the driver).
-// - The manifest: section "checkpoint manifest", the token, the stage
-//   count, each shard's file name (relative to the manifest's directory)
-//   and size in bytes, then the caller's records.
+// - The manifest: the caller's records first (a job's options and
+//   position, so that a checkpoint of other options is refused by them, in
+//   either format), then section "checkpoint manifest", the token, the
+//   stage count, each shard's file name (relative to the manifest's
+//   directory) and size in bytes.
 // Reading checks the manifest, then each shard against it: a shard that is
 // missing, of another size (truncated), damaged, or of another save (its
 // token) is a checkpoint_error naming the shard and its stage.
@@ -106,33 +108,33 @@ void transfer_manifest(Archive& archive, checkpoint_manifest& manifest)
     }
 }
 
-// Writes the manifest over the previous one: the shards of `manifest`,
-// then records(archive), the caller's own.
+// Writes the manifest over the previous one: records(archive), the
+// caller's own, then the shards of `manifest`.
 template <class Records>
 void write_checkpoint_manifest(const std::string& path, std::uint64_t signature, checkpoint_manifest& manifest,
                                Records&& records)
 {
     checkpoint_writer out(path, signature);
-    transfer_manifest(out, manifest);
     records(out);
+    transfer_manifest(out, manifest);
     out.commit();
 }
 
-// Reads the manifest at path and records(archive), the caller's own;
+// Reads records(archive), the caller's own, and the manifest at path;
 // checks that it names stage_count shards.
 template <class Records>
 checkpoint_manifest read_checkpoint_manifest(const std::string& path, std::uint64_t signature,
                                              std::size_t stage_count, Records&& records)
 {
     checkpoint_reader in(path, signature);
+    records(in);
     checkpoint_manifest manifest;
     transfer_manifest(in, manifest);
+    in.finish();
     if (manifest.shards.size() != stage_count) {
         throw checkpoint_error("checkpoint '" + path + "' names " + std::to_string(manifest.shards.size()) +
                                " stage shards; this pipeline has " + std::to_string(stage_count) + " stages.");
     }
-    records(in);
-    in.finish();
     return manifest;
 }
 
