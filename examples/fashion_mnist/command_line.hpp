@@ -68,7 +68,7 @@ std::string alternatives(const std::array<named<Choice>, N>& names)
 
 inline const char* const job_epilogue = R"(Progress goes to stderr (a bar on a terminal, plain lines otherwise). At the
 end, a short report on stderr and one line of JSON on stdout with method,
-stages, accumulation, epochs, steps, batch, seed, learning_rate,
+stages, driver, ranks, accumulation, epochs, steps, batch, seed, learning_rate,
 test_accuracy, test_loss, train_seconds, examples_per_second, peak_rss_bytes
 and parameter_digest (a digest of the final parameters and running
 statistics: equal digests, equal final networks).
@@ -93,8 +93,12 @@ inline void declare_options(CLI::App& app, job_options& options)
     const CLI::Validator whole_number(whole_number_form_error, "");
 
     app.add_option("--method", options.method, alternatives(method_names))->type_name("M");
-    app.add_option("--stages", options.stages, "PETRA's stages, one thread each: 1 to " + std::to_string(max_stages))
+    app.add_option("--stages", options.stages, "PETRA's stages: 1 to " + std::to_string(max_stages))
         ->type_name("J")->check(whole_number);
+    app.add_option("--driver", options.driver,
+                   alternatives(driver_names) + ": PETRA's stages on one\nthread each, on the caller's thread, or on "
+                   "MPI ranks\n(mpirun -np R, R <= J; the same numbers)")
+        ->type_name("D");
     app.add_option("--accumulation", options.accumulation, "micro-batches per optimizer step")
         ->type_name("K")->check(whole_number);
     app.add_option("--epochs", options.epochs, "epochs over the 60,000 training images")

@@ -17,9 +17,13 @@
 
 namespace fashion {
 
+// Both splits, and their sizes: a process that does not read the files (an
+// MPI rank that does not feed) holds empty sets and the sizes alone.
 struct job_data {
     petra::labelled_images train;
     petra::labelled_images test;
+    std::size_t train_size = 0;
+    std::size_t test_size = 0;
 };
 
 // Loads the IDX files (gzip) in data_dir. Throws petra::data_error for
@@ -34,6 +38,8 @@ inline job_data load_data(const std::string& data_dir, std::size_t batch)
                                        classes, petra::fashion_mnist_normalisation);
     };
     job_data data{split("train"), split("t10k")};
+    data.train_size = data.train.size();
+    data.test_size = data.test.size();
     for (const petra::labelled_images* set : {&data.train, &data.test}) {
         if (set->images.shape()[2] != image::height || set->images.shape()[3] != image::width) {
             throw petra::data_error(dir + ": the reference network takes " + std::to_string(image::height) + " x " +
@@ -58,8 +64,10 @@ struct micro_batch {
 // from (seed, epoch), so that any epoch can be rebuilt on resume.
 class micro_batches {
 public:
-    micro_batches(const training_recipe& recipe, const petra::labelled_images& train)
-        : train_(train), order_(train.size(), recipe.batch, recipe.seed), batch_(recipe.batch),
+    // train_size: the training set's size, also where train is empty (a
+    // process that does not read the data; it never calls load()).
+    micro_batches(const training_recipe& recipe, const petra::labelled_images& train, std::size_t train_size)
+        : train_(train), order_(train_size, recipe.batch, recipe.seed), batch_(recipe.batch),
           augment_(recipe.augment),
           images_(xt::xtensor<float, 4>::from_shape({recipe.batch, image::channels, image::height, image::width})),
           labels_(xt::xtensor<std::int32_t, 1>::from_shape({recipe.batch}))
@@ -77,6 +85,7 @@ public:
     // draws from the epoch's generator.
     micro_batch load(std::size_t index, std::mt19937_64& generator)
     {
+        if (train_.size() == 0) throw std::logic_error("micro_batches: this process holds no training data.");
         petra::gather_batch(train_, order_.batch(index), images_.data(), labels_.data());
         if (augment_) {
             petra::augment_batch(images_,
@@ -85,6 +94,10 @@ public:
         }
         return {images_, labels_};
     }
+
+    // What a process that does not read the data passes on: buffers of the
+    // micro-batch's shape, never filled.
+    micro_batch not_loaded() const { return {images_, labels_}; }
 
 private:
     const petra::labelled_images& train_;

@@ -15,6 +15,9 @@
 
 namespace fashion {
 
+// Examples per inference batch, wherever the network runs.
+inline constexpr std::size_t evaluation_chunk = 250;
+
 struct evaluation {
     double loss = 0;     // mean softmax cross-entropy over the examples
     double accuracy = 0; // the fraction classified right
@@ -22,7 +25,7 @@ struct evaluation {
 
 inline evaluation evaluate(const petra::network_parameters<net, float>& parameters, const petra::labelled_images& data)
 {
-    constexpr std::size_t chunk = 250; // examples per inference batch
+    constexpr std::size_t chunk = evaluation_chunk;
     double loss_sum = 0;
     std::size_t correct = 0;
     for (std::size_t first = 0; first < data.size(); first += chunk) {

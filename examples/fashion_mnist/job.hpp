@@ -1,5 +1,5 @@
 // The Fashion-MNIST job: the reference network trained with PETRA (J stages
-// on J threads), exact backprop or reversible backprop, from the same data,
+// on J threads, on the simulator, or on MPI ranks), exact backprop or reversible backprop, from the same data,
 // seed, optimizer and schedule, then scored on the test set. The command-line
 // front end is main.cpp; tests call run_job directly on generated data.
 //
@@ -32,7 +32,8 @@ inline job_summary run_job(const job_options& options)
 {
     const training_recipe recipe = checked_recipe(options);
     check_checkpoint_options(options);
-    const job_data data = load_data(options.data_dir, recipe.batch);
+    job_data data = options.loads_data ? load_data(options.data_dir, recipe.batch) : job_data{};
+    if (options.share_data_sizes) options.share_data_sizes(data.train_size, data.test_size);
     const job_summary summary = with_method(recipe, [&]<class Method>(std::type_identity<Method>) {
         return training_run<Method>(options, recipe, data).run();
     });

@@ -6,7 +6,10 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -14,6 +17,11 @@
 
 #include "command_line.hpp"
 #include "job.hpp"
+#ifdef PETRA_JOB_WITH_MPI
+#include <mpi.h>
+
+#include <petra/mpi/session.hpp>
+#endif
 
 namespace {
 
@@ -68,6 +76,76 @@ int refuse(const char* why, int status)
     return status;
 }
 
+// The ranks mpirun (or another launcher) started, read from its environment
+// before MPI is initialised: 1 when launched alone.
+int launched_ranks()
+{
+    for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}) {
+        if (const char* value = std::getenv(name)) return std::atoi(value);
+    }
+    return 1;
+}
+
+#ifdef PETRA_JOB_WITH_MPI
+// --driver mpi: rank 0 reads the data, reports and writes the files; the
+// others train quietly. A failure after the ranks have started talking
+// ends them all (MPI_Abort): the others would wait for this rank forever.
+struct mpi_job {
+    petra::mpi_session session;
+
+    mpi_job(int& argc, char**& argv, fashion::job_options& options) : session(argc, argv)
+    {
+        if (session.rank() != 0) {
+            options.quiet = true;
+            options.metrics_path.clear();
+            options.summary_path.clear();
+            options.loads_data = false;
+        }
+        options.share_data_sizes = [](std::size_t& train_size, std::size_t& test_size) {
+            unsigned long long sizes[2] = {train_size, test_size};
+            MPI_Bcast(sizes, 2, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+            train_size = std::size_t(sizes[0]);
+            test_size = std::size_t(sizes[1]);
+        };
+    }
+
+    // A stop request (a signal) reaches the ranks at different moments;
+    // they agree on it one micro-batch later: each call completes the
+    // previous call's reduction of every rank's request, and starts the next
+    // one, so that every rank stops before the same micro-batch.
+    std::function<bool()> agreed_stop(std::function<bool()> requested)
+    {
+        return [this, requested = std::move(requested)] {
+            int any = 0;
+            if (pending_ != MPI_REQUEST_NULL) {
+                MPI_Wait(&pending_, MPI_STATUS_IGNORE);
+                any = reduced_;
+            }
+            local_ = requested() ? 1 : 0;
+            MPI_Iallreduce(&local_, &reduced_, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &pending_);
+            return any != 0;
+        };
+    }
+    ~mpi_job()
+    {
+        if (pending_ != MPI_REQUEST_NULL) MPI_Wait(&pending_, MPI_STATUS_IGNORE);
+    }
+
+    [[noreturn]] void abort(const std::string& why, int status) const
+    {
+        std::fprintf(stderr, "fashion_mnist: rank %d of %d: %s\n", session.rank(), session.size(), why.c_str());
+        std::fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, status);
+        std::exit(status);
+    }
+
+private:
+    MPI_Request pending_ = MPI_REQUEST_NULL;
+    int local_ = 0;
+    int reduced_ = 0;
+};
+#endif
+
 } // namespace
 
 int main(int argc, char** argv)
@@ -87,20 +165,57 @@ int main(int argc, char** argv)
     } catch (const std::invalid_argument& error) {
         return refuse(error.what(), exit_status::usage);
     }
+    const fashion::training_recipe recipe = fashion::checked_recipe(options);
+    if (recipe.driver != fashion::driver::mpi && launched_ranks() > 1) {
+        return refuse(("this job was launched on " + std::to_string(launched_ranks()) + " MPI ranks, but --driver " +
+                       options.driver + " runs in one process: pass --driver mpi, or launch it alone.")
+                          .c_str(),
+                      exit_status::usage);
+    }
+#ifdef PETRA_JOB_WITH_MPI
+    std::optional<mpi_job> mpi;
+    if (recipe.driver == fashion::driver::mpi) {
+        mpi.emplace(argc, argv, options);
+        // Before the data is read: every rank refuses alike.
+        if (std::size_t(mpi->session.size()) > recipe.stages) {
+            return refuse(("rank " + std::to_string(mpi->session.rank()) + ": " +
+                           std::to_string(mpi->session.size()) + " MPI ranks for " + std::to_string(recipe.stages) +
+                           " stages; every rank hosts at least one stage: launch at most " +
+                           std::to_string(recipe.stages) + " ranks, or pass more --stages.")
+                              .c_str(),
+                          exit_status::usage);
+        }
+    }
+    const bool reports = !mpi || mpi->session.rank() == 0;
+#else
+    const bool reports = true;
+#endif
     // Without a checkpoint there is nothing to save: a signal ends the job
     // as it ends any program.
     if (!options.checkpoint_path.empty()) {
         install_stop_handlers();
         options.stop_requested = [] { return stop_signal.load() != 0; };
+#ifdef PETRA_JOB_WITH_MPI
+        if (mpi) options.stop_requested = mpi->agreed_stop(options.stop_requested);
+#endif
     }
+    const auto failed = [&](const char* why, int status) {
+#ifdef PETRA_JOB_WITH_MPI
+        if (mpi && mpi->session.size() > 1) mpi->abort(why, status);
+#endif
+        return refuse(why, status);
+    };
     try {
         const fashion::job_summary summary = fashion::run_job(options);
+        if (!reports) return summary.interrupted ? 128 + (stop_signal.load() == SIGTERM ? SIGTERM : SIGINT) : 0;
         return summary.interrupted ? stopped(summary, options.checkpoint_path) : finished(summary);
-    } catch (const std::invalid_argument& error) { // options, or a checkpoint of other options
+    } catch (const std::invalid_argument& error) {
+        // Options, a checkpoint of other options, more ranks than stages:
+        // every rank finds these alike, so each ends by itself.
         return refuse(error.what(), exit_status::usage);
     } catch (const petra::data_error& error) {
-        return refuse(error.what(), exit_status::bad_data);
+        return failed(error.what(), exit_status::bad_data);
     } catch (const std::exception& error) {
-        return refuse(error.what(), exit_status::failure);
+        return failed(error.what(), exit_status::failure);
     }
 }

@@ -1,5 +1,5 @@
-// The job's three methods, and the one place that turns the recipe's
-// method into a type.
+// The job's methods, and the one place that turns the recipe's method (and
+// PETRA's driver and stage count) into a type.
 #pragma once
 
 #include <cstddef>
@@ -12,19 +12,42 @@
 #include "options.hpp"
 #include "petra_method.hpp"
 #include "sequential_method.hpp"
+#ifdef PETRA_JOB_WITH_MPI
+#include "mpi_method.hpp"
+#endif
 
 namespace fashion {
 
-// visit(std::type_identity<M>{}) with PETRA's M for the recipe's stage
-// count, from J up to max_stages.
+// Whether this build of the job runs PETRA on MPI ranks (it links MPI).
+#ifdef PETRA_JOB_WITH_MPI
+inline constexpr bool job_with_mpi = true;
+#else
+inline constexpr bool job_with_mpi = false;
+#endif
+
+// visit(std::type_identity<M>{}) with PETRA's M for J stages on the
+// driver, J from Stages up to max_stages.
 template <std::size_t J = 1, class Visit>
-decltype(auto) with_petra_stages(std::size_t stages, Visit&& visit)
+decltype(auto) with_petra_stages(std::size_t stages, driver runner, Visit&& visit)
 {
     if constexpr (J < max_stages) {
-        if (stages != J) return with_petra_stages<J + 1>(stages, visit);
+        if (stages != J) return with_petra_stages<J + 1>(stages, runner, visit);
     }
-    static_assert(training_method<petra_method<J>>);
-    return visit(std::type_identity<petra_method<J>>{});
+    using threads = petra_method<J, petra::thread_pipeline>;
+    using simulator = petra_method<J, petra::sequential_pipeline>;
+    static_assert(training_method<threads> && training_method<simulator>);
+    switch (runner) {
+    case driver::simulator: return visit(std::type_identity<simulator>{});
+    case driver::mpi:
+#ifdef PETRA_JOB_WITH_MPI
+        static_assert(training_method<mpi_method<J>>);
+        return visit(std::type_identity<mpi_method<J>>{});
+#else
+        refuse_option("--driver mpi: this build of the job has no MPI (install libopenmpi-dev and rebuild).");
+#endif
+    case driver::threads: break;
+    }
+    return visit(std::type_identity<threads>{});
 }
 
 // visit(std::type_identity<M>{}) with the method type M the recipe names.
@@ -39,7 +62,7 @@ decltype(auto) with_method(const training_recipe& recipe, Visit&& visit)
     case method::reversible_backprop: return visit(std::type_identity<reversible>{});
     case method::petra: break;
     }
-    return with_petra_stages(recipe.stages, visit);
+    return with_petra_stages(recipe.stages, recipe.driver, visit);
 }
 
 } // namespace fashion

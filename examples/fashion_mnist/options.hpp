@@ -19,6 +19,10 @@
 namespace fashion {
 
 enum class method { petra, backprop, reversible_backprop };
+// Who runs PETRA's stages: one thread each, the sequential simulator on the
+// caller's thread, or MPI ranks (mpirun -np R, R <= J). All three compute
+// the same numbers, so a checkpoint of one resumes on another.
+enum class driver { threads, simulator, mpi };
 using decay = petra::learning_rate_schedule::decay;
 
 // PETRA runs one thread per stage; more than the reference machine's cores
@@ -33,6 +37,8 @@ struct named {
 
 inline constexpr std::array<named<method>, 3> method_names{
     {{method::petra, "petra"}, {method::backprop, "backprop"}, {method::reversible_backprop, "reversible-backprop"}}};
+inline constexpr std::array<named<driver>, 3> driver_names{
+    {{driver::threads, "threads"}, {driver::simulator, "simulator"}, {driver::mpi, "mpi"}}};
 inline constexpr std::array<named<decay>, 3> schedule_names{
     {{decay::cosine, "cosine"}, {decay::step, "step"}, {decay::constant, "constant"}}};
 
@@ -56,10 +62,12 @@ std::string_view name_in(const std::array<named<Choice>, N>& names, Choice value
 
 inline std::string_view name_of(method value) { return name_in(method_names, value); }
 inline std::string_view name_of(decay value) { return name_in(schedule_names, value); }
+inline std::string_view name_of(driver value) { return name_in(driver_names, value); }
 
 struct job_options {
     std::string method = "petra"; // petra | backprop | reversible-backprop
     std::size_t stages = 4;       // PETRA only: 1 to max_stages
+    std::string driver = "threads"; // PETRA only: threads | simulator | mpi
     std::size_t accumulation = 1; // micro-batches per optimizer step
     std::size_t epochs = 2;
     std::size_t batch = 64;
@@ -92,6 +100,11 @@ struct job_options {
     // row per stage in the fidelity file, next to the metrics file
     // (fidelity_path_of). 0: never.
     std::size_t fidelity_every = 0;
+    // Under MPI (set by the front end): whether this process reads the data
+    // files (the rank that feeds), and how the data's sizes reach the ranks
+    // that do not (a broadcast from the one that does).
+    bool loads_data = true;
+    std::function<void(std::size_t& train_size, std::size_t& test_size)> share_data_sizes;
 };
 
 // What a run's numbers depend on: a checkpoint resumes only under the same
@@ -99,6 +112,7 @@ struct job_options {
 struct training_recipe {
     fashion::method method = fashion::method::petra;
     std::size_t stages = 1; // PETRA's J; 1 for the sequential methods
+    fashion::driver driver = fashion::driver::threads; // PETRA's; not part of the numbers
     std::size_t accumulation = 1;
     std::size_t epochs = 1;
     std::size_t batch = 2;
@@ -155,10 +169,19 @@ inline training_recipe checked_recipe(const job_options& options)
     if (options.fidelity_every != 0 && options.metrics_path.empty()) {
         refuse_option("--fidelity-every writes next to the metrics file: it needs --metrics PATH.");
     }
+    const std::optional<driver> runner = choice_named(driver_names, options.driver);
+    if (!runner) refuse_option("--driver must be threads, simulator or mpi, not '" + options.driver + "'.");
+    if (*runner != driver::threads && chosen != method::petra) {
+        refuse_option("--driver " + options.driver + " runs PETRA's stages: it needs --method petra.");
+    }
+    if (options.fidelity_every != 0 && *runner == driver::mpi) {
+        refuse_option("--fidelity-every needs the whole network in one process: not with --driver mpi.");
+    }
     const std::optional<decay> schedule = choice_named(schedule_names, options.schedule);
     if (!schedule) refuse_option("--schedule must be cosine, step or constant, not '" + options.schedule + "'.");
     return {.method = *chosen,
             .stages = *chosen == method::petra ? options.stages : 1,
+            .driver = *runner,
             .accumulation = options.accumulation,
             .epochs = options.epochs,
             .batch = options.batch,

@@ -1,14 +1,19 @@
-// PETRA: the network cut into Stages stages, one thread each, trained by
-// the thread pipeline; optionally with the gradient-fidelity probe
-// (fidelity.hpp) measuring every fidelity_every micro-batches.
+// PETRA in one process: the network cut into Stages stages, trained by the
+// thread pipeline (one thread per stage) or by the sequential simulator
+// (Pipeline); optionally with the gradient-fidelity probe (fidelity.hpp)
+// measuring every fidelity_every micro-batches.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <string>
 
 #include <petra/petra.hpp>
 
 #include "data.hpp"
+#include "digest.hpp"
+#include "evaluation.hpp"
 #include "fidelity.hpp"
 #include "method_context.hpp"
 #include "metrics_files.hpp"
@@ -17,13 +22,14 @@
 
 namespace fashion {
 
-template <std::size_t Stages>
+template <std::size_t Stages, template <class, auto, class, class> class Pipeline = petra::thread_pipeline>
 class petra_method {
 public:
     static constexpr auto cuts = petra::reference_cuts<Stages>();
 
-    petra_method(const method_context& context, petra::network_parameters<net, float>& parameters)
-        : pipeline_(parameters, context.recipe.optimizer(), context.schedule,
+    explicit petra_method(const method_context& context)
+        : parameters_(net::make_parameters<float>(context.recipe.seed)),
+          pipeline_(parameters_, context.recipe.optimizer(), context.schedule,
                     {.batch = context.recipe.batch, .accumulation = context.recipe.accumulation}),
           fidelity_every_(context.fidelity_every), fidelity_(context.fidelity)
     {
@@ -35,7 +41,9 @@ public:
         }
     }
 
-    void train(petra::network_parameters<net, float>&, const micro_batch& batch, const run_position& position)
+    bool reads_data() const { return true; }
+
+    void train(const micro_batch& batch, const run_position& position)
     {
         if (!probe_) {
             pipeline_.feed(batch.images, batch.labels);
@@ -52,19 +60,38 @@ public:
     }
 
     petra::epoch_statistics progress() { return pipeline_.progress(); }
-    petra::epoch_statistics end_epoch(petra::network_parameters<net, float>&) { return pipeline_.drain(); }
+    petra::epoch_statistics end_epoch() { return pipeline_.drain(); }
     // Every stage done with the micro-batches fed: the parameters are
     // readable while the guard lives.
     auto pause() { return pipeline_.pause(); }
 
-    template <petra::state_archive Archive>
-    void transfer_state(Archive& archive)
+    // After end_epoch(): no stage runs.
+    evaluation evaluate(const petra::labelled_images& test, std::size_t) const
     {
-        pipeline_.transfer_state(archive);
+        return fashion::evaluate(parameters_, test);
+    }
+    std::string digest()
+    {
+        const auto paused = pipeline_.pause();
+        return parameter_digest(parameters_);
+    }
+
+    // Checkpoints: one shard per stage (its state and its slice of the
+    // parameters), then the manifest with the run's records.
+    template <class Records>
+    std::uint64_t save_checkpoint(const std::string& path, Records&& records)
+    {
+        return petra::save_sharded_checkpoint(path, net::signature, pipeline_, records);
+    }
+    template <class Records>
+    void load_checkpoint(const std::string& path, Records&& records)
+    {
+        petra::load_sharded_checkpoint(path, net::signature, pipeline_, records);
     }
 
 private:
-    petra::thread_pipeline<net, cuts, petra::sgd<float>> pipeline_;
+    petra::network_parameters<net, float> parameters_;
+    Pipeline<net, cuts, petra::sgd<float>, float> pipeline_;
     std::size_t fidelity_every_;
     fidelity_file& fidelity_;
     std::unique_ptr<fidelity_probe<net, cuts>> probe_;

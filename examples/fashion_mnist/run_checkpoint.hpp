@@ -1,10 +1,15 @@
 // The run's checkpoint: its recipe (a run resumes only under the same one),
-// its position, the parameters and the method's state, in that order, in
-// one file written whole or not at all (petra::checkpoint_writer).
+// its position, the parameters and the method's state. For PETRA, one shard
+// per stage and a manifest that holds the recipe and the position
+// (petra/train/sharded_checkpoint.hpp), whatever the driver, so that a run
+// saved on threads resumes on MPI ranks and back; for the sequential
+// methods, one file, in that order. Either way written whole or not at all.
 #pragma once
 
 #include <array>
 #include <chrono>
+#include <concepts>
+#include <cstdint>
 #include <cstddef>
 #include <filesystem>
 #include <span>
@@ -152,6 +157,16 @@ void transfer_position(Archive& archive, run_position& position)
     }
 }
 
+// A method whose state lives in one shard per stage (PETRA, whatever its
+// driver): it saves and loads itself at a path, with the run's records
+// (recipe and position) in the manifest. The other methods' state goes in
+// one file, after those records (transfer_state).
+template <class M>
+concept sharded_checkpoint_method = requires(M& method, const std::string& path) {
+    { method.save_checkpoint(path, [](auto&) {}) } -> std::same_as<std::uint64_t>;
+    method.load_checkpoint(path, [](auto&) {});
+};
+
 class run_checkpoint {
 public:
     // An empty path: no checkpoints.
@@ -165,46 +180,54 @@ public:
 
     // Pauses the method (the parameters are read: every stage must be done
     // with them), then saves; the position's time includes what the clock
-    // has run since it last counted.
+    // has run since it last counted. Written whole or not at all: the
+    // previous checkpoint stays until the new one is complete.
     template <class Method>
-    void save(run_position& position, const training_clock& clock, petra::network_parameters<net, float>& parameters,
-              Method& method)
+    void save(run_position& position, const training_clock& clock, Method& method)
     {
         [[maybe_unused]] const auto paused = method.pause();
         const double counted = position.training_seconds;
         position.training_seconds += clock.elapsed();
         const auto start = std::chrono::steady_clock::now();
-        petra::checkpoint_writer out(path_, net::signature);
-        transfer(out, position, parameters, method);
-        out.commit();
+        if constexpr (sharded_checkpoint_method<Method>) {
+            last_bytes_ = method.save_checkpoint(path_, [&](auto& archive) { transfer_run(archive, position); });
+        } else {
+            petra::checkpoint_writer out(path_, net::signature);
+            transfer_run(out, position);
+            method.transfer_state(out); // the parameters first
+            out.commit();
+            last_bytes_ = std::filesystem::file_size(path_);
+        }
         position.training_seconds = counted;
-        last_bytes_ = std::filesystem::file_size(path_);
         last_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
 
-    // Throws petra::checkpoint_error for a missing or bad file,
+    // Throws petra::checkpoint_error for a missing or bad file (or shard),
     // std::invalid_argument for a run of another recipe.
     template <class Method>
-    void load(run_position& position, petra::network_parameters<net, float>& parameters, Method& method)
+    void load(run_position& position, Method& method)
     {
-        petra::checkpoint_reader in(path_, net::signature);
-        transfer(in, position, parameters, method);
-        in.finish();
+        if constexpr (sharded_checkpoint_method<Method>) {
+            method.load_checkpoint(path_, [&](auto& archive) { transfer_run(archive, position); });
+        } else {
+            petra::checkpoint_reader in(path_, net::signature);
+            transfer_run(in, position);
+            method.transfer_state(in);
+            in.finish();
+        }
     }
 
-    // The last checkpoint saved: its size and how long writing it took.
+    // The last checkpoint saved: its size (all its files) and how long
+    // writing it took.
     std::size_t last_bytes() const { return last_bytes_; }
     double last_seconds() const { return last_seconds_; }
 
 private:
-    template <class Archive, class Method>
-    void transfer(Archive& archive, run_position& position, petra::network_parameters<net, float>& parameters,
-                  Method& method)
+    template <class Archive>
+    void transfer_run(Archive& archive, run_position& position)
     {
         transfer_configuration(archive, recipe_, batches_per_epoch_);
         transfer_position(archive, position);
-        parameters.transfer_state(archive);
-        method.transfer_state(archive);
     }
 
     std::string path_;

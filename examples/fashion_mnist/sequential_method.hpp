@@ -13,6 +13,8 @@
 #include <petra/petra.hpp>
 
 #include "data.hpp"
+#include "digest.hpp"
+#include "evaluation.hpp"
 #include "method_context.hpp"
 #include "model.hpp"
 #include "run_state.hpp"
@@ -22,33 +24,34 @@ namespace fashion {
 template <class Trainer>
 class sequential_method {
 public:
-    sequential_method(const method_context& context, petra::network_parameters<net, float>&)
-        : schedule_(context.schedule), batch_(context.recipe.batch), trainer_(batch_),
+    explicit sequential_method(const method_context& context)
+        : parameters_(net::make_parameters<float>(context.recipe.seed)), schedule_(context.schedule), batch_(context.recipe.batch), trainer_(batch_),
           optimizer_(context.recipe.optimizer(), net::weight_mask<float>()), gradient_(net::parameter_count, 0.0f),
           accumulation_(context.recipe.accumulation)
     {
     }
 
-    void train(petra::network_parameters<net, float>& parameters, const micro_batch& batch,
-               const run_position& position)
+    bool reads_data() const { return true; }
+
+    void train(const micro_batch& batch, const run_position& position)
     {
-        const float loss = trainer_.accumulate_gradient(parameters, batch.images, batch.labels, gradient_);
+        const float loss = trainer_.accumulate_gradient(parameters_, batch.images, batch.labels, gradient_);
         const std::size_t correct = task::loss::correct(batch_, trainer_.logits().data(), batch.labels.data());
         petra::record_micro_batch(statistics_, {loss, correct, batch_}, [&](double value) {
             return "the loss of micro-batch " + std::to_string(position.batch) + " of epoch " +
                    std::to_string(position.epoch + 1) + " is not finite (" + std::to_string(value) +
                    "): training diverged.";
         });
-        if (accumulation_.count_gradient()) step(parameters);
+        if (accumulation_.count_gradient()) step();
     }
 
     petra::epoch_statistics progress() const { return statistics_; }
 
     // The epoch's last partial accumulation is applied, and its statistics
     // returned.
-    petra::epoch_statistics end_epoch(petra::network_parameters<net, float>& parameters)
+    petra::epoch_statistics end_epoch()
     {
-        if (accumulation_.pending() > 0) step(parameters);
+        if (accumulation_.pending() > 0) step();
         return std::exchange(statistics_, {});
     }
 
@@ -57,9 +60,16 @@ public:
     struct nothing_running {};
     nothing_running pause() { return {}; }
 
+    evaluation evaluate(const petra::labelled_images& test, std::size_t) const
+    {
+        return fashion::evaluate(parameters_, test);
+    }
+    std::string digest() const { return parameter_digest(parameters_); }
+
     template <petra::state_archive Archive>
     void transfer_state(Archive& archive)
     {
+        parameters_.transfer_state(archive);
         archive.section("sequential trainer");
         optimizer_.transfer_state(archive);
         archive.values(std::span<float>(gradient_));
@@ -68,11 +78,9 @@ public:
     }
 
 private:
-    void step(petra::network_parameters<net, float>& parameters)
-    {
-        accumulation_.step(optimizer_, parameters.values(), std::span<float>(gradient_), schedule_);
-    }
+    void step() { accumulation_.step(optimizer_, parameters_.values(), std::span<float>(gradient_), schedule_); }
 
+    petra::network_parameters<net, float> parameters_;
     const petra::learning_rate_schedule& schedule_;
     std::size_t batch_;
     Trainer trainer_;

@@ -18,6 +18,7 @@ namespace fashion {
 
 struct job_summary {
     training_recipe recipe;
+    std::size_t ranks = 1; // processes (MPI ranks) the run was spread over
     std::size_t steps = 0; // micro-batches trained
     std::size_t epochs_run = 0;
     double test_accuracy = 0, test_loss = 0, train_seconds = 0, examples_per_second = 0;
@@ -45,6 +46,8 @@ inline nlohmann::ordered_json summary_json(const job_summary& summary)
     nlohmann::ordered_json json;
     json["method"] = std::string(name_of(recipe.method));
     json["stages"] = recipe.stages;
+    json["driver"] = recipe.method == method::petra ? std::string(name_of(recipe.driver)) : "none";
+    json["ranks"] = summary.ranks;
     json["accumulation"] = recipe.accumulation;
     json["epochs"] = summary.epochs_run;
     json["steps"] = summary.steps;

@@ -28,10 +28,9 @@ template <training_method Method>
 class training_run {
 public:
     training_run(const job_options& options, const training_recipe& recipe, const job_data& data)
-        : options_(options), recipe_(recipe), data_(data), batches_(recipe, data.train),
-          plan_(recipe, batches_.per_epoch()), parameters_(net::make_parameters<float>(recipe.seed)),
-          progress_(options.quiet, plan_, recipe.batch),
-          method_(method_context{recipe, plan_.schedule(), options.fidelity_every, fidelity_}, parameters_),
+        : options_(options), recipe_(recipe), data_(data), batches_(recipe, data.train, data.train_size),
+          plan_(recipe, batches_.per_epoch()), progress_(options.quiet, plan_, recipe.batch),
+          method_(method_context{recipe, plan_.schedule(), options.fidelity_every, fidelity_}),
           checkpoint_(options.checkpoint_path, recipe, plan_.batches_per_epoch())
     {
     }
@@ -53,7 +52,7 @@ public:
 private:
     void resume()
     {
-        checkpoint_.load(position_, parameters_, method_);
+        checkpoint_.load(position_, method_);
         progress_.resumed(position_, checkpoint_.path());
     }
 
@@ -76,7 +75,7 @@ private:
     {
         for (; plan_.epoch_remains(position_); ++position_.epoch) {
             if (!train_epoch()) return false;
-            finish_epoch(method_.end_epoch(parameters_));
+            finish_epoch(method_.end_epoch());
             position_.batch = 0;
         }
         save_checkpoint();
@@ -96,10 +95,14 @@ private:
                 save_checkpoint();
                 return false;
             }
-            method_.train(parameters_, batches_.load(position_.batch, position_.generator), position_);
+            method_.train(method_.reads_data() ? batches_.load(position_.batch, position_.generator)
+                                               : batches_.not_loaded(),
+                          position_);
             ++position_.batch;
             ++position_.steps;
-            if (!progress_.quiet()) progress_.trained(position_, method_.progress());
+            // On every process: on MPI ranks the statistics travel to rank 0 (mpi_method.hpp).
+            const petra::epoch_statistics so_far = method_.progress();
+            if (!progress_.quiet()) progress_.trained(position_, so_far);
             if (options_.checkpoint_every != 0 && position_.steps % options_.checkpoint_every == 0) save_checkpoint();
         }
         return true;
@@ -109,7 +112,7 @@ private:
     void finish_epoch(const petra::epoch_statistics& statistics)
     {
         position_.training_seconds += clock_.elapsed();
-        const evaluation test = evaluate(parameters_, data_.test);
+        const evaluation test = method_.evaluate(data_.test, data_.test_size);
         const epoch_record record{.epoch = position_.epoch + 1,
                                   .steps = position_.steps,
                                   .train_loss = statistics.mean_loss(),
@@ -127,13 +130,12 @@ private:
     void save_checkpoint()
     {
         if (!checkpoint_.enabled()) return;
-        checkpoint_.save(position_, clock_, parameters_, method_);
+        checkpoint_.save(position_, clock_, method_);
         if (options_.checkpoint_saved) options_.checkpoint_saved(position_.steps);
     }
 
     job_summary summary(bool finished)
     {
-        [[maybe_unused]] const auto paused = method_.pause(); // the digest reads the parameters
         job_summary summary;
         summary.recipe = recipe_;
         summary.steps = position_.steps;
@@ -150,7 +152,8 @@ private:
             summary.test_accuracy = summary.epochs.back().test_accuracy;
         }
         summary.peak_rss_bytes = petra::peak_rss_bytes();
-        summary.parameter_digest = parameter_digest(parameters_);
+        summary.parameter_digest = method_.digest();
+        if constexpr (requires { method_.ranks(); }) summary.ranks = std::size_t(method_.ranks());
         summary.checkpoint_bytes = checkpoint_.last_bytes();
         summary.checkpoint_seconds = checkpoint_.last_seconds();
         return summary;
@@ -161,7 +164,6 @@ private:
     const job_data& data_;
     micro_batches batches_;
     run_plan plan_;
-    petra::network_parameters<net, float> parameters_;
     run_progress progress_;
     fidelity_file fidelity_; // before the method, which writes to it
     Method method_;

@@ -23,6 +23,10 @@
 #include <array>
 #include <cstddef>
 #include <limits>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include <petra/network.hpp>
 
@@ -167,6 +171,49 @@ constexpr std::array<Cost, Points - 1> stage_costs(const std::array<Cost, N>& co
                                                    const std::array<std::size_t, Points>& cuts)
 {
     return stage_costs(costs, costs, cuts);
+}
+
+// Stages grouped again, at run time: `groups` contiguous non-empty groups of
+// the stages whose costs are given (stage_costs), minimising the largest
+// group's cost; among equally good groupings, the last group starts as
+// late as possible, then the one before it. Returns groups + 1 stage indices, from 0 to costs.size(): group
+// g holds stages [result[g], result[g + 1]). An MPI pipeline places each
+// group on one rank. Throws std::invalid_argument unless 1 <= groups <=
+// costs.size().
+//
+//   balanced_groups(std::array<std::size_t, 4>{3, 1, 1, 3}, 2) == {0, 2, 4}
+inline std::vector<std::size_t> balanced_groups(std::span<const std::size_t> costs, std::size_t groups)
+{
+    const std::size_t n = costs.size();
+    if (groups < 1 || groups > n) {
+        throw std::invalid_argument(std::to_string(n) + " stages cannot be placed on " + std::to_string(groups) +
+                                    " ranks: every rank needs at least one stage (at most " + std::to_string(n) +
+                                    " ranks).");
+    }
+    std::vector<std::size_t> prefix(n + 1, 0);
+    for (std::size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + costs[i];
+    constexpr std::size_t unreachable = std::numeric_limits<std::size_t>::max();
+    // worst[g][i]: the smallest largest cost of the first i stages in g + 1
+    // groups; start[g][i]: where the last of those groups begins.
+    std::vector<std::vector<std::size_t>> worst(groups, std::vector<std::size_t>(n + 1, unreachable));
+    std::vector<std::vector<std::size_t>> start(groups, std::vector<std::size_t>(n + 1, 0));
+    for (std::size_t i = 1; i <= n; ++i) worst[0][i] = prefix[i];
+    for (std::size_t g = 1; g < groups; ++g) {
+        for (std::size_t i = g + 1; i <= n; ++i) {
+            for (std::size_t k = g; k < i; ++k) {
+                if (worst[g - 1][k] == unreachable) continue;
+                const std::size_t candidate = std::max(worst[g - 1][k], prefix[i] - prefix[k]);
+                if (candidate <= worst[g][i]) {
+                    worst[g][i] = candidate;
+                    start[g][i] = k;
+                }
+            }
+        }
+    }
+    std::vector<std::size_t> cuts(groups + 1, 0);
+    cuts[groups] = n;
+    for (std::size_t g = groups - 1; g > 0; --g) cuts[g] = start[g][cuts[g + 1]];
+    return cuts;
 }
 
 } // namespace petra

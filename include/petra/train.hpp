@@ -5,4 +5,5 @@
 #include <petra/train/checkpoint.hpp>
 #include <petra/train/exact_backprop.hpp>
 #include <petra/train/reversible_backprop.hpp>
+#include <petra/train/sharded_checkpoint.hpp>
 #include <petra/train/trainer_support.hpp>

@@ -3,13 +3,16 @@
 
 # compiler and build tools; the library's dependencies (zlib for gzip IDX
 # files); test and benchmark frameworks; the Fashion-MNIST job's command line
-# and JSON summary; the peer GEMM the benchmarks compare against; /usr/bin/time
-# for the compile-time figure; the real data.
+# and JSON summary; MPI for PETRA's stages on ranks (optional to the build,
+# installed so that the tests labelled 'mpi' run); the peer GEMM the
+# benchmarks compare against; /usr/bin/time for the compile-time figure; the
+# real data.
 PETRA_PACKAGES=(
   g++ cmake make
   libboost-dev libxtensor-dev libxsimd-dev zlib1g-dev
   doctest-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev
+  libopenmpi-dev openmpi-bin
   libopenblas-dev
   time
   dataset-fashion-mnist

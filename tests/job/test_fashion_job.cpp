@@ -351,9 +351,18 @@ TEST_CASE("fashion_mnist job: a checkpoint saved after the run's last micro-batc
     const fashion::job_summary whole = fashion::run_job(options);
     options.checkpoint_path = (data.dir / "run.checkpoint").string();
     options.checkpoint_every = 40; // the run's 40th and last micro-batch
-    const std::string last = (data.dir / "last.checkpoint").string();
+    // PETRA's checkpoint is a manifest and a shard per stage beside it: the
+    // copy takes every file, into a directory of its own.
+    const std::filesystem::path kept = data.dir / "kept";
+    const std::string last = (kept / "run.checkpoint").string();
     options.checkpoint_saved = [&](std::size_t step) {
-        if (step == 40 && !std::filesystem::exists(last)) std::filesystem::copy_file(options.checkpoint_path, last);
+        if (step != 40 || std::filesystem::exists(last)) return;
+        std::filesystem::create_directories(kept);
+        for (const auto& entry : std::filesystem::directory_iterator(data.dir)) {
+            if (entry.path().filename().string().starts_with("run.checkpoint")) {
+                std::filesystem::copy_file(entry.path(), kept / entry.path().filename());
+            }
+        }
     };
     fashion::run_job(options);
     REQUIRE(std::filesystem::exists(last));

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstddef>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -121,4 +122,35 @@ TEST_CASE("partition: the reference network in 1 to 4 balanced stages, computed 
     const auto two_totals = stage_costs(costs, last_costs, two);
     CHECK(std::max(two_totals[0], two_totals[1]) == brute_force_best(all, last, 2));
     CHECK(*std::max_element(totals.begin(), totals.end()) == brute_force_best(all, last, 4));
+}
+
+// Stages grouped again onto ranks (balanced_groups): against every grouping
+// of small cost lists, and refusals of impossible rank counts.
+TEST_CASE("partition: stages grouped onto ranks minimise the largest group, contiguous and non-empty")
+{
+    std::mt19937_64 generator(5);
+    std::uniform_int_distribution<std::size_t> cost(1, 20);
+    for (std::size_t stages = 1; stages <= 6; ++stages) {
+        for (std::size_t groups = 1; groups <= stages; ++groups) {
+            std::vector<std::size_t> costs(stages);
+            for (std::size_t& value : costs) value = cost(generator);
+            const std::vector<std::size_t> cuts = balanced_groups(costs, groups);
+            REQUIRE(cuts.size() == groups + 1);
+            CHECK(cuts.front() == 0);
+            CHECK(cuts.back() == stages);
+            std::size_t largest = 0;
+            for (std::size_t g = 0; g < groups; ++g) {
+                CHECK(cuts[g] < cuts[g + 1]);
+                std::size_t sum = 0;
+                for (std::size_t s = cuts[g]; s < cuts[g + 1]; ++s) sum += costs[s];
+                largest = std::max(largest, sum);
+            }
+            CHECK(largest == brute_force_best(costs, costs, groups));
+        }
+    }
+    CHECK(balanced_groups(std::vector<std::size_t>{3, 1, 1, 3}, 2) == std::vector<std::size_t>{0, 2, 4});
+    CHECK_THROWS_WITH_AS(balanced_groups(std::vector<std::size_t>{1, 1}, 3),
+                         "2 stages cannot be placed on 3 ranks: every rank needs at least one stage (at most 2 ranks).",
+                         std::invalid_argument);
+    CHECK_THROWS_AS(balanced_groups(std::vector<std::size_t>{1, 1}, 0), std::invalid_argument);
 }

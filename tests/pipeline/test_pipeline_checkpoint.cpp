@@ -273,3 +273,102 @@ TEST_CASE("pipeline checkpoint: a load that fails part-way leaves a pipeline tha
     CHECK_THROWS_AS(restored.transfer_state(again), checkpoint_error);
     std::remove(path.c_str());
 }
+
+namespace {
+
+// One shard per stage and a manifest (train/sharded_checkpoint.hpp), the
+// format every driver shares with the MPI ranks.
+template <class Pipeline>
+run_result saved_in_shards_at(const test::micro_batches& data, const pipeline_options& options, std::size_t at,
+                              const std::string& path)
+{
+    run_result result;
+    result.parameters = pipeline_network::make_parameters<float>(7);
+    Pipeline pipeline(result.parameters, plain_sgd, decaying_rate, options);
+    result.epochs = test::train_epochs(pipeline, data, 1);
+    feed_range(pipeline, data, 0, at);
+    save_sharded_checkpoint(path, pipeline_network::signature, pipeline, [](auto&) {});
+    finish_run(pipeline, data, at, result);
+    return result;
+}
+
+template <class Pipeline>
+run_result resumed_from_shards(const test::micro_batches& data, const pipeline_options& options, std::size_t at,
+                               const std::string& path)
+{
+    run_result result;
+    result.parameters = pipeline_network::make_parameters<float>(99);
+    Pipeline pipeline(result.parameters, plain_sgd, decaying_rate, options);
+    load_sharded_checkpoint(path, pipeline_network::signature, pipeline, [](auto&) {});
+    finish_run(pipeline, data, at, result);
+    return result;
+}
+
+} // namespace
+
+TEST_CASE("pipeline checkpoint: one shard per stage, saved by either driver, resumes in the other" *
+          doctest::timeout(120))
+{
+    const test::micro_batches data(micro_batches_per_epoch, 4, 21);
+    const std::string path = temporary_path("sharded");
+    for (const pipeline_options& options :
+         {pipeline_options{.batch = 4}, pipeline_options{.batch = 4, .accumulation = 2, .input_buffer = true,
+                                                         .parameter_buffer = true}}) {
+        for (std::size_t at : {0, 5}) {
+            CAPTURE(at);
+            const run_result reference = uninterrupted<simulator<3>>(data, options);
+            check_same(reference, saved_in_shards_at<threads<3>>(data, options, at, path), 0);
+            check_same(reference, resumed_from_shards<simulator<3>>(data, options, at, path), 1);
+            check_same(reference, saved_in_shards_at<simulator<3>>(data, options, at, path), 0);
+            check_same(reference, resumed_from_shards<threads<3>>(data, options, at, path), 1);
+        }
+    }
+    for (std::size_t j = 0; j < 3; ++j) remove_stale_shards(path, 0, j);
+    std::remove(path.c_str());
+}
+
+TEST_CASE("pipeline checkpoint: a save interrupted before its manifest leaves the previous one; a bad shard is named" *
+          doctest::timeout(60))
+{
+    const test::micro_batches data(micro_batches_per_epoch, 4, 22);
+    const std::string path = temporary_path("interrupted");
+    const pipeline_options options{.batch = 4};
+    const run_result reference = uninterrupted<simulator<3>>(data, options);
+    {
+        run_result saved;
+        saved.parameters = pipeline_network::make_parameters<float>(7);
+        simulator<3> pipeline(saved.parameters, plain_sgd, decaying_rate, options);
+        test::train_epochs(pipeline, data, 1);
+        feed_range(pipeline, data, 0, 4);
+        save_sharded_checkpoint(path, pipeline_network::signature, pipeline, [](auto&) {});
+        feed_range(pipeline, data, 4, 6);
+        // The next save writes its shards, and dies before its manifest.
+        for (std::size_t j = 0; j < 3; ++j) {
+            write_checkpoint_shard(path, pipeline_network::signature, 77, j,
+                                   [&](checkpoint_writer& out) { pipeline.transfer_stage_state(j, out); });
+        }
+    }
+    check_same(reference, resumed_from_shards<threads<3>>(data, options, 4, path), 1);
+
+    // Stage 2's shard cut short: refused, the shard named.
+    const checkpoint_manifest manifest =
+        read_checkpoint_manifest(path, pipeline_network::signature, 3, [](auto&) {});
+    const std::string last = (std::filesystem::path(path).parent_path() / manifest.shards[2].file).string();
+    std::filesystem::resize_file(last, manifest.shards[2].bytes - 1);
+    {
+        auto parameters = pipeline_network::make_parameters<float>(1);
+        simulator<3> pipeline(parameters, plain_sgd, decaying_rate, options);
+        const std::string named = "the shard of stage 2, '" + last + "', has";
+        CHECK_THROWS_WITH_AS(load_sharded_checkpoint(path, pipeline_network::signature, pipeline, [](auto&) {}),
+                             doctest::Contains(named.c_str()), checkpoint_error);
+    }
+    std::filesystem::remove(last);
+    {
+        auto parameters = pipeline_network::make_parameters<float>(1);
+        simulator<3> pipeline(parameters, plain_sgd, decaying_rate, options);
+        CHECK_THROWS_WITH_AS(load_sharded_checkpoint(path, pipeline_network::signature, pipeline, [](auto&) {}),
+                             doctest::Contains("is missing"), checkpoint_error);
+    }
+    for (std::size_t j = 0; j < 3; ++j) remove_stale_shards(path, 0, j);
+    std::remove(path.c_str());
+}

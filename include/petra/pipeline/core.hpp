@@ -33,6 +33,7 @@
 #include <petra/batch_view.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/network.hpp>
+#include <petra/parameter_slice.hpp>
 #include <petra/pipeline/accumulation.hpp>
 #include <petra/pipeline/channel.hpp>
 #include <petra/pipeline/options.hpp>
@@ -41,6 +42,7 @@
 #include <petra/pipeline/worker.hpp>
 #include <petra/state_archive.hpp>
 #include <petra/tensor_batch.hpp>
+#include <petra/type_list.hpp>
 
 namespace petra {
 
@@ -87,6 +89,23 @@ public:
 private:
     Driver& driver() { return static_cast<Driver&>(*this); }
 };
+// The records that open one stage's checkpoint shard, in every driver: the
+// pipeline's figures (stage count, cuts, options), the stage and the
+// micro-batches fed this epoch (read back into `fed`).
+template <auto Cuts, state_archive Archive>
+void transfer_stage_header(Archive& archive, std::size_t stage_index, const pipeline_options& options,
+                           std::size_t& fed)
+{
+    archive.section("pipeline stage");
+    archive.expect(Cuts.size() - 1, "stage count");
+    for (std::size_t cut : Cuts) archive.expect(cut, "cut between stages");
+    archive.expect(options.batch, "micro-batch size");
+    archive.expect(options.accumulation, "accumulation (micro-batches per step)");
+    archive.expect(options.input_buffer ? 1 : 0, "input buffer");
+    archive.expect(options.parameter_buffer ? 1 : 0, "parameter buffer");
+    archive.expect(stage_index, "stage index");
+    archive.count(fed, any_count);
+}
 
 template <class Network, auto Cuts, class Optimizer, class T>
 class pipeline_core {
@@ -206,6 +225,14 @@ protected:
         return all_at_zero;
     }
 
+    // Whether every stage's next tick is that of the micro-batches fed.
+    bool all_stages_at_fed() const
+    {
+        bool all = true;
+        std::apply([&](const auto&... worker) { ((all = all && worker.next_tick() == fed_), ...); }, workers_);
+        return all;
+    }
+
     // Everything that lives from one tick to the next, with every stage
     // between the same two ticks: the schedule's position, the epoch's
     // statistics so far, each stage's state and the messages in transit.
@@ -237,6 +264,57 @@ protected:
                                          "fed; the checkpoint is inconsistent.");
             }
         }
+    }
+
+    // One stage's share of the state, for checkpoints in one file per
+    // stage (train/sharded_checkpoint.hpp): the pipeline's figures, the
+    // micro-batches fed, the epoch's statistics (the last stage, which
+    // scores), the stage's worker, the messages in transit INTO the stage
+    // (forward, backward, and the labels for the last stage) and its slice
+    // of the parameters. Every stage between the same two ticks. Loaded
+    // stage by stage into a pipeline not fed this epoch; an MPI pipeline
+    // writes and reads the same records (mpi/pipeline.hpp).
+    template <state_archive Archive>
+    void transfer_stage_state(std::size_t stage_index, Archive& archive)
+    {
+        if (stage_index >= stage_count) {
+            throw std::invalid_argument("pipeline: stage " + std::to_string(stage_index) + " of " +
+                                        std::to_string(stage_count) + " stages.");
+        }
+        for_each_index<stage_count>([&](auto index) {
+            constexpr std::size_t i = decltype(index)::value;
+            if (i != stage_index) return;
+            auto& stage_worker = worker<i>();
+            std::size_t fed = fed_;
+            transfer_stage_header<Cuts>(archive, i, options_, fed);
+            if constexpr (Archive::loading) {
+                if (stage_worker.next_tick() != 0 || (fed_ != 0 && fed_ != fed)) {
+                    throw std::runtime_error("pipeline checkpoint: stage " + std::to_string(i) +
+                                             " is not at the start of an epoch, or the stages' shards disagree on "
+                                             "the micro-batches fed.");
+                }
+                fed_ = fed;
+            }
+            if constexpr (i + 1 == stage_count) {
+                std::lock_guard lock(shared_.statistics_mutex);
+                shared_.statistics.transfer_state(archive);
+            }
+            stage_worker.transfer_state(archive);
+            forward_[i]->transfer_state(archive);
+            if constexpr (i + 1 < stage_count) backward_[i]->transfer_state(archive);
+            if constexpr (i + 1 == stage_count) labels_.transfer_state(archive);
+            using slice = parameter_slice<Network, Cuts[i], Cuts[i + 1], T>;
+            slice::transfer(archive,
+                            parameters_->values().template subspan<slice::parameter_offset, slice::parameter_count>(),
+                            parameters_->state().template subspan<slice::state_offset, slice::state_count>());
+            if constexpr (Archive::loading) {
+                if (stage_worker.next_tick() != fed_) {
+                    throw std::runtime_error("pipeline checkpoint: stage " + std::to_string(i) +
+                                             " is not at the tick of the micro-batches fed; the checkpoint is "
+                                             "inconsistent.");
+                }
+            }
+        });
     }
 
     pipeline_options options_;

@@ -84,6 +84,16 @@ public:
         });
     }
 
+    // The same for one stage (core.hpp: its share of the state and its
+    // slice of the parameters), for checkpoints of one file per stage; a
+    // pipeline is restored by loading every stage's, before the epoch's
+    // first feed.
+    template <state_archive Archive>
+    void transfer_stage_state(std::size_t stage, Archive& archive)
+    {
+        guarded([&] { core::transfer_stage_state(stage, archive); });
+    }
+
     // Ends the epoch: runs ticks until every stage has differentiated every
     // micro-batch fed, and returns the epoch's statistics.
     epoch_statistics drain()

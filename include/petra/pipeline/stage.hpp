@@ -80,10 +80,19 @@ public:
     using input = typename block<0>::input;
     using output = typename block<block_count - 1>::output;
 
+    // The stage's slice of a whole network's parameters.
     stage(network_parameters<Network, T>& parameters, const pipeline_options& options)
-        : batch_(options.batch), options_(options),
-          parameters_(parameters.values().template subspan<parameter_offset, parameter_count>()),
-          state_(parameters.state().template subspan<state_offset, state_count>()), gradient_(parameter_count, T(0))
+        : stage(parameters.values().template subspan<parameter_offset, parameter_count>(),
+                parameters.state().template subspan<state_offset, state_count>(), options)
+    {
+    }
+
+    // The stage's parameters and running statistics held elsewhere (a
+    // parameter_slice of its blocks, when the rest of the network lives in
+    // other processes), laid out as in the network from first_block on.
+    stage(std::span<T, parameter_count> parameters, std::span<T, state_count> state, const pipeline_options& options)
+        : batch_(options.batch), options_(options), parameters_(parameters), state_(state),
+          gradient_(parameter_count, T(0))
     {
         if (options.batch == 0) throw std::invalid_argument("pipeline: the batch must hold at least one example.");
         std::size_t intermediate = 0, recomputed = 0, workspace = 0;
@@ -144,6 +153,45 @@ public:
         if (options_.parameter_buffer) std::copy_n(parameters_.data(), parameter_count, stashed_.push());
         for_each_index<block_count>([&](auto i) { forward_block<i>(x, y); });
         ++in_flight_;
+    }
+
+    // Inference (evaluation): the blocks in order with their running
+    // statistics, nothing updated, nothing kept; a batch of any size.
+    // Scratch is per thread (it grows once to its largest use), so that a
+    // forward-only pass leaves the stage's training buffers alone.
+    void infer(const_batch<T, input> x, batch_view<T, output> y) const
+    {
+        const std::size_t batch = x.batch();
+        if (y.batch() != batch) {
+            throw std::invalid_argument("pipeline stage: inference of " + std::to_string(batch) + " examples into " +
+                                        std::to_string(y.batch()) + " outputs.");
+        }
+        if (batch == 0) return;
+        struct inference_scratch;
+        std::size_t activation = 0, workspace = 0;
+        for (std::size_t i = first_block; i < end_block; ++i) {
+            activation = std::max(activation, batch * Network::profile[i].output_values);
+            workspace = std::max(workspace, Network::workspace_size(i, batch));
+        }
+        T* scratch = kernels::thread_scratch<inference_scratch, T>(2 * activation + workspace);
+        const std::span<T> work(scratch + 2 * activation, workspace);
+        // Block I reads buffer (I - 1) % 2 and writes buffer I % 2.
+        for_each_index<block_count>([&](auto index) {
+            constexpr std::size_t i = decltype(index)::value;
+            using bound = block<i>;
+            const auto in = [&] {
+                if constexpr (i == 0) return x;
+                else return batch_view<const T, typename bound::input>(scratch + ((i - 1) % 2) * activation, batch);
+            }();
+            const auto out = [&] {
+                if constexpr (i + 1 == block_count) return y;
+                else return batch_view<T, typename bound::output>(scratch + (i % 2) * activation, batch);
+            }();
+            bound::forward(pass::inference, block_parameters<i>(parameters_),
+                           Network::template state_of<first_block + i, first_block>(
+                               std::span<const T, state_count>(state_)),
+                           in, out, work);
+        });
     }
 
     // y: the stage's output for the oldest micro-batch in flight (as the

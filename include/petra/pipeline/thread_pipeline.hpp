@@ -160,6 +160,36 @@ public:
         }
     }
 
+    // The same for one stage (core.hpp: its share of the state and its
+    // slice of the parameters), for checkpoints of one file per stage; a
+    // pipeline is restored by loading every stage's, before the epoch's
+    // first feed. A load that fails part-way fails the pipeline, as above.
+    template <state_archive Archive>
+    void transfer_stage_state(std::size_t stage, Archive& archive)
+    {
+        rethrow_if_failed();
+        const typename core::paused held = pause();
+        std::unique_lock lock(mutex_);
+        if constexpr (Archive::loading) {
+            try {
+                core::transfer_stage_state(stage, archive);
+            } catch (...) {
+                failure_ = std::current_exception();
+                lock.unlock();
+                core::stop_.stop();
+                notify_everyone();
+                throw;
+            }
+            // The stages run on only once every one is restored.
+            if (core::all_stages_at_fed()) {
+                granted_ = core::fed_;
+                to_stages_.notify_all();
+            }
+        } else {
+            core::transfer_stage_state(stage, archive);
+        }
+    }
+
 private:
     template <std::size_t I>
     void run_stage()

@@ -80,12 +80,25 @@ public:
         LabelTransport* labels = nullptr;     // the last stage's labels
     };
 
+    // The stage's slice of a whole network's parameters; weight_mask is the
+    // whole network's (Network::weight_mask).
     template <class Network>
     stage_worker(network_parameters<Network, T>& parameters, const typename Optimizer::options& optimizer_options,
                  std::span<const T> weight_mask, const pipeline_options& options, links connections,
                  pipeline_shared<T>& shared)
-        : stage_(parameters, options),
-          optimizer_(optimizer_options, weight_mask.subspan(Stage::parameter_offset, Stage::parameter_count)),
+        : stage_worker(parameters.values().template subspan<Stage::parameter_offset, Stage::parameter_count>(),
+                       parameters.state().template subspan<Stage::state_offset, Stage::state_count>(),
+                       optimizer_options, weight_mask.subspan(Stage::parameter_offset, Stage::parameter_count),
+                       options, connections, shared)
+    {
+    }
+
+    // The stage's parameters and running statistics held on their own (a
+    // parameter_slice of its blocks); stage_weight_mask covers them alone.
+    stage_worker(std::span<T, Stage::parameter_count> parameters, std::span<T, Stage::state_count> state,
+                 const typename Optimizer::options& optimizer_options, std::span<const T> stage_weight_mask,
+                 const pipeline_options& options, links connections, pipeline_shared<T>& shared)
+        : stage_(parameters, state, options), optimizer_(optimizer_options, stage_weight_mask),
           accumulation_(options.accumulation), links_(connections), shared_(shared),
           logits_(Stage::is_last ? options.batch * classes : 0), grad_logits_(logits_.size())
     {

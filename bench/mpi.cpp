@@ -1,0 +1,228 @@
+// PETRA's stages on MPI ranks, on the reference network (batch 64, random
+// images), under mpiexec:
+//
+//   mpiexec -n 2 bench_mpi throughput [ROUNDS] [MICRO_BATCHES]
+//     J = 2 on 2 threads of rank 0 (rank 1 sleeps meanwhile) against J = 2
+//     on the 2 ranks, in interleaved rounds of one epoch each, in one run:
+//     examples/s per round and the medians' ratio; then the bytes each rank
+//     sent per tick across each boundary, next to the compile-time figure
+//     (header + batch x values x 4 bytes; a backward message holds the
+//     rebuilt input and its gradient).
+//   mpiexec -n R bench_mpi memory [J]
+//     J = 4 (default) on R ranks: each rank trains an epoch of 12
+//     micro-batches and reports its peak RSS and what its pipeline holds
+//     (parameters, statistics, optimizer state, FIFOs, buffers, channels).
+//   mpiexec -n 1 bench_mpi memory-threads [J]
+//     the same J on threads in one process (MPI initialised too, so that
+//     MPI's own footprint is in both).
+// Rank 0 prints markdown tables.
+#include <mpi.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <petra/mpi.hpp>
+#include <petra/petra.hpp>
+
+namespace {
+
+using net = petra::reference_network<>;
+constexpr std::size_t batch = 64;
+
+struct epoch_data {
+    std::vector<std::vector<float>> images;
+    std::vector<std::vector<std::int32_t>> labels;
+
+    explicit epoch_data(std::size_t count)
+    {
+        std::mt19937_64 generator(1);
+        std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
+        std::uniform_int_distribution<std::int32_t> label(0, 9);
+        for (std::size_t m = 0; m < count; ++m) {
+            images.emplace_back(batch * net::input::size);
+            labels.emplace_back(batch);
+            for (float& value : images.back()) value = pixel(generator);
+            for (auto& value : labels.back()) value = label(generator);
+        }
+    }
+};
+
+double learning_rate(std::size_t) { return 0.01; }
+
+std::size_t peak_rss_bytes()
+{
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    return std::size_t(usage.ru_maxrss) * 1024;
+}
+
+int world_rank()
+{
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    return rank;
+}
+
+// A barrier that sleeps while it waits, so that an idle rank leaves its
+// core to the others (MPI_Barrier polls).
+void sleeping_barrier()
+{
+    MPI_Request request;
+    MPI_Ibarrier(MPI_COMM_WORLD, &request);
+    for (int done = 0; !done;) {
+        MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+        if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+}
+
+template <class Pipeline>
+double epoch_seconds(Pipeline& pipeline, const epoch_data& data)
+{
+    const auto start = std::chrono::steady_clock::now();
+    for (std::size_t m = 0; m < data.images.size(); ++m) pipeline.feed(data.images[m].data(), data.labels[m].data());
+    pipeline.drain();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double median(std::vector<double> values)
+{
+    std::sort(values.begin(), values.end());
+    return values[values.size() / 2];
+}
+
+int throughput(int rounds, std::size_t micro_batches)
+{
+    constexpr auto cuts = petra::reference_cuts<2>();
+    const epoch_data data(micro_batches);
+    int ranks = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    if (ranks != 2) {
+        if (world_rank() == 0) std::fprintf(stderr, "bench_mpi throughput: run it on 2 ranks (mpiexec -n 2).\n");
+        return 2;
+    }
+    auto parameters = net::make_parameters<float>(1);
+    petra::thread_pipeline<net, cuts, petra::sgd<float>> threads(parameters, petra::sgd_options{}, learning_rate,
+                                                                 {.batch = batch});
+    petra::mpi_pipeline<net, cuts, petra::sgd<float>> ranks_pipeline(MPI_COMM_WORLD, 1, petra::sgd_options{},
+                                                                     learning_rate, {.batch = batch});
+    std::vector<double> on_threads, on_ranks;
+    // A first round of each warms caches and per-thread scratch; not counted.
+    for (int round = -1; round < rounds; ++round) {
+        if (world_rank() == 0) {
+            const double seconds = epoch_seconds(threads, data);
+            if (round >= 0) on_threads.push_back(double(micro_batches * batch) / seconds);
+        }
+        sleeping_barrier();
+        const double seconds = epoch_seconds(ranks_pipeline, data);
+        if (round >= 0) on_ranks.push_back(double(micro_batches * batch) / seconds);
+        sleeping_barrier();
+    }
+    // Bytes per tick: each boundary's sending rank counts its messages.
+    const std::size_t ticks = std::size_t(rounds + 1) * micro_batches; // data messages: one per micro-batch
+    std::uint64_t sent[3] = {ranks_pipeline.bytes_sent("forward into stage 1"),
+                             ranks_pipeline.bytes_sent("backward into stage 0"), ranks_pipeline.bytes_sent("labels")};
+    std::uint64_t total[3] = {0, 0, 0};
+    MPI_Reduce(sent, total, 3, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (world_rank() != 0) return 0;
+
+    std::printf("| J = 2, one epoch of %zu micro-batches of %zu | ", micro_batches, batch);
+    for (int round = 0; round < rounds; ++round) std::printf("round %d | ", round + 1);
+    std::printf("median |\n|---|");
+    for (int round = 0; round <= rounds; ++round) std::printf("---:|");
+    std::printf("\n| 2 threads, one process (examples/s) | ");
+    for (double rate : on_threads) std::printf("%.0f | ", rate);
+    std::printf("%.0f |\n| 2 ranks, one stage each (examples/s) | ", median(on_threads));
+    for (double rate : on_ranks) std::printf("%.0f | ", rate);
+    std::printf("%.0f |\n\nranks / threads (medians): %.3f\n\n", median(on_ranks),
+                median(on_ranks) / median(on_threads));
+
+    const std::size_t header = petra::mpi_channel<float>::header_bytes;
+    const std::size_t boundary = net::profile[cuts[1]].input_values;
+    // The end-of-epoch marker travels forward as a header alone, once per epoch.
+    const double epochs = double(rounds + 1);
+    const std::size_t expected[3] = {header + batch * boundary * sizeof(float),
+                                     header + 2 * batch * boundary * sizeof(float),
+                                     header + batch * sizeof(std::int32_t)};
+    const double markers[3] = {epochs * double(header), 0, 0};
+    const char* names[3] = {"forward, stage 0 to 1 (activations)", "backward, stage 1 to 0 (input and gradient)",
+                            "labels, rank 0 to the last stage's rank"};
+    std::printf("| boundary | bytes per tick, measured | compile-time figure |\n|---|---:|---:|\n");
+    for (int k = 0; k < 3; ++k) {
+        std::printf("| %s | %.0f | %zu |\n", names[k], (double(total[k]) - markers[k]) / double(ticks), expected[k]);
+    }
+    return 0;
+}
+
+template <std::size_t J>
+int memory(bool on_threads)
+{
+    constexpr auto cuts = petra::reference_cuts<J>();
+    const std::size_t before = peak_rss_bytes();
+    const epoch_data data(world_rank() == 0 ? 12 : 0);
+    std::size_t held = 0, parameters_held = 0;
+    if (on_threads) {
+        auto parameters = net::make_parameters<float>(1);
+        petra::thread_pipeline<net, cuts, petra::sgd<float>> pipeline(parameters, petra::sgd_options{}, learning_rate,
+                                                                      {.batch = batch});
+        epoch_seconds(pipeline, data);
+        held = pipeline.memory_bytes() + (parameters.values().size() + parameters.state().size()) * sizeof(float);
+        parameters_held = (parameters.values().size() + parameters.state().size()) * sizeof(float);
+    } else {
+        petra::mpi_pipeline<net, cuts, petra::sgd<float>> pipeline(MPI_COMM_WORLD, 1, petra::sgd_options{},
+                                                                   learning_rate, {.batch = batch});
+        for (std::size_t m = 0; m < 12; ++m) {
+            if (pipeline.feeds()) pipeline.feed(data.images[m].data(), data.labels[m].data());
+            else pipeline.feed();
+        }
+        pipeline.drain();
+        held = pipeline.memory_bytes();
+        for (std::size_t j = pipeline.first_stage(); j < pipeline.end_stage(); ++j) {
+            parameters_held += (net::parameter_offsets[cuts[j + 1]] - net::parameter_offsets[cuts[j]] +
+                                net::state_offsets[cuts[j + 1]] - net::state_offsets[cuts[j]]) *
+                               sizeof(float);
+        }
+    }
+    int ranks = 1, rank = world_rank();
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    const unsigned long long mine[4] = {peak_rss_bytes(), before, held, parameters_held};
+    std::vector<unsigned long long> all(4 * std::size_t(ranks));
+    MPI_Gather(mine, 4, MPI_UNSIGNED_LONG_LONG, all.data(), 4, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+    if (rank != 0) return 0;
+    const double mib = 1024.0 * 1024.0;
+    for (int r = 0; r < ranks; ++r) {
+        const unsigned long long* row = all.data() + 4 * r;
+        std::printf("| J = %zu on %s | %d | %.1f | %.1f | %.1f | %.2f |\n", J,
+                    on_threads ? "threads, 1 process" : (std::to_string(ranks) + " ranks").c_str(), r,
+                    double(row[0]) / mib, double(row[0] - row[1]) / mib, double(row[2]) / mib, double(row[3]) / mib);
+    }
+    return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    petra::mpi_session mpi(argc, argv);
+    const std::string mode = argc > 1 ? argv[1] : "";
+    if (mode == "throughput") {
+        return throughput(argc > 2 ? std::atoi(argv[2]) : 3, argc > 3 ? std::size_t(std::atoi(argv[3])) : 48);
+    }
+    const std::size_t stages = argc > 2 ? std::size_t(std::atoi(argv[2])) : 4;
+    if ((mode == "memory" || mode == "memory-threads") && (stages == 2 || stages == 4)) {
+        const bool threads = mode == "memory-threads";
+        return stages == 2 ? memory<2>(threads) : memory<4>(threads);
+    }
+    if (mpi.rank() == 0) {
+        std::fprintf(stderr, "usage: bench_mpi throughput [ROUNDS] [MICRO_BATCHES] | memory [2|4] | "
+                             "memory-threads [2|4]\n");
+    }
+    return 2;
+}
