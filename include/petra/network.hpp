@@ -26,7 +26,6 @@
 #include <cstdint>
 #include <random>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -39,6 +38,7 @@
 
 #include <petra/batch_view.hpp>
 #include <petra/blocks/block.hpp>
+#include <petra/error.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/layers/chain.hpp>
 #include <petra/state_archive.hpp>
@@ -485,8 +485,8 @@ void predict(const network_parameters<Network, T>& parameters, const Images& ima
     const auto y = as_batch<typename Network::output>(logits, "predict: logits");
     static_assert(std::is_same_v<typename decltype(y)::element_type, T>, "predict writes logits of the parameters' type.");
     if (y.batch() != x.batch()) {
-        throw std::invalid_argument("predict: logits for " + std::to_string(y.batch()) + " examples, images of " +
-                                    std::to_string(x.batch()) + ".");
+        raise_error(error_kind::invalid_argument, "predict: logits for " + std::to_string(y.batch()) +
+                                                      " examples, images of " + std::to_string(x.batch()) + ".");
     }
     predict(parameters, x, y);
 }

@@ -20,7 +20,7 @@
 #include <cstddef>
 #include <cstring>
 #include <numeric>
-#include <stdexcept>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -29,6 +29,7 @@
 #include <immintrin.h>
 #endif
 
+#include <petra/error.hpp>
 #include <petra/kernels/gemm.hpp>
 #include <petra/kernels/profile.hpp>
 #include <petra/kernels/simd.hpp>
@@ -69,7 +70,7 @@ struct convolution_shape {
 inline void validate(const convolution_shape& shape)
 {
     auto fail = [](const std::string& what) {
-        throw std::invalid_argument("petra::kernels convolution: " + what);
+        raise_error(error_kind::invalid_argument, "petra::kernels convolution: " + what);
     };
     if (shape.in_channels == 0 || shape.out_channels == 0) fail("channel counts must be positive");
     if (shape.in_height == 0 || shape.in_width == 0) fail("the input height and width must be positive");

@@ -11,11 +11,12 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
-#include <stdexcept>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
 
+#include <petra/error.hpp>
 #include <petra/kernels/profile.hpp>
 #include <petra/kernels/simd.hpp>
 
@@ -306,7 +307,7 @@ struct matrix_store {
 namespace detail {
 inline void require(bool condition, const char* what)
 {
-    if (!condition) throw std::invalid_argument(std::string("petra::kernels::gemm: ") + what);
+    if (!condition) raise_error(error_kind::invalid_argument, std::string("petra::kernels::gemm: ") + what);
 }
 } // namespace detail
 

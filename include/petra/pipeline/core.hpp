@@ -24,7 +24,6 @@
 #include <memory>
 #include <mutex>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -33,6 +32,7 @@
 #include <petra/batch_view.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/network.hpp>
+#include <petra/error.hpp>
 #include <petra/pipeline/accumulation.hpp>
 #include <petra/pipeline/channel.hpp>
 #include <petra/pipeline/options.hpp>
@@ -122,9 +122,10 @@ protected:
     void refuse_while_paused(const char* operation) const
     {
         if (pauses_held_ != 0) {
-            throw std::logic_error(std::string("pipeline: ") + operation +
-                                   " while the pipeline is paused; let the paused_pipeline that pause() returned "
-                                   "go out of scope first.");
+            raise_error(error_kind::logic_error,
+                        std::string("pipeline: ") + operation +
+                            " while the pipeline is paused; let the paused_pipeline that pause() returned "
+                            "go out of scope first.");
         }
     }
 
@@ -139,9 +140,10 @@ protected:
                                       std::span<const std::int32_t> labels) const
     {
         if (images.batch() != options_.batch || labels.size() != options_.batch) {
-            throw std::invalid_argument("pipeline feed: " + std::to_string(images.batch()) + " images and " +
-                                        std::to_string(labels.size()) + " labels; every micro-batch holds " +
-                                        std::to_string(options_.batch) + " of each.");
+            raise_error(error_kind::invalid_argument, "pipeline feed: " + std::to_string(images.batch()) +
+                                                          " images and " + std::to_string(labels.size()) +
+                                                          " labels; every micro-batch holds " +
+                                                          std::to_string(options_.batch) + " of each.");
         }
         return {images.data(), labels.data()};
     }
@@ -224,8 +226,9 @@ protected:
             std::apply([&](const auto&... worker) { ((consistent = consistent && worker.next_tick() == fed_), ...); },
                        workers_);
             if (!consistent) {
-                throw std::runtime_error("pipeline checkpoint: the stages are not all at the tick of the micro-batches "
-                                         "fed; the checkpoint is inconsistent.");
+                raise_error(error_kind::runtime_error,
+                            "pipeline checkpoint: the stages are not all at the tick of the micro-batches "
+                            "fed; the checkpoint is inconsistent.");
             }
         }
     }
@@ -255,7 +258,9 @@ private:
           workers_(worker_type<I>(parameters, optimizer_options, weight_mask_, options_, links<I>(), shared_)...),
           parameters_(&parameters)
     {
-        if (!shared_.learning_rate) throw std::invalid_argument("pipeline: a learning-rate schedule is needed.");
+        if (!shared_.learning_rate) {
+            raise_error(error_kind::invalid_argument, "pipeline: a learning-rate schedule is needed.");
+        }
     }
 
     // Two messages per channel. Forward: at tick t stage j may send its

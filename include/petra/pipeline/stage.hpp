@@ -33,12 +33,12 @@
 #include <array>
 #include <cstddef>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <petra/batch_view.hpp>
 #include <petra/blocks/block.hpp>
+#include <petra/error.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/network.hpp>
 #include <petra/type_list.hpp>
@@ -85,7 +85,9 @@ public:
           parameters_(parameters.values().template subspan<parameter_offset, parameter_count>()),
           state_(parameters.state().template subspan<state_offset, state_count>()), gradient_(parameter_count, T(0))
     {
-        if (options.batch == 0) throw std::invalid_argument("pipeline: the batch must hold at least one example.");
+        if (options.batch == 0) {
+            raise_error(error_kind::invalid_argument, "pipeline: the batch must hold at least one example.");
+        }
         std::size_t intermediate = 0, recomputed = 0, workspace = 0;
         for (std::size_t i = first_block; i < end_block; ++i) {
             const block_profile& profile = Network::profile[i];
@@ -138,8 +140,9 @@ public:
     {
         check_batch(x.batch(), "forward");
         if (is_last && in_flight_ > 0) {
-            throw std::logic_error("pipeline stage: the last stage differentiates a micro-batch before it forwards "
-                                   "the next.");
+            raise_error(error_kind::logic_error,
+                        "pipeline stage: the last stage differentiates a micro-batch before it forwards "
+                        "the next.");
         }
         if (options_.parameter_buffer) std::copy_n(parameters_.data(), parameter_count, stashed_.push());
         for_each_index<block_count>([&](auto i) { forward_block<i>(x, y); });
@@ -153,9 +156,12 @@ public:
     void backward(const_batch<T, output> y, const_batch<T, output> grad_y, batch_view<T, input> x,
                   batch_view<T, input> grad_x)
     {
-        if (in_flight_ == 0) throw std::logic_error("pipeline stage: backward without a forward in flight.");
+        if (in_flight_ == 0) {
+            raise_error(error_kind::logic_error, "pipeline stage: backward without a forward in flight.");
+        }
         if (!is_first && (!x || !grad_x)) {
-            throw std::invalid_argument("pipeline stage: only stage 0 may leave its input and input gradient out.");
+            raise_error(error_kind::invalid_argument,
+                        "pipeline stage: only stage 0 may leave its input and input gradient out.");
         }
         check_batch(y.batch(), "backward");
         const std::span<const T, parameter_count> parameters =
@@ -211,9 +217,9 @@ private:
     void check_batch(std::size_t batch, const char* what) const
     {
         if (batch != batch_) {
-            throw std::invalid_argument("pipeline stage: " + std::string(what) + " of a batch of " +
-                                        std::to_string(batch) + " examples; this stage takes " +
-                                        std::to_string(batch_) + ".");
+            raise_error(error_kind::invalid_argument, "pipeline stage: " + std::string(what) + " of a batch of " +
+                                                          std::to_string(batch) + " examples; this stage takes " +
+                                                          std::to_string(batch_) + ".");
         }
     }
 

@@ -28,9 +28,9 @@
 #include <mutex>
 #include <optional>
 #include <span>
-#include <stdexcept>
 #include <string>
 
+#include <petra/error.hpp>
 #include <petra/layers/softmax_cross_entropy_loss.hpp>
 #include <petra/pipeline/accumulation.hpp>
 #include <petra/pipeline/channel.hpp>
@@ -268,8 +268,9 @@ private:
     void check_order(const message_header& header, std::size_t expected, const char* what) const
     {
         if (header.end_of_epoch || header.micro_batch != expected) {
-            throw std::logic_error("pipeline schedule error: stage " + std::to_string(index) + " expected the " +
-                                   what + " message of micro-batch " + std::to_string(expected) + ".");
+            raise_error(error_kind::logic_error, "pipeline schedule error: stage " + std::to_string(index) +
+                                                     " expected the " + what + " message of micro-batch " +
+                                                     std::to_string(expected) + ".");
         }
     }
 

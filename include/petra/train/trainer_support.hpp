@@ -8,10 +8,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <stdexcept>
 #include <string>
 
 #include <petra/batch_view.hpp>
+#include <petra/error.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/layers/softmax_cross_entropy_loss.hpp>
 #include <petra/network.hpp>
@@ -52,23 +52,24 @@ inline void check_step(const char* trainer, std::size_t batch, std::size_t capac
                        std::size_t parameter_count, std::span<const std::int32_t> labels, std::size_t classes)
 {
     if (labels.size() != batch) {
-        throw std::invalid_argument(std::string(trainer) + ": " + std::to_string(labels.size()) + " labels for " +
-                                    std::to_string(batch) + " images.");
+        raise_error(error_kind::invalid_argument, std::string(trainer) + ": " + std::to_string(labels.size()) +
+                                                      " labels for " + std::to_string(batch) + " images.");
     }
     if (batch == 0 || batch > capacity) {
-        throw std::invalid_argument(std::string(trainer) + ": batch of " + std::to_string(batch) +
-                                    " examples; this trainer takes 1 to " + std::to_string(capacity) + ".");
+        raise_error(error_kind::invalid_argument, std::string(trainer) + ": batch of " + std::to_string(batch) +
+                                                      " examples; this trainer takes 1 to " + std::to_string(capacity) +
+                                                      ".");
     }
     if (gradient_size != parameter_count) {
-        throw std::invalid_argument(std::string(trainer) + ": the gradient has " + std::to_string(gradient_size) +
-                                    " values; the network has " + std::to_string(parameter_count) +
-                                    " parameters.");
+        raise_error(error_kind::invalid_argument, std::string(trainer) + ": the gradient has " +
+                                                      std::to_string(gradient_size) + " values; the network has " +
+                                                      std::to_string(parameter_count) + " parameters.");
     }
     for (std::size_t n = 0; n < batch; ++n) {
         if (labels[n] < 0 || std::size_t(labels[n]) >= classes) {
-            throw std::invalid_argument(std::string(trainer) + ": label " + std::to_string(labels[n]) +
-                                        " of example " + std::to_string(n) + " is outside [0, " +
-                                        std::to_string(classes) + ").");
+            raise_error(error_kind::invalid_argument, std::string(trainer) + ": label " + std::to_string(labels[n]) +
+                                                          " of example " + std::to_string(n) + " is outside [0, " +
+                                                          std::to_string(classes) + ").");
         }
     }
 }
