@@ -49,6 +49,10 @@
 // A block that can come first in a network (its input is data) may declare
 //   static constexpr bool input_gradient_optional = true;
 // its backward then accepts an empty grad_x and skips the input gradient.
+//
+// Like a layer, a block states the scratch its kernels take, forward_scratch
+// and backward_scratch (layer.hpp); made_of below gives them from its
+// functions.
 #pragma once
 
 #include <algorithm>
@@ -159,6 +163,23 @@ struct made_of {
     {
         for_each_index<sizeof...(Functions)>(
             [&](auto k) { petra::mark_weights<function_at<k>, T>(parameters_of<k>(mask)); });
+    }
+
+    // Kernel scratch (layer.hpp): the functions' own, one after another;
+    // input_gradient goes to each function's backward.
+    template <class T>
+    static constexpr kernels::scratch_demand forward_scratch(std::size_t batch)
+    {
+        kernels::scratch_demand demand;
+        (demand.merge(forward_scratch_of<Functions, T>(batch)), ...);
+        return demand;
+    }
+    template <class T>
+    static constexpr kernels::scratch_demand backward_scratch(std::size_t batch, bool input_gradient)
+    {
+        kernels::scratch_demand demand;
+        (demand.merge(backward_scratch_of<Functions, T>(batch, input_gradient)), ...);
+        return demand;
     }
 };
 

@@ -116,6 +116,26 @@ struct bound_chain {
         return batch * intermediate_size + (Bound::cache_size(batch) + ...);
     }
 
+    // Kernel scratch (layer.hpp): the layers' own, one after another, and
+    // in backward the chain's two gradient buffers.
+    template <class T>
+    static constexpr kernels::scratch_demand forward_scratch(std::size_t batch)
+    {
+        kernels::scratch_demand demand;
+        (demand.merge(forward_scratch_of<Bound, T>(batch)), ...);
+        return demand;
+    }
+    template <class T>
+    static constexpr kernels::scratch_demand backward_scratch(std::size_t batch, bool input_gradient)
+    {
+        kernels::scratch_demand demand;
+        if constexpr (length > 1) demand.template ask<bound_chain, T>(gradient_buffers_size(batch));
+        for_each_index<length>([&](auto i) {
+            demand.merge(backward_scratch_of<layer<i>, T>(batch, i > 0 || input_gradient));
+        });
+        return demand;
+    }
+
     // Layer I's part of an array laid out like the chain's parameters (or
     // like its state): a span of static extent, const or not as given.
     template <std::size_t I, class T, std::size_t Count>
@@ -164,8 +184,7 @@ struct bound_chain {
                          std::span<T, parameter_count> grad_parameters, std::span<T> cache)
     {
         const std::size_t batch = x.batch();
-        T* gradients =
-            length == 1 ? nullptr : kernels::thread_scratch<bound_chain, T>(2 * batch * largest_intermediate);
+        T* gradients = length == 1 ? nullptr : kernels::thread_scratch<bound_chain, T>(gradient_buffers_size(batch));
         const cache_layout<T> at{cache.data(), batch, gradients};
         for_each_index_down<length>([&](auto i) {
             layer<i>::backward(parameters_of<i>(parameters), at.template input_of<i>(x),
@@ -175,6 +194,10 @@ struct bound_chain {
     }
 
 private:
+    // Values of the two buffers backward passes the gradients between
+    // layers in.
+    static constexpr std::size_t gradient_buffers_size(std::size_t batch) { return 2 * batch * largest_intermediate; }
+
     // Where a layer finds its input and output (the chain's own, or an
     // intermediate in the cache), its cache, and in backward its gradients.
     template <class T>

@@ -5,8 +5,10 @@
 // (sequential_pipeline.hpp, thread_pipeline.hpp) decide who runs each
 // stage's ticks and when.
 //
-// The parameters stay in the caller's network_parameters, ONE copy: each
-// stage reads and updates its own slice. The caller may read them once
+// The parameters stay in the caller's network_parameters (or the caller's
+// arrays, through a network_parameters_view), ONE copy, which must outlive
+// the pipeline: each stage reads and updates its own slice. The caller may
+// read them once
 // drain() has returned, and while a paused_pipeline from pause() lives
 // (paused_pipeline.hpp); a thread_pipeline's stages update them at any
 // time otherwise. The learning-rate function is called by every stage's
@@ -30,9 +32,9 @@
 #include <vector>
 
 #include <petra/batch_view.hpp>
+#include <petra/error.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/network.hpp>
-#include <petra/error.hpp>
 #include <petra/pipeline/accumulation.hpp>
 #include <petra/pipeline/channel.hpp>
 #include <petra/pipeline/options.hpp>
@@ -97,7 +99,7 @@ public:
     }
 
 protected:
-    pipeline_core(network_parameters<Network, T>& parameters, const typename Optimizer::options& optimizer_options,
+    pipeline_core(network_parameters_view<Network, T> parameters, const typename Optimizer::options& optimizer_options,
                   std::function<double(std::size_t)> learning_rate, const pipeline_options& options,
                   channel_waiting mode)
         : pipeline_core(parameters, optimizer_options, std::move(learning_rate), options, mode,
@@ -114,7 +116,7 @@ protected:
                 return typename paused::gradient_sums{std::span<const T>(worker.stage().gradient())...};
             },
             workers_);
-        return paused(*parameters_, sums, pauses_held_);
+        return paused(parameters_, sums, pauses_held_);
     }
 
     // Called first by feed() and drain(): while a guard lives, no stage may
@@ -244,19 +246,18 @@ protected:
     std::size_t fed_ = 0;
 
 private:
-    network_parameters<Network, T>* parameters_;
+    network_parameters_view<Network, T> parameters_;
     std::size_t pauses_held_ = 0; // paused_pipeline guards alive; only the caller's thread touches it
 
     template <std::size_t... I>
-    pipeline_core(network_parameters<Network, T>& parameters, const typename Optimizer::options& optimizer_options,
+    pipeline_core(network_parameters_view<Network, T> parameters, const typename Optimizer::options& optimizer_options,
                   std::function<double(std::size_t)> learning_rate, const pipeline_options& options,
                   channel_waiting mode, std::index_sequence<I...>)
         : options_(options), shared_{std::move(learning_rate), {}, {}, {}},
           weight_mask_(Network::template weight_mask<T>()), forward_(make_forward(mode)),
-          backward_(make_backward(mode)),
-          labels_("labels", 2 * stage_count + 2, options.batch, stop_, mode),
+          backward_(make_backward(mode)), labels_("labels", 2 * stage_count + 2, options.batch, stop_, mode),
           workers_(worker_type<I>(parameters, optimizer_options, weight_mask_, options_, links<I>(), shared_)...),
-          parameters_(&parameters)
+          parameters_(parameters)
     {
         if (!shared_.learning_rate) {
             raise_error(error_kind::invalid_argument, "pipeline: a learning-rate schedule is needed.");

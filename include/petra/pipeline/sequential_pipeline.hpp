@@ -33,7 +33,7 @@ class sequential_pipeline : public pipeline_core<Network, Cuts, Optimizer, T> {
     using core = pipeline_core<Network, Cuts, Optimizer, T>;
 
 public:
-    sequential_pipeline(network_parameters<Network, T>& parameters,
+    sequential_pipeline(network_parameters_view<Network, T> parameters,
                         const typename Optimizer::options& optimizer_options,
                         std::function<double(std::size_t)> learning_rate, const pipeline_options& options)
         : core(parameters, optimizer_options, std::move(learning_rate), options, channel_waiting::never)

@@ -80,7 +80,7 @@ public:
     using input = typename block<0>::input;
     using output = typename block<block_count - 1>::output;
 
-    stage(network_parameters<Network, T>& parameters, const pipeline_options& options)
+    stage(network_parameters_view<Network, T> parameters, const pipeline_options& options)
         : batch_(options.batch), options_(options),
           parameters_(parameters.values().template subspan<parameter_offset, parameter_count>()),
           state_(parameters.state().template subspan<state_offset, state_count>()), gradient_(parameter_count, T(0))

@@ -81,7 +81,7 @@ public:
     };
 
     template <class Network>
-    stage_worker(network_parameters<Network, T>& parameters, const typename Optimizer::options& optimizer_options,
+    stage_worker(network_parameters_view<Network, T> parameters, const typename Optimizer::options& optimizer_options,
                  std::span<const T> weight_mask, const pipeline_options& options, links connections,
                  pipeline_shared<T>& shared)
         : stage_(parameters, options),

@@ -38,8 +38,9 @@ public:
     // that mean loss. labels: one class index per image. Throws
     // std::invalid_argument for an empty or too large batch, as many labels
     // as images, a gradient of the wrong length or a label out of range.
-    T accumulate_gradient(network_parameters<Network, T>& parameters, const_batch<T, typename Network::input> images,
-                          std::span<const std::int32_t> labels, std::span<T> gradient)
+    T accumulate_gradient(network_parameters_view<Network, T> parameters,
+                          const_batch<T, typename Network::input> images, std::span<const std::int32_t> labels,
+                          std::span<T> gradient)
     {
         detail::check_step("exact_backprop", images.batch(), capacity_, gradient.size(), Network::parameter_count,
                            labels, task::classes);
@@ -59,7 +60,7 @@ public:
     // (an xtensor container or an xt::adapt view of the caller's memory),
     // checked against the network's input.
     template <tensor_like Images, tensor_like Labels>
-    T accumulate_gradient(network_parameters<Network, T>& parameters, const Images& images, const Labels& labels,
+    T accumulate_gradient(network_parameters_view<Network, T> parameters, const Images& images, const Labels& labels,
                           std::span<T> gradient)
     {
         const batch_view<const T, typename Network::input> x =
@@ -69,7 +70,7 @@ public:
 
     // The same on pointers: images holds batch * Network::input::size
     // values (NCHW), labels batch class indices.
-    T accumulate_gradient(network_parameters<Network, T>& parameters, std::size_t batch, const T* images,
+    T accumulate_gradient(network_parameters_view<Network, T> parameters, std::size_t batch, const T* images,
                           const std::int32_t* labels, std::span<T> gradient)
     {
         return accumulate_gradient(parameters, const_batch<T, typename Network::input>(images, batch),
@@ -92,7 +93,7 @@ public:
 private:
     // Block I, from its stored input and workspace.
     template <std::size_t I>
-    void backward_block(const network_parameters<Network, T>& parameters,
+    void backward_block(network_parameters_view<Network, const T> parameters,
                         batch_view<const T, typename Network::input> images, std::span<T> gradient)
     {
         using block = typename Network::template block<I>;

@@ -39,11 +39,12 @@ public:
     // (running statistics updated once; reconstructions never update them),
     // loss, backward; adds the gradient of the batch's mean loss to gradient
     // and returns that mean loss.
-    T accumulate_gradient(network_parameters<Network, T>& parameters, const_batch<T, typename Network::input> images,
-                          std::span<const std::int32_t> labels, std::span<T> gradient)
+    T accumulate_gradient(network_parameters_view<Network, T> parameters,
+                          const_batch<T, typename Network::input> images, std::span<const std::int32_t> labels,
+                          std::span<T> gradient)
     {
-        detail::check_step("reversible_backprop", images.batch(), capacity_, gradient.size(),
-                           Network::parameter_count, labels, task::classes);
+        detail::check_step("reversible_backprop", images.batch(), capacity_, gradient.size(), Network::parameter_count,
+                           labels, task::classes);
         batch_ = images.batch();
         const std::span<T> workspace(workspace_);
         Network::for_each_block([&](auto index) {
@@ -66,7 +67,7 @@ public:
     // (an xtensor container or an xt::adapt view of the caller's memory),
     // checked against the network's input.
     template <tensor_like Images, tensor_like Labels>
-    T accumulate_gradient(network_parameters<Network, T>& parameters, const Images& images, const Labels& labels,
+    T accumulate_gradient(network_parameters_view<Network, T> parameters, const Images& images, const Labels& labels,
                           std::span<T> gradient)
     {
         const batch_view<const T, typename Network::input> x =
@@ -76,7 +77,7 @@ public:
 
     // The same on pointers: images holds batch * Network::input::size
     // values (NCHW), labels batch class indices.
-    T accumulate_gradient(network_parameters<Network, T>& parameters, std::size_t batch, const T* images,
+    T accumulate_gradient(network_parameters_view<Network, T> parameters, std::size_t batch, const T* images,
                           const std::int32_t* labels, std::span<T> gradient)
     {
         return accumulate_gradient(parameters, const_batch<T, typename Network::input>(images, batch),
@@ -98,7 +99,7 @@ public:
 
 private:
     template <std::size_t I>
-    void backward_block(const network_parameters<Network, T>& parameters,
+    void backward_block(network_parameters_view<Network, const T> parameters,
                         batch_view<const T, typename Network::input> images, std::span<T> gradient)
     {
         using block = typename Network::template block<I>;
