@@ -71,6 +71,10 @@ public:
         archive.values(std::span<T>(velocity_));
     }
 
+    // Bytes an instance over parameter_count parameters holds: the velocity
+    // and its copy of the weight mask (for memory_plan).
+    static constexpr std::size_t state_bytes(std::size_t parameter_count) { return 2 * parameter_count * sizeof(T); }
+
     std::span<T> velocity() { return velocity_; }
     std::span<const T> velocity() const { return velocity_; }
     const sgd_options& settings() const { return settings_; }

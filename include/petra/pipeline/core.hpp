@@ -87,6 +87,39 @@ public:
         return std::get<I>(workers_);
     }
 
+    // The channels' sizes for a micro-batch size, in messages and bytes:
+    // the one into stage j (its input), the one from stage j + 1 into stage
+    // j (the input stage j + 1 rebuilt, and its gradient), the labels'.
+    // Forward: at tick t stage j may send its tick-t activation before
+    // stage j + 1 has taken the tick t - 1 one (the simulator runs stage j
+    // first). Backward: one message would do for the schedule, but a stage
+    // computes straight into its outgoing slot and its neighbour reads
+    // straight from it, so with one slot the sender's backward would wait
+    // for the receiver's whole backward (measured: 467 against 652
+    // examples/s for the reference network in 2 stages).
+    static constexpr std::size_t channel_capacity = 2;
+    static constexpr std::size_t labels_capacity = 2 * stage_count + 2;
+    static constexpr std::size_t forward_message_values(std::size_t j, std::size_t batch)
+    {
+        return batch * Network::profile[Cuts[j]].input_values;
+    }
+    static constexpr std::size_t backward_message_values(std::size_t j, std::size_t batch)
+    {
+        return 2 * batch * Network::profile[Cuts[j + 1]].input_values;
+    }
+    static constexpr std::size_t forward_channel_bytes(std::size_t j, std::size_t batch)
+    {
+        return channel_capacity * (forward_message_values(j, batch) * sizeof(T) + sizeof(message_header));
+    }
+    static constexpr std::size_t backward_channel_bytes(std::size_t j, std::size_t batch)
+    {
+        return channel_capacity * (backward_message_values(j, batch) * sizeof(T) + sizeof(message_header));
+    }
+    static constexpr std::size_t labels_channel_bytes(std::size_t batch)
+    {
+        return labels_capacity * (batch * sizeof(std::int32_t) + sizeof(message_header));
+    }
+
     // Bytes held by the stages (FIFOs, stashes, buffers, optimizer state) and
     // the channels; not the parameters themselves.
     std::size_t memory_bytes() const
@@ -255,7 +288,8 @@ private:
                   channel_waiting mode, std::index_sequence<I...>)
         : options_(options), shared_{std::move(learning_rate), {}, {}, {}},
           weight_mask_(Network::template weight_mask<T>()), forward_(make_forward(mode)),
-          backward_(make_backward(mode)), labels_("labels", 2 * stage_count + 2, options.batch, stop_, mode),
+          backward_(make_backward(mode)),
+          labels_("labels", labels_capacity, options.batch, stop_, mode),
           workers_(worker_type<I>(parameters, optimizer_options, weight_mask_, options_, links<I>(), shared_)...),
           parameters_(parameters)
     {
@@ -264,20 +298,15 @@ private:
         }
     }
 
-    // Two messages per channel. Forward: at tick t stage j may send its
-    // tick-t activation before stage j + 1 has taken the tick t - 1 one (the
-    // simulator runs stage j first). Backward: one message would do for the
-    // schedule, but a stage computes straight into its outgoing slot and its
-    // neighbour reads straight from it, so with one slot the sender's
-    // backward would wait for the receiver's whole backward (measured: 467
-    // against 652 examples/s for the reference network in 2 stages).
+    // The channels, sized as channel_capacity and the message sizes above
+    // say.
     std::vector<std::unique_ptr<channel<T>>> make_forward(channel_waiting mode)
     {
         std::vector<std::unique_ptr<channel<T>>> channels;
         for (std::size_t j = 0; j < stage_count; ++j) {
-            const std::size_t values = Network::profile[Cuts[j]].input_values;
-            channels.push_back(std::make_unique<channel<T>>("forward into stage " + std::to_string(j), 2,
-                                                            options_.batch * values, stop_, mode));
+            channels.push_back(std::make_unique<channel<T>>("forward into stage " + std::to_string(j),
+                                                            channel_capacity,
+                                                            forward_message_values(j, options_.batch), stop_, mode));
         }
         return channels;
     }
@@ -285,9 +314,9 @@ private:
     {
         std::vector<std::unique_ptr<channel<T>>> channels;
         for (std::size_t j = 0; j + 1 < stage_count; ++j) {
-            const std::size_t values = Network::profile[Cuts[j + 1]].input_values;
-            channels.push_back(std::make_unique<channel<T>>("backward into stage " + std::to_string(j), 2,
-                                                            2 * options_.batch * values, stop_, mode));
+            channels.push_back(std::make_unique<channel<T>>("backward into stage " + std::to_string(j),
+                                                            channel_capacity,
+                                                            backward_message_values(j, options_.batch), stop_, mode));
         }
         return channels;
     }

@@ -86,9 +86,16 @@ public:
                  pipeline_shared<T>& shared)
         : stage_(parameters, options),
           optimizer_(optimizer_options, weight_mask.subspan(Stage::parameter_offset, Stage::parameter_count)),
-          accumulation_(options.accumulation), links_(connections), shared_(shared),
-          logits_(Stage::is_last ? options.batch * classes : 0), grad_logits_(logits_.size())
+          accumulation_(options.accumulation), links_(connections), shared_(shared), logits_(logits_values(options)),
+          grad_logits_(logits_values(options))
     {
+    }
+
+    // The values of the last stage's logits (and of their gradient) for
+    // options; none in the other stages.
+    static constexpr std::size_t logits_values(const pipeline_options& options)
+    {
+        return Stage::is_last ? options.batch * classes : 0;
     }
 
     Stage& stage() { return stage_; }
