@@ -6,9 +6,12 @@
 //                           (0/1), P = parameter buffer (0/1); PETRA is 0 0
 // It trains an epoch long enough to fill every FIFO, then prints one line of
 // JSON: the peak RSS, the RSS before the trainer was built (binary,
-// libraries, parameters, data), the bytes the trainer accounts for, and the
-// storage the schedule predicts (below). scripts/memory runs every
-// configuration and prints the table of bench/RESULTS.md.
+// libraries, parameters, data), the bytes the trainer accounts for, the
+// storage the schedule predicts (below), and the compile-time memory plan
+// (memory_plan.hpp: every buffer, the parameters and each thread's kernel
+// scratch; for exact backprop, its buffers, the parameters, the gradient
+// and the kernel scratch of the whole network on one thread). scripts/memory
+// runs every configuration and prints the table of bench/RESULTS.md.
 //
 // Predicted storage of a pipeline, from the schedule alone: stage j keeps a
 // micro-batch for 2 (J - 1 - j) ticks, so it holds 2 (J - 1 - j) + 1 copies
@@ -26,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include <petra/memory_plan.hpp>
 #include <petra/petra.hpp>
 
 namespace {
@@ -80,11 +84,27 @@ std::size_t predicted_exact_bytes()
     return values * sizeof(float);
 }
 
-void report(const std::string& method, std::size_t before, std::size_t accounted, std::size_t predicted)
+// Exact backprop on the caller's thread: its buffers, the parameters, the
+// caller's gradient, and the kernel scratch of every block's forward and
+// backward.
+std::size_t planned_exact_bytes(std::size_t trainer_bytes)
+{
+    petra::kernels::scratch_demand scratch;
+    net::for_each_block([&](auto index) {
+        using block = net::block<index>;
+        const bool input_gradient = index != 0 || !petra::input_gradient_optional<block>();
+        scratch.merge(petra::forward_scratch_of<block, float>(batch));
+        scratch.merge(petra::backward_scratch_of<block, float>(batch, input_gradient));
+    });
+    return trainer_bytes + (2 * net::parameter_count + net::state_count) * sizeof(float) + scratch.thread_bytes();
+}
+
+void report(const std::string& method, std::size_t before, std::size_t accounted, std::size_t predicted,
+            std::size_t planned)
 {
     std::printf("{\"method\": \"%s\", \"peak_rss_bytes\": %zu, \"rss_before_trainer_bytes\": %zu, "
-                "\"accounted_bytes\": %zu, \"predicted_storage_bytes\": %zu}\n",
-                method.c_str(), peak_rss_bytes(), before, accounted, predicted);
+                "\"accounted_bytes\": %zu, \"predicted_storage_bytes\": %zu, \"planned_bytes\": %zu}\n",
+                method.c_str(), peak_rss_bytes(), before, accounted, predicted, planned);
 }
 
 template <std::size_t Stages>
@@ -94,14 +114,16 @@ int run_pipeline(bool input_buffer, bool parameter_buffer)
     auto parameters = net::make_parameters<float>(1);
     const std::size_t before = peak_rss_bytes();
     constexpr auto cuts = petra::reference_cuts<Stages>();
-    petra::thread_pipeline<net, cuts, petra::sgd<float>> pipeline(
-        parameters, petra::sgd_options{}, [](std::size_t) { return 0.01; },
-        {.batch = batch, .input_buffer = input_buffer, .parameter_buffer = parameter_buffer});
+    const petra::pipeline_options options{
+        .batch = batch, .input_buffer = input_buffer, .parameter_buffer = parameter_buffer};
+    petra::thread_pipeline<net, cuts, petra::sgd<float>> pipeline(parameters, petra::sgd_options{},
+                                                                  [](std::size_t) { return 0.01; }, options);
     for (std::size_t m = 0; m < data.images.size(); ++m) pipeline.feed(data.images[m].data(), data.labels[m].data());
     pipeline.drain();
     report("pipeline J=" + std::to_string(Stages) + " input_buffer=" + std::to_string(input_buffer) +
                " parameter_buffer=" + std::to_string(parameter_buffer),
-           before, pipeline.memory_bytes(), predicted_pipeline_bytes<Stages>(input_buffer, parameter_buffer));
+           before, pipeline.memory_bytes(), predicted_pipeline_bytes<Stages>(input_buffer, parameter_buffer),
+           petra::memory_plan<net, cuts>(options).total_bytes());
     return 0;
 }
 
@@ -115,7 +137,8 @@ int run_exact()
     for (std::size_t m = 0; m < data.images.size(); ++m) {
         trainer.accumulate_gradient(parameters, batch, data.images[m].data(), data.labels[m].data(), gradient);
     }
-    report("exact backprop", before, trainer.memory_bytes(), predicted_exact_bytes());
+    report("exact backprop", before, trainer.memory_bytes(), predicted_exact_bytes(),
+           planned_exact_bytes(trainer.memory_bytes()));
     return 0;
 }
 

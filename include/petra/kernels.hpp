@@ -8,5 +8,6 @@
 #include <petra/kernels/optimizer.hpp>
 #include <petra/kernels/profile.hpp>
 #include <petra/kernels/reduction.hpp>
+#include <petra/kernels/scratch.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/kernels/softmax.hpp>

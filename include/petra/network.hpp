@@ -26,7 +26,6 @@
 #include <cstdint>
 #include <random>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -39,6 +38,8 @@
 
 #include <petra/batch_view.hpp>
 #include <petra/blocks/block.hpp>
+#include <petra/error.hpp>
+#include <petra/kernels/scratch.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/layers/chain.hpp>
 #include <petra/state_archive.hpp>
@@ -117,6 +118,10 @@ template <class Network, class T>
 class network_parameters;
 
 namespace detail {
+
+struct inference_offsets;
+template <class Network, class T>
+constexpr inference_offsets inference_layout(std::size_t batch);
 
 // The element check: names the offending element in its template argument.
 template <class Element>
@@ -236,6 +241,13 @@ struct bound_network<binding<Output, Last, Bound...>> {
     {
         return std::max({std::size_t{0}, Bound::workspace_size(batch)...});
     }
+    template <class T>
+    static constexpr kernels::scratch_demand forward_scratch(std::size_t batch)
+    {
+        kernels::scratch_demand demand;
+        (demand.merge(forward_scratch_of<Bound, T>(batch)), ...);
+        return demand;
+    }
     static constexpr std::array<std::size_t (*)(std::size_t), block_count> workspace_sizes{
         &Bound::workspace_size...};
 };
@@ -325,6 +337,27 @@ public:
     }
     static constexpr std::size_t largest_workspace(std::size_t batch) { return bound::largest_workspace(batch); }
 
+    // The kernel scratch of the blocks' forwards for a batch, one after
+    // another (kernels/scratch.hpp).
+    template <class T = float>
+    static constexpr kernels::scratch_demand forward_scratch(std::size_t batch)
+    {
+        return bound::template forward_scratch<T>(batch);
+    }
+
+    // Bytes of the caller's workspace predict needs for a batch of values
+    // of type T: the activations between blocks, a block's workspace and
+    // the kernels' scratch, each on a cache-line boundary, and one cache
+    // line's slack so that the workspace itself may start anywhere. A
+    // constant of the network and the instruction set the program is
+    // compiled for:
+    //   alignas(64) static std::byte workspace[net::inference_workspace_bytes(64)];
+    template <class T = float>
+    static constexpr std::size_t inference_workspace_bytes(std::size_t batch)
+    {
+        return detail::inference_layout<network, T>(batch).bytes + kernels::buffer_alignment - 1;
+    }
+
     // Block I's part of an array laid out like the parameters (values,
     // gradients, optimizer state) of blocks First, First + 1, ...: the whole
     // network's by default, or a stage's (First its first block). A span of
@@ -381,6 +414,24 @@ struct is_network : std::false_type {};
 template <class Input, class... Elements>
 struct is_network<network<Input, Elements...>> : std::true_type {};
 
+template <class Network, class T>
+class network_parameters_view;
+
+// Parameters and state initialised block after block from one generator
+// seeded with seed: He-normal weights, batch-norm scale 1 and shift 0, and
+// so on, as each layer states. In place, allocating nothing, so that
+// parameters in the caller's storage start as make_parameters' do.
+template <class Network, class T>
+void initialize_parameters(network_parameters_view<Network, T> parameters, std::uint64_t seed)
+{
+    static_assert(!std::is_const_v<T>, "initialize_parameters writes the parameters: it needs a writable view.");
+    std::mt19937_64 generator(seed);
+    Network::for_each_block([&](auto i) {
+        Network::template block<i>::initialize(parameters.template block_values<i>(),
+                                               parameters.template block_state<i>(), generator);
+    });
+}
+
 // The parameters (trained values) and state (running statistics) of a
 // network for value type T, each one contiguous aligned array.
 template <class Network, class T>
@@ -394,10 +445,7 @@ public:
 
     explicit network_parameters(std::uint64_t seed) : values_(Network::parameter_count), state_(Network::state_count)
     {
-        std::mt19937_64 generator(seed);
-        Network::for_each_block([&](auto i) {
-            Network::template block<i>::initialize(block_values<i>(), block_state<i>(), generator);
-        });
+        initialize_parameters(network_parameters_view<Network, T>(*this), seed);
     }
 
     std::span<T> values() { return values_; }
@@ -445,59 +493,222 @@ private:
     kernels::aligned_vector<T> state_;
 };
 
-// Inference on a batch: the logits of the images, with the running
-// statistics of batch normalisation, read-only. Nothing is updated. Scratch
-// memory is per thread and grows once to the largest batch seen.
+// A network's parameters and state in memory the view does not own, laid out
+// as network_parameters lays them out (values() block after block, then
+// state()): the caller's arrays, in static storage, a trained model compiled
+// into the program as constexpr arrays, or a blob mapped from flash.
+// network_parameters_view<Net, const T> reads (inference); a view of T may
+// also be trained (the trainers and pipelines take views, and a
+// network_parameters converts to either).
+//
+//   static constexpr std::array<float, net::parameter_count> values{...};
+//   static constexpr std::array<float, net::state_count> state{...};
+//   constexpr network_parameters_view<net, const float> trained(values, state);
 template <class Network, class T>
-void predict(const network_parameters<Network, T>& parameters, const_batch<T, typename Network::input> images,
-             batch_view<T, typename Network::output> logits)
+class network_parameters_view {
+    static_assert(is_network<Network>::value, "network_parameters_view needs a network<input<C, H, W>, Block...>.");
+    static_assert(std::is_floating_point_v<std::remove_const_t<T>>, "Parameters are float or double.");
+
+public:
+    using network_type = Network;
+    using value_type = std::remove_const_t<T>;
+    using values_span = std::span<T, Network::parameter_count>;
+    using state_span = std::span<T, Network::state_count>;
+
+    constexpr network_parameters_view(values_span values, state_span state) noexcept : values_(values), state_(state)
+    {
+    }
+    // The arrays of a network_parameters (only read-only ones from a const
+    // network_parameters).
+    constexpr network_parameters_view(network_parameters<Network, value_type>& parameters) noexcept
+        : values_(parameters.values().template first<Network::parameter_count>()),
+          state_(parameters.state().template first<Network::state_count>())
+    {
+    }
+    constexpr network_parameters_view(const network_parameters<Network, value_type>& parameters) noexcept
+        requires std::is_const_v<T>
+        : values_(parameters.values().template first<Network::parameter_count>()),
+          state_(parameters.state().template first<Network::state_count>())
+    {
+    }
+    // A read-only view of a writable one.
+    template <class Writable>
+        requires(std::is_const_v<T> && std::is_same_v<Writable, value_type>)
+    constexpr network_parameters_view(const network_parameters_view<Network, Writable>& writable) noexcept
+        : values_(writable.values()), state_(writable.state())
+    {
+    }
+
+    constexpr values_span values() const noexcept { return values_; }
+    constexpr state_span state() const noexcept { return state_; }
+
+    // Block I's parameters and state, spans of static extent.
+    template <std::size_t I>
+    constexpr auto block_values() const noexcept
+    {
+        return Network::template parameters_of<I>(values_);
+    }
+    template <std::size_t I>
+    constexpr auto block_state() const noexcept
+    {
+        return Network::template state_of<I>(state_);
+    }
+
+private:
+    values_span values_;
+    state_span state_;
+};
+
+// What predict reads parameters from: a network_parameters or a
+// network_parameters_view (of T or const T).
+template <class P>
+concept network_parameters_like =
+    is_network<typename P::network_type>::value && std::is_floating_point_v<typename P::value_type> &&
+    (std::is_same_v<P, network_parameters<typename P::network_type, typename P::value_type>> ||
+     std::is_same_v<P, network_parameters_view<typename P::network_type, typename P::value_type>> ||
+     std::is_same_v<P, network_parameters_view<typename P::network_type, const typename P::value_type>>);
+
+namespace detail {
+
+// Where predict puts what it needs in the caller's workspace, from its first
+// cache-line boundary on: `buffers` buffers of buffer_values values each for
+// the activations between blocks (none with one block, one with two, two
+// that alternate from three blocks on), one block's workspace, then the
+// kernels' scratch, each on a cache-line boundary; bytes in all.
+struct inference_offsets {
+    std::size_t buffers = 0;
+    std::size_t buffer_values = 0;
+    std::size_t buffer_bytes = 0;
+    std::size_t workspace_offset = 0;
+    std::size_t workspace_values = 0;
+    std::size_t scratch_offset = 0;
+    std::size_t bytes = 0;
+};
+
+template <class Network, class T>
+constexpr inference_offsets inference_layout(std::size_t batch)
 {
+    inference_offsets layout;
+    std::size_t between = 0;
+    for (std::size_t i = 0; i + 1 < Network::block_count; ++i) {
+        between = std::max(between, Network::profile[i].output_values);
+    }
+    layout.buffers = std::min<std::size_t>(Network::block_count - 1, 2);
+    layout.buffer_values = batch * between;
+    layout.buffer_bytes = kernels::region_bytes_of<T>(layout.buffer_values);
+    layout.workspace_offset = layout.buffers * layout.buffer_bytes;
+    layout.workspace_values = Network::largest_workspace(batch);
+    layout.scratch_offset = layout.workspace_offset + kernels::region_bytes_of<T>(layout.workspace_values);
+    layout.bytes = layout.scratch_offset + Network::template forward_scratch<T>(batch).region_bytes();
+    return layout;
+}
+
+struct predict_workspace_tag {};
+
+} // namespace detail
+
+// Inference on a batch in the caller's workspace: the logits of the images,
+// with the running statistics of batch normalisation, read-only; nothing is
+// updated. Everything it needs (the activations between blocks, a block's
+// workspace, every kernel's scratch) is carved from `workspace`, which must
+// hold Network::inference_workspace_bytes<T>(batch) bytes, at any alignment
+// (static storage works): nothing is allocated. parameters: a
+// network_parameters or a network_parameters_view of the caller's arrays.
+// A workspace too small is an std::invalid_argument (error.hpp).
+template <network_parameters_like Parameters>
+void predict(const Parameters& parameters,
+             const_batch<typename Parameters::value_type, typename Parameters::network_type::input> images,
+             batch_view<typename Parameters::value_type, typename Parameters::network_type::output> logits,
+             std::span<std::byte> workspace)
+{
+    using Network = typename Parameters::network_type;
+    using T = typename Parameters::value_type;
     const std::size_t batch = images.batch();
     if (batch == 0) return;
-    struct predict_scratch;
-    const std::size_t activation = batch * Network::largest_activation;
-    T* scratch = kernels::thread_scratch<predict_scratch, T>(2 * activation + Network::largest_workspace(batch));
-    const std::span<T> workspace(scratch + 2 * activation, Network::largest_workspace(batch));
+    const detail::inference_offsets layout = detail::inference_layout<Network, T>(batch);
+    const std::size_t misalignment = reinterpret_cast<std::uintptr_t>(workspace.data()) % kernels::buffer_alignment;
+    const std::size_t skip = misalignment == 0 ? 0 : kernels::buffer_alignment - misalignment;
+    if (workspace.size() < skip + layout.bytes) {
+        raise_error(error_kind::invalid_argument,
+                    "predict: a workspace of " + std::to_string(workspace.size()) + " bytes for a batch of " +
+                        std::to_string(batch) + "; it needs Network::inference_workspace_bytes(" +
+                        std::to_string(batch) + ") = " +
+                        std::to_string(Network::template inference_workspace_bytes<T>(batch)) + ".");
+    }
+    std::byte* const base = workspace.data() + skip;
+    const auto buffer = [&](std::size_t k) { return reinterpret_cast<T*>(base + k * layout.buffer_bytes); };
+    const std::span<T> block_workspace(reinterpret_cast<T*>(base + layout.workspace_offset), layout.workspace_values);
+    const pass::inference_t inference{.kernel_scratch = workspace.subspan(skip + layout.scratch_offset)};
+    const network_parameters_view<Network, const T> values(parameters);
     // Block i reads buffer (i - 1) % 2 and writes buffer i % 2.
     Network::for_each_block([&](auto index) {
         constexpr std::size_t i = decltype(index)::value;
         using block = typename Network::template block<i>;
         const auto x = [&] {
             if constexpr (i == 0) return images;
-            else return batch_view<const T, typename block::input>(scratch + ((i - 1) % 2) * activation, batch);
+            else return batch_view<const T, typename block::input>(buffer((i - 1) % 2), batch);
         }();
         const auto y = [&] {
             if constexpr (i + 1 == Network::block_count) return logits;
-            else return batch_view<T, typename block::output>(scratch + (i % 2) * activation, batch);
+            else return batch_view<T, typename block::output>(buffer(i % 2), batch);
         }();
-        block::forward(pass::inference, parameters.template block_values<i>(), parameters.template block_state<i>(),
-                       x, y, workspace);
+        block::forward(inference, values.template block_values<i>(), values.template block_state<i>(), x, y,
+                       block_workspace);
     });
+}
+
+// The same with a workspace of per-thread memory, which grows once to the
+// largest batch seen (so a steady state allocates nothing).
+template <network_parameters_like Parameters>
+void predict(const Parameters& parameters,
+             const_batch<typename Parameters::value_type, typename Parameters::network_type::input> images,
+             batch_view<typename Parameters::value_type, typename Parameters::network_type::output> logits)
+{
+    using Network = typename Parameters::network_type;
+    using T = typename Parameters::value_type;
+    const std::size_t bytes = Network::template inference_workspace_bytes<T>(images.batch());
+    std::byte* workspace = kernels::thread_scratch<detail::predict_workspace_tag, std::byte>(bytes);
+    predict(parameters, images, logits, std::span<std::byte>(workspace, bytes));
 }
 
 // The same on tensors (an xtensor container, an xt::adapt view of the
 // caller's memory: see tensor_batch.hpp): images of N x C x H x W, logits of
 // N x classes, each checked against the network's shapes.
-template <class Network, class T, tensor_like Images, tensor_like Logits>
-void predict(const network_parameters<Network, T>& parameters, const Images& images, Logits& logits)
+template <network_parameters_like Parameters, tensor_like Images, tensor_like Logits>
+void predict(const Parameters& parameters, const Images& images, Logits& logits)
 {
+    using Network = typename Parameters::network_type;
+    using T = typename Parameters::value_type;
     const auto x = as_batch<typename Network::input>(images, "predict: images");
     const auto y = as_batch<typename Network::output>(logits, "predict: logits");
     static_assert(std::is_same_v<typename decltype(y)::element_type, T>, "predict writes logits of the parameters' type.");
     if (y.batch() != x.batch()) {
-        throw std::invalid_argument("predict: logits for " + std::to_string(y.batch()) + " examples, images of " +
-                                    std::to_string(x.batch()) + ".");
+        raise_error(error_kind::invalid_argument, "predict: logits for " + std::to_string(y.batch()) +
+                                                      " examples, images of " + std::to_string(x.batch()) + ".");
     }
     predict(parameters, x, y);
 }
 
 // The same on pointers: images holds batch * Network::input::size values
-// (NCHW), logits batch * Network::output::size.
-template <class Network, class T>
-void predict(const network_parameters<Network, T>& parameters, std::size_t batch, const T* images, T* logits)
+// (NCHW), logits batch * Network::output::size; with or without the
+// caller's workspace.
+template <network_parameters_like Parameters>
+void predict(const Parameters& parameters, std::size_t batch, const typename Parameters::value_type* images,
+             typename Parameters::value_type* logits)
 {
+    using Network = typename Parameters::network_type;
+    using T = typename Parameters::value_type;
     predict(parameters, batch_view<const T, typename Network::input>(images, batch),
             batch_view<T, typename Network::output>(logits, batch));
+}
+template <network_parameters_like Parameters>
+void predict(const Parameters& parameters, std::size_t batch, const typename Parameters::value_type* images,
+             typename Parameters::value_type* logits, std::span<std::byte> workspace)
+{
+    using Network = typename Parameters::network_type;
+    using T = typename Parameters::value_type;
+    predict(parameters, batch_view<const T, typename Network::input>(images, batch),
+            batch_view<T, typename Network::output>(logits, batch), workspace);
 }
 
 } // namespace petra

@@ -100,8 +100,11 @@ public:
     // Writes these blocks' values into a whole network's parameters.
     void copy_into(network_parameters<Network, T>& whole) const
     {
-        std::copy(values_.begin(), values_.end(), whole.values().begin() + parameter_offset);
-        std::copy(state_.begin(), state_.end(), whole.state().begin() + state_offset);
+        // Skipped when empty: a copy of nothing to the end of the state (the
+        // head's slice) is reported by g++ 12 as an overflow.
+        if constexpr (parameter_count > 0)
+            std::copy(values_.begin(), values_.end(), whole.values().begin() + parameter_offset);
+        if constexpr (state_count > 0) std::copy(state_.begin(), state_.end(), whole.state().begin() + state_offset);
     }
 
     // One value per parameter of these blocks: 1 for a weight (subject to

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include <petra/error.hpp>
 #include <petra/network.hpp>
 
 namespace petra {
@@ -178,7 +179,7 @@ constexpr std::array<Cost, Points - 1> stage_costs(const std::array<Cost, N>& co
 // group's cost; among equally good groupings, the last group starts as
 // late as possible, then the one before it. Returns groups + 1 stage indices, from 0 to costs.size(): group
 // g holds stages [result[g], result[g + 1]). An MPI pipeline places each
-// group on one rank. Throws std::invalid_argument unless 1 <= groups <=
+// group on one rank. Raises invalid_argument (error.hpp) unless 1 <= groups <=
 // costs.size().
 //
 //   balanced_groups(std::array<std::size_t, 4>{3, 1, 1, 3}, 2) == {0, 2, 4}
@@ -186,9 +187,10 @@ inline std::vector<std::size_t> balanced_groups(std::span<const std::size_t> cos
 {
     const std::size_t n = costs.size();
     if (groups < 1 || groups > n) {
-        throw std::invalid_argument(std::to_string(n) + " stages cannot be placed on " + std::to_string(groups) +
-                                    " ranks: every rank needs at least one stage (at most " + std::to_string(n) +
-                                    " ranks).");
+        raise_error(error_kind::invalid_argument, std::to_string(n) + " stages cannot be placed on " +
+                                                      std::to_string(groups) +
+                                                      " ranks: every rank needs at least one stage (at most " +
+                                                      std::to_string(n) + " ranks).");
     }
     std::vector<std::size_t> prefix(n + 1, 0);
     for (std::size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + costs[i];

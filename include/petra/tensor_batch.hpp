@@ -20,12 +20,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include <petra/batch_view.hpp>
+#include <petra/error.hpp>
 #include <petra/shape.hpp>
 
 namespace petra {
@@ -83,8 +83,8 @@ void check_contiguous(const E& tensor, const std::vector<std::size_t>& dimension
     for (std::size_t d = dimensions.size(); d-- > 0;) {
         // A dimension of one may have any stride: it is never stepped.
         if (dimensions[d] > 1 && static_cast<std::size_t>(tensor.strides()[d]) != expected) {
-            throw std::invalid_argument(what + ": the tensor's values are not contiguous in row-major order; "
-                                               "pass a container or an adapted contiguous array.");
+            raise_error(error_kind::invalid_argument, what + ": the tensor's values are not contiguous in row-major "
+                                                             "order; pass a container or an adapted contiguous array.");
         }
         expected *= dimensions[d];
     }
@@ -118,8 +118,10 @@ auto as_batch(E& tensor, const std::string& what)
     const bool fits = !given.empty() && given.size() == expected.size() &&
                       std::equal(given.begin() + 1, given.end(), expected.begin() + 1);
     if (!fits) {
-        throw std::invalid_argument(what + ": a tensor of shape " + detail::dimensions_text(dimensions, true) +
-                                    "; the network takes " + detail::dimensions_text(expected, false) + ".");
+        raise_error(error_kind::invalid_argument, what + ": a tensor of shape " +
+                                                      detail::dimensions_text(dimensions, true) +
+                                                      "; the network takes " +
+                                                      detail::dimensions_text(expected, false) + ".");
     }
     detail::check_contiguous(tensor, dimensions, what);
     return batch_view<element, Shape>(detail::first_value(tensor), dimensions[0]);
@@ -140,8 +142,9 @@ std::span<const std::int32_t> as_labels(const E& labels, std::size_t batch, cons
     if constexpr (!tensor_like<const E>) {
         const std::span<const std::int32_t> values(labels);
         if (values.size() != batch) {
-            throw std::invalid_argument(what + ": " + std::to_string(values.size()) + " labels for a batch of " +
-                                        std::to_string(batch) + " images; one label each.");
+            raise_error(error_kind::invalid_argument, what + ": " + std::to_string(values.size()) +
+                                                          " labels for a batch of " + std::to_string(batch) +
+                                                          " images; one label each.");
         }
         return values;
     } else {
@@ -149,8 +152,9 @@ std::span<const std::int32_t> as_labels(const E& labels, std::size_t batch, cons
                       "Labels are a tensor of std::int32_t class indices.");
         const std::vector<std::size_t> dimensions = detail::dimensions_of(labels);
         if (dimensions.size() != 1 || dimensions[0] != batch) {
-            throw std::invalid_argument(what + ": labels of shape " + detail::dimensions_text(dimensions, true) +
-                                        " for a batch of " + std::to_string(batch) + " images; one label each.");
+            raise_error(error_kind::invalid_argument, what + ": labels of shape " +
+                                                          detail::dimensions_text(dimensions, true) + " for a batch of " +
+                                                          std::to_string(batch) + " images; one label each.");
         }
         detail::check_contiguous(labels, dimensions, what);
         return {detail::first_value(labels), batch};

@@ -16,9 +16,12 @@
 namespace petra {
 
 // Inference on a tensor of images (N x C x H x W): the logits, N x classes.
-template <class Network, class T, tensor_like Images>
-xt::xtensor<T, 2> predict(const network_parameters<Network, T>& parameters, const Images& images)
+// parameters: a network_parameters or a network_parameters_view.
+template <network_parameters_like Parameters, tensor_like Images>
+xt::xtensor<typename Parameters::value_type, 2> predict(const Parameters& parameters, const Images& images)
 {
+    using Network = typename Parameters::network_type;
+    using T = typename Parameters::value_type;
     const batch_view<const T, typename Network::input> x =
         as_batch<typename Network::input>(images, "predict: images");
     xt::xtensor<T, 2> logits = xt::xtensor<T, 2>::from_shape({x.batch(), Network::output::size});

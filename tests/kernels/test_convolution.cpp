@@ -1,8 +1,11 @@
 // Convolution forward and both gradients against their scalar references, for
 // kernel 1x1 and 3x3, stride 1 and 2, with and without padding, on shapes that
 // are not multiples of the vector width or of the GEMM tiles.
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <vector>
 
@@ -115,4 +118,98 @@ TEST_CASE("convolution rejects unsupported shapes with a message that names the 
     CHECK_THROWS_WITH_AS(forward({1, 1, 1, 1, 1, 3, 1, 0}), doctest::Contains("smaller than the kernel"),
                          std::invalid_argument);
     CHECK_THROWS_WITH_AS(forward({1, 0, 8, 8, 1, 3, 1, 1}), doctest::Contains("channel"), std::invalid_argument);
+}
+
+namespace {
+
+// A region of `bytes` bytes on a cache-line boundary, followed by a cache
+// line of guard bytes that a kernel must not touch.
+struct guarded_region {
+    static constexpr std::byte guard{0x5a};
+    std::vector<std::byte> storage;
+    std::span<std::byte> region;
+
+    explicit guarded_region(std::size_t bytes) : storage(bytes + 3 * petra::kernels::buffer_alignment, guard)
+    {
+        const auto address = reinterpret_cast<std::uintptr_t>(storage.data());
+        const std::size_t skip = (petra::kernels::buffer_alignment - address % petra::kernels::buffer_alignment) %
+                                 petra::kernels::buffer_alignment;
+        region = std::span<std::byte>(storage.data() + skip, bytes);
+    }
+    bool guard_intact() const
+    {
+        const std::byte* end = region.data() + region.size();
+        return std::all_of(end, end + petra::kernels::buffer_alignment, [](std::byte b) { return b == guard; });
+    }
+};
+
+} // namespace
+
+TEST_CASE_TEMPLATE("convolutions in a caller's scratch region compute the same numbers and stay inside it", T, float,
+                   double)
+{
+    using namespace petra::kernels;
+    std::mt19937_64 generator(4);
+    for_each_shape([&](const convolution_shape& shape) {
+        const auto input = petra::test::random_vector<T>(shape.input_count(), generator);
+        const auto weights = petra::test::random_vector<T>(shape.weight_count(), generator);
+        const auto grad_output = petra::test::random_vector<T>(shape.output_count(), generator);
+
+        auto per_thread = petra::test::nan_vector<T>(shape.output_count()), carved = per_thread;
+        guarded_region forward(convolution_forward_scratch<T>(shape).region_bytes());
+        convolution_forward(shape, input.data(), weights.data(), per_thread.data());
+        convolution_forward(shape, input.data(), weights.data(), carved.data(), forward.region);
+        CHECK(std::equal(per_thread.begin(), per_thread.end(), carved.begin()));
+        CHECK(forward.guard_intact());
+
+        auto input_gradient = petra::test::nan_vector<T>(shape.input_count()), carved_input_gradient = input_gradient;
+        guarded_region backward_input(convolution_backward_input_scratch<T>(shape).region_bytes());
+        convolution_backward_input(shape, grad_output.data(), weights.data(), input_gradient.data());
+        convolution_backward_input(shape, grad_output.data(), weights.data(), carved_input_gradient.data(), T(0),
+                                   backward_input.region);
+        CHECK(std::equal(input_gradient.begin(), input_gradient.end(), carved_input_gradient.begin()));
+        CHECK(backward_input.guard_intact());
+
+        auto weight_gradient = petra::test::nan_vector<T>(shape.weight_count()),
+             carved_weight_gradient = weight_gradient;
+        guarded_region backward_weights(convolution_backward_weights_scratch<T>(shape).region_bytes());
+        convolution_backward_weights(shape, input.data(), grad_output.data(), weight_gradient.data());
+        convolution_backward_weights(shape, input.data(), grad_output.data(), carved_weight_gradient.data(), T(0),
+                                     backward_weights.region);
+        CHECK(std::equal(weight_gradient.begin(), weight_gradient.end(), carved_weight_gradient.begin()));
+        CHECK(backward_weights.guard_intact());
+
+        // The demand is exact: one cache line less does not do.
+        guarded_region short_region(convolution_forward_scratch<T>(shape).region_bytes() - buffer_alignment);
+        CHECK_THROWS_WITH_AS(
+            convolution_forward(shape, input.data(), weights.data(), carved.data(), short_region.region),
+            doctest::Contains("scratch region is too small"), std::invalid_argument);
+    });
+}
+
+TEST_CASE("a convolution's scratch demand is a compile-time figure, merged per buffer")
+{
+    using namespace petra::kernels;
+    constexpr convolution_shape shape{64, 16, 28, 28, 16, 3, 1, 1};
+    // The phased input (64 images x 16 channels x 30 x 30 and two vectors of
+    // slack), the tap offsets, the packed weights: each on its own cache lines.
+    constexpr scratch_demand forward = convolution_forward_scratch<float>(shape);
+    static_assert(forward.buffer_count() == 3);
+    static_assert(forward.thread_bytes() >= 64 * 16 * 30 * 30 * sizeof(float));
+    static_assert(forward.region_bytes() >= forward.thread_bytes());
+    // The weight gradient reads the same phased input: one buffer, the larger
+    // request, for per-thread memory; the larger region for a caller's.
+    constexpr scratch_demand step = scratch_demand(forward).merge(convolution_backward_weights_scratch<float>(shape));
+    static_assert(step.region_bytes() ==
+                  std::max(forward.region_bytes(), convolution_backward_weights_scratch<float>(shape).region_bytes()));
+    static_assert(step.buffer_count() <
+                  forward.buffer_count() + convolution_backward_weights_scratch<float>(shape).buffer_count());
+    CHECK(convolution_forward_scratch<float>({0, 16, 28, 28, 16, 3, 1, 1}).region_bytes() == 0);
+
+    // A region must start on a cache line.
+    std::vector<float> buffer(4 * 4);
+    alignas(64) std::byte region[4096];
+    CHECK_THROWS_WITH_AS(convolution_forward<float>({1, 1, 4, 4, 1, 3, 1, 1}, buffer.data(), buffer.data(),
+                                                    buffer.data(), std::span<std::byte>(region + 4, 1024)),
+                         doctest::Contains("64-byte boundary"), std::invalid_argument);
 }

@@ -1,8 +1,11 @@
 // GEMM against its scalar reference: every transposition variant, float and
 // double, sizes that are not multiples of the vector width, the register tile
 // or the cache blocks, padded leading dimensions and the alpha/beta cases.
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -142,4 +145,37 @@ TEST_CASE("gemm rejects leading dimensions that are too small, naming the argume
     CHECK_THROWS_WITH_AS(call(3, 4, 4), doctest::Contains("lda"), std::invalid_argument);
     CHECK_THROWS_WITH_AS(call(4, 3, 4), doctest::Contains("ldb"), std::invalid_argument);
     CHECK_THROWS_WITH_AS(call(4, 4, 3), doctest::Contains("ldc"), std::invalid_argument);
+}
+
+TEST_CASE_TEMPLATE("gemm in a caller's scratch region computes the same numbers, takes exactly its demand", T, float,
+                   double)
+{
+    using blocking = gemm_blocking<T>;
+    using petra::kernels::buffer_alignment;
+    std::mt19937_64 generator(12);
+    const std::size_t shapes[][3] = {
+        {1, 1, 1}, {9, 33, 100}, {blocking::mc + 9, blocking::nc + 17, 2 * blocking::kc + 5}};
+    for (const auto& [m, n, k] : shapes) {
+        INFO("m=" << m << " n=" << n << " k=" << k);
+        const auto a = petra::test::random_vector<T>(m * k, generator);
+        const auto b = petra::test::random_vector<T>(k * n, generator);
+        auto per_thread = petra::test::nan_vector<T>(m * n), carved = per_thread;
+        const std::size_t bytes = petra::kernels::gemm_scratch<T>(m, n, k).region_bytes();
+        // Room for a cache-line boundary and a guard line after the region.
+        std::vector<std::byte> storage(bytes + 3 * buffer_alignment, std::byte{0x5a});
+        const auto address = reinterpret_cast<std::uintptr_t>(storage.data());
+        std::byte* start = storage.data() + (buffer_alignment - address % buffer_alignment) % buffer_alignment;
+        petra::kernels::gemm<T>(transpose::no, transpose::no, m, n, k, T(1), a.data(), k, b.data(), n, T(0),
+                                per_thread.data(), n);
+        petra::kernels::gemm<T>(transpose::no, transpose::no, m, n, k, T(1), a.data(), k, b.data(), n, T(0),
+                                carved.data(), n, std::span<std::byte>(start, bytes));
+        CHECK(std::equal(per_thread.begin(), per_thread.end(), carved.begin()));
+        CHECK(std::all_of(start + bytes, start + bytes + buffer_alignment,
+                          [](std::byte v) { return v == std::byte{0x5a}; }));
+        CHECK_THROWS_WITH_AS(petra::kernels::gemm<T>(transpose::no, transpose::no, m, n, k, T(1), a.data(), k, b.data(),
+                                                     n, T(0), carved.data(), n,
+                                                     std::span<std::byte>(start, bytes - buffer_alignment)),
+                             doctest::Contains("scratch region is too small"), std::invalid_argument);
+    }
+    static_assert(petra::kernels::gemm_scratch<T>(0, 5, 5).region_bytes() == 0);
 }

@@ -3,6 +3,7 @@
 // trainers: exact backprop against central differences in double, and
 // reversible backprop against exact backprop.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -373,4 +374,96 @@ TEST_CASE("parameter slice: the blocks' values of make_parameters(seed), and the
     check_slice(parameter_slice<net, 4, 7, float>(7));
     check_slice(parameter_slice<net, 9, 10, float>(7));
     check_slice(parameter_slice<net, 3, 8, float>(whole));
+}
+
+TEST_CASE("predict in the caller's workspace: the numbers of predict, nothing written past the workspace")
+{
+    auto parameters = perturbed_parameters<small_network, float>(31);
+    std::mt19937_64 generator(32);
+    for (float& value : parameters.state()) value = std::abs(value) + 0.5f;
+    for (const std::size_t batch : {1, 5, 64}) {
+        CAPTURE(batch);
+        const auto images = test::random_vector<float>(batch * 36, generator);
+        std::vector<float> expected(batch * 3), logits(batch * 3);
+        predict(parameters, batch, images.data(), expected.data());
+        // Every start within a cache line: the workspace may start anywhere.
+        const std::size_t bytes = small_network::inference_workspace_bytes(batch);
+        std::vector<std::byte> storage(bytes + 2 * kernels::buffer_alignment, std::byte{0x5a});
+        for (std::size_t start : {0, 1, 8, 63}) {
+            std::fill(logits.begin(), logits.end(), std::nanf(""));
+            predict(parameters, batch, images.data(), logits.data(),
+                    std::span<std::byte>(storage.data() + start, bytes));
+            CHECK(logits == expected);
+            CHECK(std::all_of(storage.begin() + std::ptrdiff_t(start + bytes), storage.end(),
+                              [](std::byte value) { return value == std::byte{0x5a}; }));
+        }
+        CHECK_THROWS_WITH_AS(predict(parameters, batch, images.data(), logits.data(),
+                                     std::span<std::byte>(storage.data(), bytes - kernels::buffer_alignment)),
+                             doctest::Contains("inference_workspace_bytes"), std::invalid_argument);
+    }
+    // A compile-time constant: the size of a static buffer.
+    static std::array<std::byte, small_network::inference_workspace_bytes(4)> workspace;
+    const auto images = test::random_vector<float>(4 * 36, generator);
+    std::vector<float> expected(4 * 3), logits(4 * 3);
+    predict(parameters, 4, images.data(), expected.data());
+    predict(parameters, 4, images.data(), logits.data(), workspace);
+    CHECK(logits == expected);
+}
+
+namespace {
+// Trained values compiled into the program: 2 inputs, a stem of a dense
+// layer to 4 values (two halves of 2), one coupling, a head to 2 logits.
+using tiny_network = network<input<2>, stem<dense<2, 4>>, additive_coupling<dense<2, 2>>, head<dense<4, 2>>>;
+constexpr std::array<float, tiny_network::parameter_count> tiny_values{
+    1, 0, 0, 1, 1, 1, 1, -1, 0, 0, 0, 0.5f, // stem: weights 4 x 2, biases 4
+    2, 0, 0, 2, 0, 1,                       // F: weights 2 x 2, biases 2
+    1, 0, 0, 0, 0, 0, 1, 0, 0, 0};          // head: weights 2 x 4, biases 2
+constexpr std::array<float, tiny_network::state_count> tiny_state{};
+} // namespace
+
+TEST_CASE("parameters in the caller's storage: a view of constant arrays predicts, a view of writable ones trains")
+{
+    static_assert(tiny_network::parameter_count == 28 && tiny_network::state_count == 0);
+    constexpr network_parameters_view<tiny_network, const float> trained(tiny_values, tiny_state);
+    static_assert(trained.block_values<1>()[0] == 2.0f);
+    // The point (1, 2): the stem gives (1, 2, 3, -1 + 0.5), halves x = (1, 2)
+    // and x~ = (3, -0.5); the coupling y = x~ + F(x) = (3 + 2, -0.5 + 4 + 1),
+    // y~ = x; the head reads (y, y~) = (5, 4.5, 1, 2) and gives (5, 1).
+    const std::array<float, 2> point{1, 2};
+    std::array<float, 2> logits{};
+    alignas(64) static std::array<std::byte, tiny_network::inference_workspace_bytes(1)> workspace;
+    predict(trained, 1, point.data(), logits.data(), workspace);
+    CHECK(logits == std::array<float, 2>{5, 1});
+
+    // A network_parameters and a view of a copy of its arrays compute the same.
+    auto owned = perturbed_parameters<small_network, float>(41);
+    std::vector<float> values(owned.values().begin(), owned.values().end());
+    std::vector<float> state(owned.state().begin(), owned.state().end());
+    const network_parameters_view<small_network, float> mine(
+        std::span<float, small_network::parameter_count>(values.data(), small_network::parameter_count),
+        std::span<float, small_network::state_count>(state.data(), small_network::state_count));
+    std::mt19937_64 generator(42);
+    const auto images = test::random_vector<float>(4 * 36, generator);
+    const auto labels = random_labels<float>(4, 3, generator);
+    std::vector<float> from_owned(4 * 3), from_view(4 * 3);
+    predict(owned, 4, images.data(), from_owned.data());
+    predict(mine, 4, images.data(), from_view.data());
+    CHECK(from_owned == from_view);
+    exact_backprop<small_network, float> trainer(4);
+    std::vector<float> owned_gradient(small_network::parameter_count), view_gradient(owned_gradient);
+    trainer.accumulate_gradient(owned, 4, images.data(), labels.data(), owned_gradient);
+    trainer.accumulate_gradient(mine, 4, images.data(), labels.data(), view_gradient);
+    CHECK(owned_gradient == view_gradient);
+    // The training forward updated the running statistics through the view.
+    CHECK(std::equal(state.begin(), state.end(), owned.state().begin()));
+
+    // Initialised in place as make_parameters initialises.
+    std::vector<float> fresh_values(small_network::parameter_count), fresh_state(small_network::state_count);
+    initialize_parameters(
+        network_parameters_view<small_network, float>(std::span<float, small_network::parameter_count>(fresh_values),
+                                                      std::span<float, small_network::state_count>(fresh_state)),
+        5);
+    const auto made = small_network::make_parameters<float>(5);
+    CHECK(std::equal(fresh_values.begin(), fresh_values.end(), made.values().begin()));
+    CHECK(std::equal(fresh_state.begin(), fresh_state.end(), made.state().begin()));
 }

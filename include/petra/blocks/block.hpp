@@ -50,6 +50,10 @@
 // A block that can come first in a network (its input is data) may declare
 //   static constexpr bool input_gradient_optional = true;
 // its backward then accepts an empty grad_x and skips the input gradient.
+//
+// Like a layer, a block states the scratch its kernels take, forward_scratch
+// and backward_scratch (layer.hpp); made_of (layers/parts.hpp) gives them from its
+// functions.
 #pragma once
 
 #include <algorithm>

@@ -5,6 +5,10 @@
 // the caller passes, so that a run is reproducible from its seed.
 #pragma once
 
+#if !(defined(__cpp_exceptions) || defined(__EXCEPTIONS))
+#error "petra: data/augmentation.hpp needs exceptions: it reports its errors with them only (see error.hpp)."
+#endif
+
 #include <algorithm>
 #include <cstddef>
 #include <random>

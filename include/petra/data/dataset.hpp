@@ -13,6 +13,10 @@
 // deviation, one channel; an xtensor of shape (N, 1, H, W).
 #pragma once
 
+#if !(defined(__cpp_exceptions) || defined(__EXCEPTIONS))
+#error "petra: data/dataset.hpp needs exceptions: it reports its errors with them only (see error.hpp)."
+#endif
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>

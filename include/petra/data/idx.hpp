@@ -12,6 +12,10 @@
 // (truncated) or more. Nothing is returned half-read.
 #pragma once
 
+#if !(defined(__cpp_exceptions) || defined(__EXCEPTIONS))
+#error "petra: data/idx.hpp needs exceptions: it reports its errors with them only (see error.hpp)."
+#endif
+
 #include <array>
 #include <cstddef>
 #include <cstdint>

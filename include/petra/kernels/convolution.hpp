@@ -20,7 +20,7 @@
 #include <cstddef>
 #include <cstring>
 #include <numeric>
-#include <stdexcept>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -29,8 +29,10 @@
 #include <immintrin.h>
 #endif
 
+#include <petra/error.hpp>
 #include <petra/kernels/gemm.hpp>
 #include <petra/kernels/profile.hpp>
+#include <petra/kernels/scratch.hpp>
 #include <petra/kernels/simd.hpp>
 
 namespace petra::kernels {
@@ -69,7 +71,7 @@ struct convolution_shape {
 inline void validate(const convolution_shape& shape)
 {
     auto fail = [](const std::string& what) {
-        throw std::invalid_argument("petra::kernels convolution: " + what);
+        raise_error(error_kind::invalid_argument, "petra::kernels convolution: " + what);
     };
     if (shape.in_channels == 0 || shape.out_channels == 0) fail("channel counts must be positive");
     if (shape.in_height == 0 || shape.in_width == 0) fail("the input height and width must be positive");
@@ -170,16 +172,33 @@ struct phased_input {
 
 struct phased_input_tag {};
 
+// Height and width of one phase plane, and values of the phased input with
+// its slack.
+constexpr std::size_t phase_height(const convolution_shape& shape)
+{
+    return (shape.in_height + 2 * shape.padding + shape.stride - 1) / shape.stride;
+}
+constexpr std::size_t phase_width(const convolution_shape& shape)
+{
+    return (shape.in_width + 2 * shape.padding + shape.stride - 1) / shape.stride;
+}
 template <class T>
-phased_input<T> prepare_input(const convolution_shape& shape, const T* input)
+constexpr std::size_t phased_input_count(const convolution_shape& shape)
+{
+    return shape.batch * shape.in_channels * shape.stride * shape.stride * phase_height(shape) * phase_width(shape) +
+           2 * simd_width<T>;
+}
+
+template <class T>
+phased_input<T> prepare_input(const convolution_shape& shape, const T* input, scratch_source& scratch)
 {
     const std::size_t stride = shape.stride, padding = shape.padding;
-    const std::size_t height = (shape.in_height + 2 * padding + stride - 1) / stride;
-    const std::size_t width = (shape.in_width + 2 * padding + stride - 1) / stride;
+    const std::size_t height = phase_height(shape);
+    const std::size_t width = phase_width(shape);
     const std::size_t plane = height * width;
     const std::size_t planes = shape.batch * shape.in_channels * stride * stride;
     constexpr std::size_t slack = 2 * simd_width<T>;
-    T* phased = thread_scratch<phased_input_tag, T>(planes * plane + slack);
+    T* phased = scratch.take<phased_input_tag, T>(phased_input_count<T>(shape));
     std::fill(phased + planes * plane, phased + planes * plane + slack, T(0));
     if (stride == 1) {
         // One pass: each padded row is its border zeros and an input row.
@@ -313,16 +332,18 @@ void tap_group_gradient(std::size_t first_row, std::size_t end_row, std::size_t 
 // channel vectors: image by image and a few rows at a time (so that those
 // rows' gradients stay in L1 while every tap passes over them), groups of
 // the blocking's tap count, then the remaining taps three and one at a time.
+struct image_tap_tag {};
+
 template <class T, std::size_t Vectors>
 void tap_gradients(std::size_t images, std::size_t rows, std::size_t row_length, const T* const* tap,
                    std::size_t taps, std::size_t image_stride, std::size_t plane_width, const T* gradients,
-                   std::size_t channel_stride, T* sums, std::size_t sum_stride)
+                   std::size_t channel_stride, T* sums, std::size_t sum_stride, scratch_source& scratch)
 {
     using blocking = weight_gradient_blocking<T>;
     constexpr std::size_t pixels = blocking::pixels_for(Vectors);
     constexpr std::size_t l1_values = (16u << 10) / sizeof(T);
     const std::size_t row_block = std::clamp<std::size_t>(l1_values / (row_length * channel_stride), 1, rows);
-    const T** image_tap = thread_scratch<struct image_tap_tag, const T*>(taps);
+    const T** image_tap = scratch.take<image_tap_tag, const T*>(taps);
     for (std::size_t image = 0; image < images; ++image) {
         for (std::size_t t = 0; t < taps; ++t) image_tap[t] = tap[t] + image * image_stride;
         const T* image_gradients = gradients + image * rows * row_length * channel_stride;
@@ -410,6 +431,37 @@ struct weight_gradient_outputs_tag {};
 struct weight_gradient_sums_tag {};
 struct weight_gradient_taps_tag {};
 
+// Where weight_gradient puts the transposed output gradient of one image:
+// channel_stride values per pixel (the channels padded with zeros to whole
+// vectors), row_length pixels per row (the output width padded to a
+// multiple of every pass's pixel block: the full passes of max_vectors
+// vectors and the last one), out_height rows.
+template <class T>
+struct weight_gradient_layout {
+    std::size_t channel_vectors;
+    std::size_t channel_stride;
+    std::size_t row_length;
+    std::size_t image_values;
+
+    constexpr explicit weight_gradient_layout(const convolution_shape& shape)
+        : channel_vectors((shape.out_channels + simd_width<T> - 1) / simd_width<T>),
+          channel_stride(channel_vectors * simd_width<T>), row_length(padded_row_length(shape, channel_vectors)),
+          image_values(shape.out_height() * row_length * channel_stride)
+    {
+    }
+
+private:
+    static constexpr std::size_t padded_row_length(const convolution_shape& shape, std::size_t channel_vectors)
+    {
+        using blocking = weight_gradient_blocking<T>;
+        const std::size_t last_pass = channel_vectors % blocking::max_vectors;
+        const std::size_t pixel_block =
+            std::lcm(blocking::pixels_for(std::min(channel_vectors, blocking::max_vectors)),
+                     blocking::pixels_for(last_pass == 0 ? blocking::max_vectors : last_pass));
+        return (shape.out_width() + pixel_block - 1) / pixel_block * pixel_block;
+    }
+};
+
 // Weight gradient, grad_weights[co][q] += sum over images and output pixels
 // of grad_output(co, pixel) * patch value of tap q at that pixel, without an
 // im2col copy. The output gradient is transposed once so that each output
@@ -422,23 +474,16 @@ struct weight_gradient_taps_tag {};
 // slack: with finite inputs their products vanish.
 template <class T>
 void weight_gradient(const convolution_shape& shape, const phased_input<T>& input, const T* grad_output,
-                     T* grad_weights)
+                     T* grad_weights, scratch_source& scratch)
 {
     using blocking = weight_gradient_blocking<T>;
     constexpr std::size_t width = simd_width<T>;
     const std::size_t out_height = shape.out_height(), out_width = shape.out_width();
     const std::size_t out_channels = shape.out_channels, taps = shape.patch_size();
-    const std::size_t channel_vectors = (out_channels + width - 1) / width;
-    const std::size_t channel_stride = channel_vectors * width;
-    // Rows padded to a multiple of every pass's pixel block: the full passes
-    // of max_vectors vectors and the last one.
-    const std::size_t last_pass = channel_vectors % blocking::max_vectors;
-    const std::size_t pixel_block =
-        std::lcm(blocking::pixels_for(std::min(channel_vectors, blocking::max_vectors)),
-                 blocking::pixels_for(last_pass == 0 ? blocking::max_vectors : last_pass));
-    const std::size_t row_length = (out_width + pixel_block - 1) / pixel_block * pixel_block;
-    const std::size_t image_values = out_height * row_length * channel_stride;
-    T* gradients = thread_scratch<weight_gradient_outputs_tag, T>(shape.batch * image_values);
+    const weight_gradient_layout<T> layout(shape);
+    const std::size_t channel_vectors = layout.channel_vectors, channel_stride = layout.channel_stride;
+    const std::size_t row_length = layout.row_length, image_values = layout.image_values;
+    T* gradients = scratch.take<weight_gradient_outputs_tag, T>(shape.batch * image_values);
     for (std::size_t image = 0; image < shape.batch; ++image) {
         T* transposed = gradients + image * image_values;
         const T* source = grad_output + image * out_channels * shape.output_pixels();
@@ -461,16 +506,17 @@ void weight_gradient(const convolution_shape& shape, const phased_input<T>& inpu
             }
         }
     }
-    const T** tap = thread_scratch<weight_gradient_taps_tag, const T*>(taps);
+    const T** tap = scratch.take<weight_gradient_taps_tag, const T*>(taps);
     for (std::size_t q = 0; q < taps; ++q) tap[q] = input.tap_origin(tap_of(shape, q));
-    T* sums = thread_scratch<weight_gradient_sums_tag, T>(taps * channel_stride);
+    T* sums = scratch.take<weight_gradient_sums_tag, T>(taps * channel_stride);
     std::fill(sums, sums + taps * channel_stride, T(0));
     for (std::size_t v0 = 0; v0 < channel_vectors; v0 += blocking::max_vectors) {
         const std::size_t vectors = std::min(blocking::max_vectors, channel_vectors - v0);
         [&]<std::size_t... V>(std::index_sequence<V...>) {
             ((vectors == V + 1 ? tap_gradients<T, V + 1>(shape.batch, out_height, row_length, tap, taps,
                                                           input.image_stride(), input.width, gradients + v0 * width,
-                                                          channel_stride, sums + v0 * width, channel_stride)
+                                                          channel_stride, sums + v0 * width, channel_stride,
+                                                          scratch)
                                : void()),
              ...);
         }(std::make_index_sequence<blocking::max_vectors>{});
@@ -521,10 +567,10 @@ struct correlation_weights_tag {};
 template <class T, std::size_t Rows, std::size_t Vectors, class Store>
 void direct_correlation_tiles(std::size_t images, const T* source, std::size_t image_stride,
                               const std::size_t* offsets, std::size_t taps, const T* weights, std::size_t channels,
-                              std::size_t wide_pixels, Store&& store)
+                              std::size_t wide_pixels, Store&& store, scratch_source& scratch)
 {
     constexpr std::size_t columns_per_tile = Vectors * simd_width<T>;
-    T* packed = thread_scratch<correlation_weights_tag, T>((channels + Rows - 1) / Rows * Rows * taps);
+    T* packed = scratch.take<correlation_weights_tag, T>((channels + Rows - 1) / Rows * Rows * taps);
     pack_slivers<Rows>(weights, taps, 1, channels, taps, packed);
     alignas(buffer_alignment) T tile[Rows * columns_per_tile];
     for (std::size_t image = 0; image < images; ++image) {
@@ -548,23 +594,41 @@ void direct_correlation_tiles(std::size_t images, const T* source, std::size_t i
 // (Result channels along the vectors instead, with each tap value
 // broadcast, measured 3 to 45% slower on the reference network's
 // convolutions; bench/RESULTS.md.)
+template <class T>
+constexpr bool uses_four_vector_tile(std::size_t wide_pixels)
+{
+    constexpr std::size_t width = simd_width<T>;
+    if constexpr (gemm_blocking<T>::wide_register_file) {
+        const std::size_t last_vectors = (wide_pixels % (3 * width) + width - 1) / width;
+        return wide_pixels <= 4 * width && last_vectors == 1;
+    } else {
+        return false;
+    }
+}
+
+// The packed weights of direct_correlation: slivers of the tile's rows.
+template <class T>
+constexpr std::size_t correlation_weights_count(std::size_t channels, std::size_t taps, std::size_t wide_pixels)
+{
+    const std::size_t rows = uses_four_vector_tile<T>(wide_pixels) ? 6 : gemm_blocking<T>::mr;
+    return (channels + rows - 1) / rows * rows * taps;
+}
+
 template <class T, class Store>
 void direct_correlation(std::size_t images, const T* source, std::size_t image_stride, const std::size_t* offsets,
                         std::size_t taps, const T* weights, std::size_t channels, std::size_t wide_pixels,
-                        Store&& store)
+                        Store&& store, scratch_source& scratch)
 {
     using blocking = gemm_blocking<T>;
-    constexpr std::size_t width = simd_width<T>;
     if constexpr (blocking::wide_register_file) {
-        const std::size_t last_vectors = (wide_pixels % (3 * width) + width - 1) / width;
-        if (wide_pixels <= 4 * width && last_vectors == 1) {
+        if (uses_four_vector_tile<T>(wide_pixels)) {
             direct_correlation_tiles<T, 6, 4>(images, source, image_stride, offsets, taps, weights, channels,
-                                              wide_pixels, store);
+                                              wide_pixels, store, scratch);
             return;
         }
     }
     direct_correlation_tiles<T, blocking::mr, blocking::vectors_per_row>(images, source, image_stride, offsets, taps,
-                                                                        weights, channels, wide_pixels, store);
+                                                                        weights, channels, wide_pixels, store, scratch);
 }
 
 // out[t] = in[t] + beta * out[t] for t < count (out not read when beta == 0),
@@ -614,11 +678,12 @@ struct tap_offsets_tag {};
 // computed from real (finite) input values and not stored: 2 / out_width of
 // the work for a 3x3 kernel with padding 1.
 template <class T>
-void forward_accumulate(const convolution_shape& shape, const T* input, const T* weights, T* output, T beta)
+void forward_accumulate(const convolution_shape& shape, const T* input, const T* weights, T* output, T beta,
+                        scratch_source& scratch)
 {
-    const phased_input<T> phased = prepare_input(shape, input);
+    const phased_input<T> phased = prepare_input(shape, input, scratch);
     const std::size_t taps = shape.patch_size(), channels = shape.out_channels;
-    std::size_t* offsets = thread_scratch<tap_offsets_tag, std::size_t>(taps);
+    std::size_t* offsets = scratch.take<tap_offsets_tag, std::size_t>(taps);
     for (std::size_t q = 0; q < taps; ++q) {
         offsets[q] = static_cast<std::size_t>(phased.tap_origin(tap_of(shape, q)) - phased.data);
     }
@@ -637,11 +702,57 @@ void forward_accumulate(const convolution_shape& shape, const T* input, const T*
                               output + ((image * channels + c0 + r) * pixels + row * out_width + column), beta);
                 }
             });
-        });
+        },
+        scratch);
 }
 
 struct phase_source_tag {};
 struct phase_weights_tag {};
+
+// The rows and columns backward_input_by_phases works on (see there). Phase
+// rows r whose input row stride * r + a - padding lies in [0, height) form
+// [first_index(a), end_index(a, height)), and likewise for columns; all
+// phases together need rows [first_row, end_row) and columns [first_column,
+// end_column). The copy of grad_output has `border` zero rows and columns in
+// front for the taps u, v <= border, so that result row r reads copy row
+// r - first_row + border - u; its planes are source_width wide and
+// source_plane values large.
+struct input_gradient_geometry {
+    std::size_t stride, kernel, padding;
+    std::size_t phases;
+    std::size_t first_row, end_row, first_column, end_column;
+    std::size_t border;
+    std::size_t source_width, source_plane;
+    // Taps of one phase at most, over all output channels.
+    std::size_t max_taps;
+
+    constexpr explicit input_gradient_geometry(const convolution_shape& shape)
+        : stride(shape.stride), kernel(shape.kernel), padding(shape.padding), phases(std::min(stride, kernel)),
+          first_row(first_index(phases - 1)), end_row(end_index(0, shape.in_height)),
+          first_column(first_index(phases - 1)), end_column(end_index(0, shape.in_width)),
+          border((kernel + stride - 1) / stride - 1), source_width(end_column - first_column + border),
+          source_plane((end_row - first_row + border) * source_width),
+          max_taps(shape.out_channels * (border + 1) * (border + 1))
+    {
+    }
+
+    constexpr std::size_t first_index(std::size_t phase) const
+    {
+        return padding > phase ? (padding - phase + stride - 1) / stride : std::size_t(0);
+    }
+    constexpr std::size_t end_index(std::size_t phase, std::size_t extent) const
+    {
+        return (extent + padding - phase + stride - 1) / stride;
+    }
+    // Taps u (rows) or v (columns) of phase a along one axis.
+    constexpr std::size_t phase_taps(std::size_t a) const { return (kernel - a + stride - 1) / stride; }
+    // Values of the copy of grad_output, with its slack.
+    template <class T>
+    constexpr std::size_t source_count(const convolution_shape& shape) const
+    {
+        return shape.batch * shape.out_channels * source_plane + 2 * simd_width<T>;
+    }
+};
 
 // grad_input = input gradient of the convolution + beta * grad_input, for a
 // validated shape with a non-empty batch (grad_input not read when beta == 0).
@@ -659,31 +770,19 @@ struct phase_weights_tag {};
 // inside the image are computed.
 template <class T>
 void backward_input_by_phases(const convolution_shape& shape, const T* grad_output, const T* weights,
-                              T* grad_input, T beta)
+                              T* grad_input, T beta, scratch_source& scratch)
 {
     const std::size_t stride = shape.stride, kernel = shape.kernel, padding = shape.padding;
     const std::size_t in_channels = shape.in_channels, out_channels = shape.out_channels;
     const std::size_t height = shape.in_height, width = shape.in_width;
-    // Phase rows r whose input row stride * r + a - padding lies in
-    // [0, height) form [first(a), end(a)), and likewise for columns; all
-    // phases together need rows [first_row, end_row) and columns
-    // [first_column, end_column). The copy of grad_output has `border` zero
-    // rows and columns in front for the taps u, v <= border, so that result
-    // row r reads copy row r - first_row + border - u.
-    auto first_index = [&](std::size_t phase) {
-        return padding > phase ? (padding - phase + stride - 1) / stride : std::size_t(0);
-    };
-    auto end_index = [&](std::size_t phase, std::size_t extent) {
-        return (extent + padding - phase + stride - 1) / stride;
-    };
-    const std::size_t phases = std::min(stride, kernel);
-    const std::size_t first_row = first_index(phases - 1), end_row = end_index(0, height);
-    const std::size_t first_column = first_index(phases - 1), end_column = end_index(0, width);
-    const std::size_t border = (kernel + stride - 1) / stride - 1;
-    const std::size_t source_width = end_column - first_column + border;
-    const std::size_t source_plane = (end_row - first_row + border) * source_width;
+    const input_gradient_geometry geometry(shape);
+    const auto first_index = [&](std::size_t phase) { return geometry.first_index(phase); };
+    const auto end_index = [&](std::size_t phase, std::size_t extent) { return geometry.end_index(phase, extent); };
+    const std::size_t first_row = geometry.first_row, first_column = geometry.first_column;
+    const std::size_t border = geometry.border, source_width = geometry.source_width;
+    const std::size_t source_plane = geometry.source_plane;
     const std::size_t out_height = shape.out_height(), out_width = shape.out_width();
-    T* source = thread_scratch<phase_source_tag, T>(shape.batch * out_channels * source_plane + 2 * simd_width<T>);
+    T* source = scratch.take<phase_source_tag, T>(geometry.source_count<T>(shape));
     // Output pixel (oh, ow) lands at copy row oh + border - first_row and
     // column ow + border - first_column. These are never negative: first_row
     // and first_column are at most ceil((padding - stride + 1) / stride),
@@ -714,12 +813,12 @@ void backward_input_by_phases(const convolution_shape& shape, const T* grad_outp
         scale_in_place(grad_input, shape.input_count(), beta);
         beta = T(1);
     }
-    const std::size_t max_taps = out_channels * (border + 1) * (border + 1);
-    T* matrix = thread_scratch<phase_weights_tag, T>(in_channels * max_taps);
-    std::size_t* offsets = thread_scratch<tap_offsets_tag, std::size_t>(max_taps);
-    for (std::size_t a = 0; a < std::min(stride, kernel); ++a) {
-        for (std::size_t b = 0; b < std::min(stride, kernel); ++b) {
-            const std::size_t taps_u = (kernel - a + stride - 1) / stride, taps_v = (kernel - b + stride - 1) / stride;
+    const std::size_t max_taps = geometry.max_taps;
+    T* matrix = scratch.take<phase_weights_tag, T>(in_channels * max_taps);
+    std::size_t* offsets = scratch.take<tap_offsets_tag, std::size_t>(max_taps);
+    for (std::size_t a = 0; a < geometry.phases; ++a) {
+        for (std::size_t b = 0; b < geometry.phases; ++b) {
+            const std::size_t taps_u = geometry.phase_taps(a), taps_v = geometry.phase_taps(b);
             const std::size_t taps = out_channels * taps_u * taps_v;
             // Tap (u, v) reads copy row (result row - first_row) + border - u.
             for (std::size_t co = 0; co < out_channels; ++co) {
@@ -766,20 +865,82 @@ void backward_input_by_phases(const convolution_shape& shape, const T* grad_outp
                             }
                         }
                     });
-                });
+                },
+                scratch);
         }
     }
 }
 
 } // namespace detail
 
+// The scratch each convolution kernel takes for a shape (scratch.hpp), from
+// the counts the kernels take: nothing for an empty batch.
+template <class T>
+constexpr scratch_demand convolution_forward_scratch(const convolution_shape& shape)
+{
+    scratch_demand demand;
+    if (shape.batch == 0) return demand;
+    demand.template ask<detail::phased_input_tag, T>(detail::phased_input_count<T>(shape));
+    demand.template ask<detail::tap_offsets_tag, std::size_t>(shape.patch_size());
+    const std::size_t wide_pixels = shape.out_height() * detail::phase_width(shape);
+    demand.template ask<detail::correlation_weights_tag, T>(
+        detail::correlation_weights_count<T>(shape.out_channels, shape.patch_size(), wide_pixels));
+    return demand;
+}
+
+template <class T>
+constexpr scratch_demand convolution_backward_input_scratch(const convolution_shape& shape)
+{
+    scratch_demand demand;
+    if (shape.batch == 0) return demand;
+    const detail::input_gradient_geometry geometry(shape);
+    demand.template ask<detail::phase_source_tag, T>(geometry.source_count<T>(shape));
+    demand.template ask<detail::phase_weights_tag, T>(shape.in_channels * geometry.max_taps);
+    demand.template ask<detail::tap_offsets_tag, std::size_t>(geometry.max_taps);
+    for (std::size_t a = 0; a < geometry.phases; ++a) {
+        const std::size_t first = geometry.first_index(a), end = geometry.end_index(a, shape.in_height);
+        if (first >= end) continue;
+        const std::size_t rows = end - first;
+        for (std::size_t b = 0; b < geometry.phases; ++b) {
+            const std::size_t taps = shape.out_channels * geometry.phase_taps(a) * geometry.phase_taps(b);
+            demand.template ask<detail::correlation_weights_tag, T>(
+                detail::correlation_weights_count<T>(shape.in_channels, taps, rows * geometry.source_width));
+        }
+    }
+    return demand;
+}
+
+template <class T>
+constexpr scratch_demand convolution_backward_weights_scratch(const convolution_shape& shape)
+{
+    scratch_demand demand;
+    if (shape.batch == 0) return demand;
+    const detail::weight_gradient_layout<T> layout(shape);
+    const std::size_t taps = shape.patch_size();
+    demand.template ask<detail::phased_input_tag, T>(detail::phased_input_count<T>(shape));
+    demand.template ask<detail::weight_gradient_outputs_tag, T>(shape.batch * layout.image_values);
+    demand.template ask<detail::weight_gradient_taps_tag, const T*>(taps);
+    demand.template ask<detail::weight_gradient_sums_tag, T>(taps * layout.channel_stride);
+    for (std::size_t v0 = 0; v0 < layout.channel_vectors; v0 += detail::weight_gradient_blocking<T>::max_vectors) {
+        demand.template ask<detail::image_tap_tag, const T*>(taps);
+    }
+    return demand;
+}
+
 // output = convolution of input with weights (no bias): for every image n,
 // output channel co and output pixel (oh, ow),
 //   output[n][co][oh][ow] = sum over ci, kh, kw of weights[co][ci][kh][kw]
 //                           * input[n][ci][oh * stride + kh - padding][ow * stride + kw - padding],
 // reading zero outside the input. Every element of output is written.
+//
+// Each of the three kernels takes its scratch from `scratch` (scratch.hpp):
+// per-thread buffers when it is empty, otherwise the caller's region of at
+// least convolution_forward_scratch<T>(shape).region_bytes() bytes (for this
+// kernel; the _backward_input_ and _backward_weights_ demands for the
+// others), and then allocates nothing.
 template <class T>
-void convolution_forward(const convolution_shape& shape, const T* input, const T* weights, T* output)
+void convolution_forward(const convolution_shape& shape, const T* input, const T* weights, T* output,
+                         std::span<std::byte> scratch = {})
 {
     PETRA_PROFILE_KERNEL("convolution forward", detail::convolution_geometry, detail::convolution_sizes(shape),
                          double(shape.flops()),
@@ -787,7 +948,8 @@ void convolution_forward(const convolution_shape& shape, const T* input, const T
                                                    T(0)));
     validate(shape);
     if (shape.batch == 0) return;
-    detail::forward_accumulate(shape, input, weights, output, T(0));
+    scratch_source source(scratch);
+    detail::forward_accumulate(shape, input, weights, output, T(0), source);
 }
 
 // grad_input = (gradient of the forward pass with respect to its input,
@@ -796,7 +958,7 @@ void convolution_forward(const convolution_shape& shape, const T* input, const T
 // grad_output (see detail::backward_input_by_phases).
 template <class T>
 void convolution_backward_input(const convolution_shape& shape, const T* grad_output, const T* weights,
-                                T* grad_input, T beta = T(0))
+                                T* grad_input, T beta = T(0), std::span<std::byte> scratch = {})
 {
     PETRA_PROFILE_KERNEL("convolution input gradient", detail::convolution_geometry,
                          detail::convolution_sizes(shape), double(shape.flops()),
@@ -804,7 +966,8 @@ void convolution_backward_input(const convolution_shape& shape, const T* grad_ou
                                                    beta));
     validate(shape);
     if (shape.batch == 0) return;
-    detail::backward_input_by_phases(shape, grad_output, weights, grad_input, beta);
+    scratch_source source(scratch);
+    detail::backward_input_by_phases(shape, grad_output, weights, grad_input, beta, source);
 }
 
 // grad_weights = (gradient of the forward pass with respect to its weights,
@@ -812,7 +975,7 @@ void convolution_backward_input(const convolution_shape& shape, const T* grad_ou
 // beta == 0, grad_weights is not read on entry; beta == 1 accumulates.
 template <class T>
 void convolution_backward_weights(const convolution_shape& shape, const T* input, const T* grad_output,
-                                  T* grad_weights, T beta = T(0))
+                                  T* grad_weights, T beta = T(0), std::span<std::byte> scratch = {})
 {
     PETRA_PROFILE_KERNEL("convolution weight gradient", detail::convolution_geometry,
                          detail::convolution_sizes(shape), double(shape.flops()),
@@ -821,7 +984,9 @@ void convolution_backward_weights(const convolution_shape& shape, const T* input
     validate(shape);
     detail::scale_in_place(grad_weights, shape.weight_count(), beta);
     if (shape.batch == 0) return;
-    detail::weight_gradient(shape, detail::prepare_input(shape, input), grad_output, grad_weights);
+    scratch_source source(scratch);
+    const detail::phased_input<T> phased = detail::prepare_input(shape, input, source);
+    detail::weight_gradient(shape, phased, grad_output, grad_weights, source);
 }
 
 } // namespace petra::kernels

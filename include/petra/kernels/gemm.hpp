@@ -11,12 +11,14 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
-#include <stdexcept>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
 
+#include <petra/error.hpp>
 #include <petra/kernels/profile.hpp>
+#include <petra/kernels/scratch.hpp>
 #include <petra/kernels/simd.hpp>
 
 namespace petra::kernels {
@@ -173,7 +175,35 @@ inline void micro_kernel_for_columns(std::size_t columns, std::size_t kc, const 
 struct gemm_packed_a_tag {};
 struct gemm_packed_b_tag {};
 
+// The packed blocks of packed_gemm for an m x n result of depth k: at most
+// one panel of A (mc x kc) and one block of B (kc x nc), each cut to the
+// problem's size.
+template <class T>
+constexpr std::size_t packed_a_count(std::size_t m, std::size_t k)
+{
+    using blocking = gemm_blocking<T>;
+    return std::min(blocking::mc, (m + blocking::mr - 1) / blocking::mr * blocking::mr) * std::min(blocking::kc, k);
+}
+template <class T>
+constexpr std::size_t packed_b_count(std::size_t n, std::size_t k)
+{
+    using blocking = gemm_blocking<T>;
+    return std::min(blocking::nc, (n + blocking::nr - 1) / blocking::nr * blocking::nr) * std::min(blocking::kc, k);
+}
+
 } // namespace detail
+
+// The scratch packed_gemm (and gemm) takes for an m x n result of depth k
+// (scratch.hpp): nothing when the product is empty.
+template <class T>
+constexpr scratch_demand gemm_scratch(std::size_t m, std::size_t n, std::size_t k)
+{
+    scratch_demand demand;
+    if (m == 0 || n == 0 || k == 0) return demand;
+    demand.template ask<detail::gemm_packed_a_tag, T>(detail::packed_a_count<T>(m, k));
+    demand.template ask<detail::gemm_packed_b_tag, T>(detail::packed_b_count<T>(n, k));
+    return demand;
+}
 
 // The packed engine. Computes, for an m x n result and depth k, the products
 // of op(A) and op(B) block by block and hands every mr x nr tile to `store`.
@@ -188,19 +218,19 @@ struct gemm_packed_b_tag {};
 //       block of that tile and false for the ones that follow, so that a
 //       store can overwrite, then accumulate.
 //
+// The packed blocks come from `scratch` (scratch.hpp; gemm_scratch states
+// their size), per-thread buffers by default.
+//
 // Precondition: k > 0 (with k == 0 no tile is produced).
 template <class T, class PackA, class PackB, class Store>
-void packed_gemm(std::size_t m, std::size_t n, std::size_t k, PackA&& pack_a, PackB&& pack_b,
-                 Store&& store)
+void packed_gemm(std::size_t m, std::size_t n, std::size_t k, PackA&& pack_a, PackB&& pack_b, Store&& store,
+                 scratch_source& scratch)
 {
     using blocking = gemm_blocking<T>;
     constexpr std::size_t mr = blocking::mr;
     constexpr std::size_t nr = blocking::nr;
-    const std::size_t kc_max = std::min(blocking::kc, k);
-    const std::size_t mc_max = std::min(blocking::mc, (m + mr - 1) / mr * mr);
-    const std::size_t nc_max = std::min(blocking::nc, (n + nr - 1) / nr * nr);
-    T* packed_a = thread_scratch<detail::gemm_packed_a_tag, T>(mc_max * kc_max);
-    T* packed_b = thread_scratch<detail::gemm_packed_b_tag, T>(nc_max * kc_max);
+    T* packed_a = scratch.take<detail::gemm_packed_a_tag, T>(detail::packed_a_count<T>(m, k));
+    T* packed_b = scratch.take<detail::gemm_packed_b_tag, T>(detail::packed_b_count<T>(n, k));
     alignas(buffer_alignment) T tile[mr * nr];
 
     for (std::size_t ic = 0; ic < m; ic += blocking::mc) {
@@ -224,6 +254,13 @@ void packed_gemm(std::size_t m, std::size_t n, std::size_t k, PackA&& pack_a, Pa
             }
         }
     }
+}
+
+template <class T, class PackA, class PackB, class Store>
+void packed_gemm(std::size_t m, std::size_t n, std::size_t k, PackA&& pack_a, PackB&& pack_b, Store&& store)
+{
+    scratch_source per_thread;
+    packed_gemm<T>(m, n, k, pack_a, pack_b, store, per_thread);
 }
 
 // Strides of op(M) for a plain row-major matrix M with leading dimension ld.
@@ -306,7 +343,7 @@ struct matrix_store {
 namespace detail {
 inline void require(bool condition, const char* what)
 {
-    if (!condition) throw std::invalid_argument(std::string("petra::kernels::gemm: ") + what);
+    if (!condition) raise_error(error_kind::invalid_argument, std::string("petra::kernels::gemm: ") + what);
 }
 } // namespace detail
 
@@ -316,10 +353,14 @@ inline void require(bool condition, const char* what)
 //   C is m x n with ldc >= n.
 // With beta == 0, C is not read on entry. With k == 0 or alpha == 0, A and B
 // are not read and C becomes beta * C. Throws std::invalid_argument when a
-// leading dimension is too small or a pointer is null while needed.
+// leading dimension is too small or a pointer is null while needed. The
+// packed operands live in `scratch`: per-thread buffers when it is empty,
+// otherwise the caller's region of gemm_scratch<T>(m, n, k).region_bytes()
+// bytes or more (scratch.hpp), and then nothing is allocated.
 template <class T>
 void gemm(transpose op_a, transpose op_b, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
-          std::size_t lda, const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc)
+          std::size_t lda, const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc,
+          std::span<std::byte> scratch = {})
 {
     static_assert(std::is_floating_point_v<T>, "gemm is defined for float and double");
     // 2 m n k FLOPs; A and B read once, C written (and read when beta != 0).
@@ -340,8 +381,9 @@ void gemm(transpose op_a, transpose op_b, std::size_t m, std::size_t n, std::siz
     detail::require(a != nullptr && b != nullptr, "A or B is null");
     detail::require(lda >= (op_a == transpose::no ? k : m), "lda is smaller than the row length of A");
     detail::require(ldb >= (op_b == transpose::no ? n : k), "ldb is smaller than the row length of B");
+    scratch_source source(scratch);
     packed_gemm<T>(m, n, k, matrix_a_packer<T>{a, matrix_strides(lda, op_a)},
-                   matrix_b_packer<T>{b, matrix_strides(ldb, op_b)}, matrix_store<T>{c, ldc, alpha, beta});
+                   matrix_b_packer<T>{b, matrix_strides(ldb, op_b)}, matrix_store<T>{c, ldc, alpha, beta}, source);
 }
 
 } // namespace petra::kernels

@@ -12,12 +12,12 @@
 #pragma once
 
 #include <cstddef>
-#include <stdexcept>
 #include <string>
 #include <type_traits>
 
 #include <xsimd/xsimd.hpp>
 
+#include <petra/error.hpp>
 #include <petra/kernels/profile.hpp>
 #include <petra/kernels/simd.hpp>
 
@@ -124,9 +124,9 @@ void channel_mean_variance(std::size_t N, std::size_t C, std::size_t S, const T*
     PETRA_PROFILE_KERNEL("channel_mean_variance", detail::channel_geometry, {N, C, S}, 4.0 * double(N * C * S),
                          double((2 * N * C * S + 2 * C) * sizeof(T)));
     if (N == 0 || S == 0) {
-        throw std::invalid_argument("petra::kernels::channel_mean_variance: the batch holds no element per channel "
-                                    "(N = " + std::to_string(N) + ", S = " + std::to_string(S) +
-                                    "), so mean and variance are undefined");
+        raise_error(error_kind::invalid_argument,
+                    "petra::kernels::channel_mean_variance: the batch holds no element per channel (N = " +
+                        std::to_string(N) + ", S = " + std::to_string(S) + "), so mean and variance are undefined");
     }
     const T count = static_cast<T>(N * S);
     for (std::size_t c = 0; c < C; ++c) {

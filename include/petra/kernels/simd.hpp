@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <new>
 #include <type_traits>
 #include <vector>
 
@@ -22,8 +23,39 @@ inline constexpr std::size_t simd_width = simd<T>::size;
 // also the widest vector.
 inline constexpr std::size_t buffer_alignment = 64;
 
+// The allocator of every buffer the library allocates: memory aligned to
+// buffer_alignment, from the aligned operator new. (Not xsimd's allocator,
+// which throws std::bad_alloc itself and so does not compile without
+// exceptions; here, without exceptions, running out of memory ends the
+// program in the operator new.)
 template <class T>
-using aligned_vector = std::vector<T, xsimd::aligned_allocator<T, buffer_alignment>>;
+struct aligned_allocator {
+    using value_type = T;
+
+    aligned_allocator() = default;
+    template <class U>
+    constexpr aligned_allocator(const aligned_allocator<U>&) noexcept
+    {
+    }
+
+    T* allocate(std::size_t count)
+    {
+        return static_cast<T*>(::operator new(count * sizeof(T), std::align_val_t{buffer_alignment}));
+    }
+    void deallocate(T* values, std::size_t count) noexcept
+    {
+        ::operator delete(values, count * sizeof(T), std::align_val_t{buffer_alignment});
+    }
+
+    template <class U>
+    constexpr bool operator==(const aligned_allocator<U>&) const noexcept
+    {
+        return true;
+    }
+};
+
+template <class T>
+using aligned_vector = std::vector<T, aligned_allocator<T>>;
 
 // Sum of the lanes of v. For float this is xsimd's reduction (hadd); for
 // double it goes through memory as a pairwise tree, because g++ 12 reports a

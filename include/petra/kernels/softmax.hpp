@@ -14,12 +14,12 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <stdexcept>
 #include <string>
 #include <type_traits>
 
 #include <xsimd/xsimd.hpp>
 
+#include <petra/error.hpp>
 #include <petra/kernels/profile.hpp>
 #include <petra/kernels/simd.hpp>
 
@@ -29,7 +29,7 @@ namespace detail {
 
 [[noreturn]] inline void softmax_fail(const char* function, const std::string& what)
 {
-    throw std::invalid_argument(std::string("petra::kernels::") + function + ": " + what);
+    raise_error(error_kind::invalid_argument, std::string("petra::kernels::") + function + ": " + what);
 }
 
 // what is a literal, so that a check that passes (every call of a training

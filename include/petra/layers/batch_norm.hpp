@@ -20,8 +20,8 @@
 #include <cstddef>
 #include <random>
 #include <span>
-#include <stdexcept>
 
+#include <petra/error.hpp>
 #include <petra/kernels/normalization.hpp>
 #include <petra/kernels/reduction.hpp>
 #include <petra/layers/fusion.hpp>
@@ -77,7 +77,8 @@ struct bound_normalization {
             }
         } else {
             if (batch * pixels < 2) {
-                throw std::invalid_argument("batch_norm: training needs at least two values per channel in a batch");
+                raise_error(error_kind::invalid_argument,
+                            "batch_norm: training needs at least two values per channel in a batch");
             }
             T* variance = inverse_deviation;
             kernels::channel_mean_variance(batch, Channels, pixels, x.data(), mean, variance);

@@ -109,6 +109,26 @@ struct bound_chain : made_of<Bound...> {
         return batch * intermediate_size + (Bound::cache_size(batch) + ...);
     }
 
+    // Kernel scratch (layer.hpp): the layers' own, one after another, and
+    // in backward the chain's two gradient buffers.
+    template <class T>
+    static constexpr kernels::scratch_demand forward_scratch(std::size_t batch)
+    {
+        kernels::scratch_demand demand;
+        (demand.merge(forward_scratch_of<Bound, T>(batch)), ...);
+        return demand;
+    }
+    template <class T>
+    static constexpr kernels::scratch_demand backward_scratch(std::size_t batch, bool input_gradient)
+    {
+        kernels::scratch_demand demand;
+        if constexpr (length > 1) demand.template ask<bound_chain, T>(gradient_buffers_size(batch));
+        for_each_index<length>([&](auto i) {
+            demand.merge(backward_scratch_of<layer<i>, T>(batch, i > 0 || input_gradient));
+        });
+        return demand;
+    }
+
     template <forward_pass Pass, class T>
     static void forward(Pass mode, parameters_view<T, parameter_count> parameters,
                         statistics_view<Pass, T, state_count> state, const_batch<T, input> x, batch_view<T, output> y,
@@ -129,8 +149,7 @@ struct bound_chain : made_of<Bound...> {
                          std::span<T, parameter_count> grad_parameters, std::span<T> cache)
     {
         const std::size_t batch = x.batch();
-        T* gradients =
-            length == 1 ? nullptr : kernels::thread_scratch<bound_chain, T>(2 * batch * largest_intermediate);
+        T* gradients = length == 1 ? nullptr : kernels::thread_scratch<bound_chain, T>(gradient_buffers_size(batch));
         const cache_layout<T> at{cache.data(), batch, gradients};
         for_each_index_down<length>([&](auto i) {
             layer<i>::backward(parts::template parameters_of<i>(parameters), at.template input_of<i>(x),
@@ -140,6 +159,10 @@ struct bound_chain : made_of<Bound...> {
     }
 
 private:
+    // Values of the two buffers backward passes the gradients between
+    // layers in.
+    static constexpr std::size_t gradient_buffers_size(std::size_t batch) { return 2 * batch * largest_intermediate; }
+
     // Where a layer finds its input and output (the chain's own, or an
     // intermediate in the cache), its cache, and in backward its gradients.
     template <class T>

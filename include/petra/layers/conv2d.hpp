@@ -53,11 +53,26 @@ struct conv2d {
             he_normal<T>(parameters, InChannels * Kernel * Kernel, generator);
         }
 
+        // The convolution kernels' scratch (layer.hpp).
+        template <class T>
+        static constexpr kernels::scratch_demand forward_scratch(std::size_t batch)
+        {
+            return kernels::convolution_forward_scratch<T>(geometry(batch));
+        }
+        template <class T>
+        static constexpr kernels::scratch_demand backward_scratch(std::size_t batch, bool input_gradient)
+        {
+            kernels::scratch_demand demand = kernels::convolution_backward_weights_scratch<T>(geometry(batch));
+            if (input_gradient) demand.merge(kernels::convolution_backward_input_scratch<T>(geometry(batch)));
+            return demand;
+        }
+
         template <forward_pass Pass, class T>
-        static void forward(Pass, parameters_view<T, parameter_count> parameters, statistics_view<Pass, T, 0>,
+        static void forward(Pass mode, parameters_view<T, parameter_count> parameters, statistics_view<Pass, T, 0>,
                             const_batch<T, input> x, batch_view<T, output> y, std::span<T>)
         {
-            kernels::convolution_forward(geometry(x.batch()), x.data(), parameters.data(), y.data());
+            kernels::convolution_forward(geometry(x.batch()), x.data(), parameters.data(), y.data(),
+                                         mode.kernel_scratch);
         }
 
         template <class T>

@@ -42,8 +42,22 @@ struct dense {
             std::fill_n(parameters.data() + weight_count, Outputs, T(0));
         }
 
+        // The GEMM's packed operands (layer.hpp).
+        template <class T>
+        static constexpr kernels::scratch_demand forward_scratch(std::size_t batch)
+        {
+            return kernels::gemm_scratch<T>(batch, Outputs, Inputs);
+        }
+        template <class T>
+        static constexpr kernels::scratch_demand backward_scratch(std::size_t batch, bool input_gradient)
+        {
+            kernels::scratch_demand demand = kernels::gemm_scratch<T>(Outputs, Inputs, batch);
+            if (input_gradient) demand.merge(kernels::gemm_scratch<T>(batch, Inputs, Outputs));
+            return demand;
+        }
+
         template <forward_pass Pass, class T>
-        static void forward(Pass, parameters_view<T, parameter_count> parameters, statistics_view<Pass, T, 0>,
+        static void forward(Pass mode, parameters_view<T, parameter_count> parameters, statistics_view<Pass, T, 0>,
                             const_batch<T, input> x, batch_view<T, output> y, std::span<T>)
         {
             using kernels::transpose;
@@ -51,7 +65,7 @@ struct dense {
             // y = bias, then y += x W^T.
             for (std::size_t n = 0; n < x.batch(); ++n) std::copy_n(bias, Outputs, y.data() + n * Outputs);
             kernels::gemm<T>(transpose::no, transpose::yes, x.batch(), Outputs, Inputs, T(1), x.data(), Inputs,
-                             parameters.data(), Inputs, T(1), y.data(), Outputs);
+                             parameters.data(), Inputs, T(1), y.data(), Outputs, mode.kernel_scratch);
         }
 
         template <class T>

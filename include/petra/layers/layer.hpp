@@ -34,6 +34,17 @@
 // gradients accumulate over micro-batches. grad_x may be an empty view
 // (default-constructed): the input gradient is then not computed (the first
 // layer of a network, whose input is data).
+//
+// Kernel scratch (kernels/scratch.hpp). A forward hands pass.kernel_scratch
+// to the kernels it calls: empty, they use per-thread buffers; a caller's
+// region, they carve their scratch from it and allocate nothing (how
+// predict runs in a caller's workspace). A layer whose kernels take scratch
+// states how much, for planners and for predict's workspace, with
+//   template <class T> static constexpr kernels::scratch_demand forward_scratch(std::size_t batch);
+//   template <class T> static constexpr kernels::scratch_demand backward_scratch(std::size_t batch,
+//                                                                               bool input_gradient);
+// (backward_scratch: what its backward takes of per-thread buffers, with or
+// without the input gradient). A layer that states neither takes none.
 #pragma once
 
 #include <cmath>
@@ -44,28 +55,36 @@
 #include <type_traits>
 
 #include <petra/batch_view.hpp>
+#include <petra/kernels/scratch.hpp>
 #include <petra/shape.hpp>
 
 namespace petra {
 
 // What a forward call is for, as a type, so that what it may write is decided
-// at compile time: only a training pass writes the running statistics.
+// at compile time: only a training pass writes the running statistics. A
+// pass value also says where the forward's kernels take their scratch,
+// kernel_scratch (see the top of the file): per-thread buffers (empty, as in
+// the constants below) or a caller's region, as in
+//   pass::inference_t{.kernel_scratch = region}
 namespace pass {
 // Batch statistics; running statistics updated.
 struct training_t {
     static constexpr bool updates_running_statistics = true;
     static constexpr bool uses_running_statistics = false;
+    std::span<std::byte> kernel_scratch{};
 };
 // Batch statistics, running statistics only read: a reconstruction
 // recomputes a forward already counted.
 struct recomputation_t {
     static constexpr bool updates_running_statistics = false;
     static constexpr bool uses_running_statistics = false;
+    std::span<std::byte> kernel_scratch{};
 };
 // Running statistics, only read.
 struct inference_t {
     static constexpr bool updates_running_statistics = false;
     static constexpr bool uses_running_statistics = true;
+    std::span<std::byte> kernel_scratch{};
 };
 inline constexpr training_t training{};
 inline constexpr recomputation_t recomputation{};
@@ -130,6 +149,28 @@ concept bound_layer =
         B::forward(pass::inference, parameters, state, x, y, cache);
         B::backward(parameters, x, y, x, parameters, cache);
     };
+
+// The kernel scratch of Bound's forward, and of its backward, for a batch
+// (see the top of the file): what it states, or nothing. Bound is a bound
+// layer or block.
+template <class Bound, class T>
+constexpr kernels::scratch_demand forward_scratch_of(std::size_t batch)
+{
+    if constexpr (requires { Bound::template forward_scratch<T>(batch); }) {
+        return Bound::template forward_scratch<T>(batch);
+    } else {
+        return {};
+    }
+}
+template <class Bound, class T>
+constexpr kernels::scratch_demand backward_scratch_of(std::size_t batch, bool input_gradient)
+{
+    if constexpr (requires { Bound::template backward_scratch<T>(batch, input_gradient); }) {
+        return Bound::template backward_scratch<T>(batch, input_gradient);
+    } else {
+        return {};
+    }
+}
 
 // Writes, for each of Bound's parameter_count parameters, 1 if it is a weight
 // (subject to weight decay) and 0 if not (a bias, a batch-norm scale or

@@ -69,6 +69,24 @@ struct made_of {
         for_each_index<sizeof...(Functions)>(
             [&](auto k) { petra::mark_weights<function_at<k>, T>(parameters_of<k>(mask)); });
     }
+
+    // Kernel scratch (layer.hpp): the parts' own, one after another;
+    // input_gradient goes to each part's backward. A chain states its own
+    // (its gradient buffers besides).
+    template <class T>
+    static constexpr kernels::scratch_demand forward_scratch(std::size_t batch)
+    {
+        kernels::scratch_demand demand;
+        (demand.merge(forward_scratch_of<Functions, T>(batch)), ...);
+        return demand;
+    }
+    template <class T>
+    static constexpr kernels::scratch_demand backward_scratch(std::size_t batch, bool input_gradient)
+    {
+        kernels::scratch_demand demand;
+        (demand.merge(backward_scratch_of<Functions, T>(batch, input_gradient)), ...);
+        return demand;
+    }
 };
 
 } // namespace petra

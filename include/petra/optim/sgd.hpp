@@ -6,9 +6,9 @@
 
 #include <cstddef>
 #include <span>
-#include <stdexcept>
 #include <string>
 
+#include <petra/error.hpp>
 #include <petra/kernels/optimizer.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/state_archive.hpp>
@@ -34,12 +34,12 @@ public:
         : settings_(settings), mask_(weight_mask.begin(), weight_mask.end()), velocity_(weight_mask.size(), T(0))
     {
         if (!(settings.momentum >= 0.0 && settings.momentum < 1.0)) {
-            throw std::invalid_argument("sgd: the momentum must be in [0, 1), not " + std::to_string(settings.momentum) +
-                                        ".");
+            raise_error(error_kind::invalid_argument,
+                        "sgd: the momentum must be in [0, 1), not " + std::to_string(settings.momentum) + ".");
         }
         if (!(settings.weight_decay >= 0.0)) {
-            throw std::invalid_argument("sgd: the weight decay must be non-negative, not " +
-                                        std::to_string(settings.weight_decay) + ".");
+            raise_error(error_kind::invalid_argument, "sgd: the weight decay must be non-negative, not " +
+                                                          std::to_string(settings.weight_decay) + ".");
         }
     }
 
@@ -50,14 +50,13 @@ public:
     void step(std::span<T> parameters, std::span<const T> gradient_sum, std::size_t count, double learning_rate)
     {
         if (parameters.size() != mask_.size() || gradient_sum.size() != mask_.size() || count == 0) {
-            throw std::invalid_argument("sgd: step on " + std::to_string(parameters.size()) + " parameters and " +
-                                        std::to_string(gradient_sum.size()) + " gradient values (" +
-                                        std::to_string(count) + " micro-batches) with a mask of " +
-                                        std::to_string(mask_.size()) + ".");
+            raise_error(error_kind::invalid_argument,
+                        "sgd: step on " + std::to_string(parameters.size()) + " parameters and " +
+                            std::to_string(gradient_sum.size()) + " gradient values (" + std::to_string(count) +
+                            " micro-batches) with a mask of " + std::to_string(mask_.size()) + ".");
         }
         const kernels::sgd_coefficients<T> coefficients{T(learning_rate), T(settings_.momentum),
-                                                        T(settings_.weight_decay), T(1) / T(count),
-                                                        settings_.nesterov};
+                                                        T(settings_.weight_decay), T(1) / T(count), settings_.nesterov};
         kernels::sgd_update(parameters.size(), coefficients, mask_.data(), gradient_sum.data(), velocity_.data(),
                             parameters.data());
     }
@@ -71,6 +70,10 @@ public:
         archive.expect(velocity_.size(), "optimizer values");
         archive.values(std::span<T>(velocity_));
     }
+
+    // Bytes an instance over parameter_count parameters holds: the velocity
+    // and its copy of the weight mask (for memory_plan).
+    static constexpr std::size_t state_bytes(std::size_t parameter_count) { return 2 * parameter_count * sizeof(T); }
 
     std::span<T> velocity() { return velocity_; }
     std::span<const T> velocity() const { return velocity_; }

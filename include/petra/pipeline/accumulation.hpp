@@ -19,10 +19,10 @@
 #include <concepts>
 #include <cstddef>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <type_traits>
 
+#include <petra/error.hpp>
 #include <petra/state_archive.hpp>
 
 namespace petra {
@@ -44,7 +44,8 @@ public:
     explicit gradient_accumulation(std::size_t micro_batches_per_step) : per_step_(micro_batches_per_step)
     {
         if (per_step_ == 0) {
-            throw std::invalid_argument("pipeline: the accumulation (micro-batches per step) must be at least 1.");
+            raise_error(error_kind::invalid_argument,
+                        "pipeline: the accumulation (micro-batches per step) must be at least 1.");
         }
     }
 
@@ -122,7 +123,7 @@ template <class DescribeFailure>
 void record_micro_batch(epoch_statistics& statistics, const micro_batch_score& score,
                         DescribeFailure&& describe_failure)
 {
-    if (!std::isfinite(score.loss)) throw std::runtime_error(describe_failure(score.loss));
+    if (!std::isfinite(score.loss)) raise_error(error_kind::runtime_error, describe_failure(score.loss));
     statistics.micro_batches += 1;
     statistics.examples += score.examples;
     statistics.correct += score.correct;

@@ -6,9 +6,9 @@
 
 #include <cstddef>
 #include <span>
-#include <stdexcept>
 #include <string>
 
+#include <petra/error.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/state_archive.hpp>
 
@@ -22,7 +22,9 @@ public:
 
     T* push()
     {
-        if (count_ == depth_) throw std::logic_error("pipeline stage: a FIFO overflowed; the schedule is broken.");
+        if (count_ == depth_) {
+            raise_error(error_kind::logic_error, "pipeline stage: a FIFO overflowed; the schedule is broken.");
+        }
         T* slot = values_.data() + ((first_ + count_) % depth_) * size_;
         ++count_;
         return slot;
@@ -30,7 +32,9 @@ public:
     // The oldest array; valid until the next push.
     T* pop()
     {
-        if (count_ == 0) throw std::logic_error("pipeline stage: a FIFO underflowed; the schedule is broken.");
+        if (count_ == 0) {
+            raise_error(error_kind::logic_error, "pipeline stage: a FIFO underflowed; the schedule is broken.");
+        }
         T* slot = values_.data() + first_ * size_;
         first_ = (first_ + 1) % depth_;
         --count_;
@@ -49,8 +53,8 @@ public:
             first_ = 0;
             count_ = count;
         } else if (count != count_) {
-            throw std::logic_error("pipeline stage: a FIFO holds " + std::to_string(count_) + " arrays, not " +
-                                   std::to_string(count) + ".");
+            raise_error(error_kind::logic_error, "pipeline stage: a FIFO holds " + std::to_string(count_) +
+                                                     " arrays, not " + std::to_string(count) + ".");
         }
         for (std::size_t i = 0; i < count_; ++i) {
             archive.values(std::span<T>(values_.data() + ((first_ + i) % depth_) * size_, size_));

@@ -18,9 +18,11 @@
 //
 // Waiting: a blocking channel waits on a condition variable; a stop signal
 // shared by all channels of a pipeline wakes every waiter, which then throws
-// pipeline_stopped (how an error in one stage stops all the others). A
-// non-blocking channel (the sequential simulator's) never waits: finding it
-// full or empty is a scheduling error and throws std::logic_error.
+// pipeline_stopped (how an error in one stage stops all the others; without
+// exceptions an error ends the program in the error handler, and a waiter
+// waits for its message, see thread_pipeline.hpp). A non-blocking channel
+// (the sequential simulator's) never waits: finding it full or empty is a
+// scheduling error, std::logic_error (error.hpp).
 #pragma once
 
 #include <atomic>
@@ -29,10 +31,11 @@
 #include <cstddef>
 #include <mutex>
 #include <span>
-#include <stdexcept>
+#include <exception>
 #include <string>
 #include <vector>
 
+#include <petra/error.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/state_archive.hpp>
 
@@ -110,7 +113,9 @@ public:
         : name_(std::move(name)), capacity_(capacity), message_size_(message_size),
           values_(capacity * message_size), headers_(capacity), stop_(stop), mode_(mode)
     {
-        if (capacity == 0) throw std::invalid_argument("channel '" + name_ + "': a capacity of at least 1 is needed.");
+        if (capacity == 0) {
+            raise_error(error_kind::invalid_argument, "channel '" + name_ + "': a capacity of at least 1 is needed.");
+        }
         stop.watch(this);
     }
     channel(const channel&) = delete;
@@ -163,7 +168,8 @@ public:
         archive.count(queued, capacity_);
         if constexpr (Archive::loading) {
             if (sent_ != received_) {
-                throw std::logic_error("channel '" + name_ + "': a checkpoint can only refill an empty channel.");
+                raise_error(error_kind::logic_error,
+                            "channel '" + name_ + "': a checkpoint can only refill an empty channel.");
             }
             sent_ = received_ + queued;
         }
@@ -182,13 +188,20 @@ private:
     {
         if (mode_ == channel_waiting::never) {
             if (!ready()) {
-                throw std::logic_error("pipeline schedule error: channel '" + name_ + "' is " + state +
-                                       " where the schedule says it cannot be.");
+                raise_error(error_kind::logic_error, "pipeline schedule error: channel '" + name_ + "' is " + state +
+                                                         " where the schedule says it cannot be.");
             }
             return;
         }
+#if PETRA_EXCEPTIONS
         changed_.wait(lock, [&] { return ready() || stop_.stopped(); });
         if (stop_.stopped()) throw pipeline_stopped{};
+#else
+        // Without exceptions a stop only ends the pipeline's life: every stage
+        // first finishes the ticks it was granted, so the message waited for
+        // comes (see thread_pipeline.hpp).
+        changed_.wait(lock, ready);
+#endif
     }
 
     std::string name_;

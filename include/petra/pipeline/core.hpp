@@ -5,8 +5,10 @@
 // (sequential_pipeline.hpp, thread_pipeline.hpp) decide who runs each
 // stage's ticks and when.
 //
-// The parameters stay in the caller's network_parameters, ONE copy: each
-// stage reads and updates its own slice. The caller may read them once
+// The parameters stay in the caller's network_parameters (or the caller's
+// arrays, through a network_parameters_view), ONE copy, which must outlive
+// the pipeline: each stage reads and updates its own slice. The caller may
+// read them once
 // drain() has returned, and while a paused_pipeline from pause() lives
 // (paused_pipeline.hpp); a thread_pipeline's stages update them at any
 // time otherwise. The learning-rate function is called by every stage's
@@ -24,13 +26,13 @@
 #include <memory>
 #include <mutex>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include <petra/batch_view.hpp>
+#include <petra/error.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/network.hpp>
 #include <petra/parameter_slice.hpp>
@@ -71,9 +73,10 @@ public:
     {
         const std::size_t batch = driver().options().batch;
         if (images.batch() != batch || labels.size() != batch) {
-            throw std::invalid_argument("pipeline feed: " + std::to_string(images.batch()) + " images and " +
-                                        std::to_string(labels.size()) + " labels; every micro-batch holds " +
-                                        std::to_string(batch) + " of each.");
+            raise_error(error_kind::invalid_argument, "pipeline feed: " + std::to_string(images.batch()) +
+                                                          " images and " + std::to_string(labels.size()) +
+                                                          " labels; every micro-batch holds " + std::to_string(batch) +
+                                                          " of each.");
         }
         driver().feed(images.data(), labels.data());
     }
@@ -89,6 +92,7 @@ public:
 private:
     Driver& driver() { return static_cast<Driver&>(*this); }
 };
+
 // The records that open one stage's checkpoint shard, in every driver: the
 // pipeline's figures (stage count, cuts, options), the stage and the
 // micro-batches fed this epoch (read back into `fed`).
@@ -138,6 +142,39 @@ public:
         return std::get<I>(workers_);
     }
 
+    // The channels' sizes for a micro-batch size, in messages and bytes:
+    // the one into stage j (its input), the one from stage j + 1 into stage
+    // j (the input stage j + 1 rebuilt, and its gradient), the labels'.
+    // Forward: at tick t stage j may send its tick-t activation before
+    // stage j + 1 has taken the tick t - 1 one (the simulator runs stage j
+    // first). Backward: one message would do for the schedule, but a stage
+    // computes straight into its outgoing slot and its neighbour reads
+    // straight from it, so with one slot the sender's backward would wait
+    // for the receiver's whole backward (measured: 467 against 652
+    // examples/s for the reference network in 2 stages).
+    static constexpr std::size_t channel_capacity = 2;
+    static constexpr std::size_t labels_capacity = 2 * stage_count + 2;
+    static constexpr std::size_t forward_message_values(std::size_t j, std::size_t batch)
+    {
+        return batch * Network::profile[Cuts[j]].input_values;
+    }
+    static constexpr std::size_t backward_message_values(std::size_t j, std::size_t batch)
+    {
+        return 2 * batch * Network::profile[Cuts[j + 1]].input_values;
+    }
+    static constexpr std::size_t forward_channel_bytes(std::size_t j, std::size_t batch)
+    {
+        return channel_capacity * (forward_message_values(j, batch) * sizeof(T) + sizeof(message_header));
+    }
+    static constexpr std::size_t backward_channel_bytes(std::size_t j, std::size_t batch)
+    {
+        return channel_capacity * (backward_message_values(j, batch) * sizeof(T) + sizeof(message_header));
+    }
+    static constexpr std::size_t labels_channel_bytes(std::size_t batch)
+    {
+        return labels_capacity * (batch * sizeof(std::int32_t) + sizeof(message_header));
+    }
+
     // Bytes held by the stages (FIFOs, stashes, buffers, optimizer state) and
     // the channels; not the parameters themselves.
     std::size_t memory_bytes() const
@@ -150,7 +187,7 @@ public:
     }
 
 protected:
-    pipeline_core(network_parameters<Network, T>& parameters, const typename Optimizer::options& optimizer_options,
+    pipeline_core(network_parameters_view<Network, T> parameters, const typename Optimizer::options& optimizer_options,
                   std::function<double(std::size_t)> learning_rate, const pipeline_options& options,
                   channel_waiting mode)
         : pipeline_core(parameters, optimizer_options, std::move(learning_rate), options, mode,
@@ -167,7 +204,7 @@ protected:
                 return typename paused::gradient_sums{std::span<const T>(worker.stage().gradient())...};
             },
             workers_);
-        return paused(*parameters_, sums, pauses_held_);
+        return paused(parameters_, sums, pauses_held_);
     }
 
     // Called first by feed() and drain(): while a guard lives, no stage may
@@ -175,9 +212,10 @@ protected:
     void refuse_while_paused(const char* operation) const
     {
         if (pauses_held_ != 0) {
-            throw std::logic_error(std::string("pipeline: ") + operation +
-                                   " while the pipeline is paused; let the paused_pipeline that pause() returned "
-                                   "go out of scope first.");
+            raise_error(error_kind::logic_error,
+                        std::string("pipeline: ") + operation +
+                            " while the pipeline is paused; let the paused_pipeline that pause() returned "
+                            "go out of scope first.");
         }
     }
 
@@ -260,8 +298,9 @@ protected:
             std::apply([&](const auto&... worker) { ((consistent = consistent && worker.next_tick() == fed_), ...); },
                        workers_);
             if (!consistent) {
-                throw std::runtime_error("pipeline checkpoint: the stages are not all at the tick of the micro-batches "
-                                         "fed; the checkpoint is inconsistent.");
+                raise_error(error_kind::runtime_error,
+                            "pipeline checkpoint: the stages are not all at the tick of the micro-batches "
+                            "fed; the checkpoint is inconsistent.");
             }
         }
     }
@@ -278,8 +317,8 @@ protected:
     void transfer_stage_state(std::size_t stage_index, Archive& archive)
     {
         if (stage_index >= stage_count) {
-            throw std::invalid_argument("pipeline: stage " + std::to_string(stage_index) + " of " +
-                                        std::to_string(stage_count) + " stages.");
+            raise_error(error_kind::invalid_argument, "pipeline: stage " + std::to_string(stage_index) + " of " +
+                                                          std::to_string(stage_count) + " stages.");
         }
         for_each_index<stage_count>([&](auto index) {
             constexpr std::size_t i = decltype(index)::value;
@@ -289,9 +328,10 @@ protected:
             transfer_stage_header<Cuts>(archive, i, options_, fed);
             if constexpr (Archive::loading) {
                 if (stage_worker.next_tick() != 0 || (fed_ != 0 && fed_ != fed)) {
-                    throw std::runtime_error("pipeline checkpoint: stage " + std::to_string(i) +
-                                             " is not at the start of an epoch, or the stages' shards disagree on "
-                                             "the micro-batches fed.");
+                    raise_error(error_kind::runtime_error,
+                                "pipeline checkpoint: stage " + std::to_string(i) +
+                                    " is not at the start of an epoch, or the stages' shards disagree on the "
+                                    "micro-batches fed.");
                 }
                 fed_ = fed;
             }
@@ -305,13 +345,13 @@ protected:
             if constexpr (i + 1 == stage_count) labels_.transfer_state(archive);
             using slice = parameter_slice<Network, Cuts[i], Cuts[i + 1], T>;
             slice::transfer(archive,
-                            parameters_->values().template subspan<slice::parameter_offset, slice::parameter_count>(),
-                            parameters_->state().template subspan<slice::state_offset, slice::state_count>());
+                            parameters_.values().template subspan<slice::parameter_offset, slice::parameter_count>(),
+                            parameters_.state().template subspan<slice::state_offset, slice::state_count>());
             if constexpr (Archive::loading) {
                 if (stage_worker.next_tick() != fed_) {
-                    throw std::runtime_error("pipeline checkpoint: stage " + std::to_string(i) +
-                                             " is not at the tick of the micro-batches fed; the checkpoint is "
-                                             "inconsistent.");
+                    raise_error(error_kind::runtime_error, "pipeline checkpoint: stage " + std::to_string(i) +
+                                                               " is not at the tick of the micro-batches fed; the "
+                                                               "checkpoint is inconsistent.");
                 }
             }
         });
@@ -328,37 +368,34 @@ protected:
     std::size_t fed_ = 0;
 
 private:
-    network_parameters<Network, T>* parameters_;
+    network_parameters_view<Network, T> parameters_;
     std::size_t pauses_held_ = 0; // paused_pipeline guards alive; only the caller's thread touches it
 
     template <std::size_t... I>
-    pipeline_core(network_parameters<Network, T>& parameters, const typename Optimizer::options& optimizer_options,
+    pipeline_core(network_parameters_view<Network, T> parameters, const typename Optimizer::options& optimizer_options,
                   std::function<double(std::size_t)> learning_rate, const pipeline_options& options,
                   channel_waiting mode, std::index_sequence<I...>)
         : options_(options), shared_{std::move(learning_rate), {}, {}, {}},
           weight_mask_(Network::template weight_mask<T>()), forward_(make_forward(mode)),
           backward_(make_backward(mode)),
-          labels_("labels", 2 * stage_count + 2, options.batch, stop_, mode),
+          labels_("labels", labels_capacity, options.batch, stop_, mode),
           workers_(worker_type<I>(parameters, optimizer_options, weight_mask_, options_, links<I>(), shared_)...),
-          parameters_(&parameters)
+          parameters_(parameters)
     {
-        if (!shared_.learning_rate) throw std::invalid_argument("pipeline: a learning-rate schedule is needed.");
+        if (!shared_.learning_rate) {
+            raise_error(error_kind::invalid_argument, "pipeline: a learning-rate schedule is needed.");
+        }
     }
 
-    // Two messages per channel. Forward: at tick t stage j may send its
-    // tick-t activation before stage j + 1 has taken the tick t - 1 one (the
-    // simulator runs stage j first). Backward: one message would do for the
-    // schedule, but a stage computes straight into its outgoing slot and its
-    // neighbour reads straight from it, so with one slot the sender's
-    // backward would wait for the receiver's whole backward (measured: 467
-    // against 652 examples/s for the reference network in 2 stages).
+    // The channels, sized as channel_capacity and the message sizes above
+    // say.
     std::vector<std::unique_ptr<channel<T>>> make_forward(channel_waiting mode)
     {
         std::vector<std::unique_ptr<channel<T>>> channels;
         for (std::size_t j = 0; j < stage_count; ++j) {
-            const std::size_t values = Network::profile[Cuts[j]].input_values;
-            channels.push_back(std::make_unique<channel<T>>("forward into stage " + std::to_string(j), 2,
-                                                            options_.batch * values, stop_, mode));
+            channels.push_back(std::make_unique<channel<T>>("forward into stage " + std::to_string(j),
+                                                            channel_capacity,
+                                                            forward_message_values(j, options_.batch), stop_, mode));
         }
         return channels;
     }
@@ -366,9 +403,9 @@ private:
     {
         std::vector<std::unique_ptr<channel<T>>> channels;
         for (std::size_t j = 0; j + 1 < stage_count; ++j) {
-            const std::size_t values = Network::profile[Cuts[j + 1]].input_values;
-            channels.push_back(std::make_unique<channel<T>>("backward into stage " + std::to_string(j), 2,
-                                                            2 * options_.batch * values, stop_, mode));
+            channels.push_back(std::make_unique<channel<T>>("backward into stage " + std::to_string(j),
+                                                            channel_capacity,
+                                                            backward_message_values(j, options_.batch), stop_, mode));
         }
         return channels;
     }

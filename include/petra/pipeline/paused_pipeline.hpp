@@ -58,9 +58,9 @@ public:
 
     // Every trained value of the network, block after block (as
     // network_parameters::values(); cut it with Network::parameters_of).
-    std::span<const T> parameters() const { return parameters_->values(); }
+    std::span<const T> parameters() const { return parameters_.values(); }
     // The running statistics (as network_parameters::state()).
-    std::span<const T> state() const { return parameters_->state(); }
+    std::span<const T> state() const { return parameters_.state(); }
     // Stage `stage`'s sum of the parameter gradients of the micro-batches
     // it has differentiated since its last optimizer step: its slice of the
     // parameters' layout, from Network::parameter_offsets[Cuts[stage]].
@@ -72,14 +72,14 @@ private:
 
     // Only a pipeline makes one, with every stage between ticks; `holders`
     // is its count of guards alive.
-    paused_pipeline(const network_parameters<Network, T>& parameters, const gradient_sums& sums,
+    paused_pipeline(network_parameters_view<Network, const T> parameters, const gradient_sums& sums,
                     std::size_t& holders) noexcept
-        : parameters_(&parameters), gradient_sums_(sums), holders_(&holders)
+        : parameters_(parameters), gradient_sums_(sums), holders_(&holders)
     {
         ++holders;
     }
 
-    const network_parameters<Network, T>* parameters_;
+    network_parameters_view<Network, const T> parameters_;
     gradient_sums gradient_sums_;
     std::size_t* holders_;
 };

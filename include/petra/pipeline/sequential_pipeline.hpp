@@ -9,10 +9,10 @@
 #include <exception>
 #include <functional>
 #include <span>
-#include <stdexcept>
 #include <utility>
 
 #include <petra/batch_view.hpp>
+#include <petra/error.hpp>
 #include <petra/network.hpp>
 #include <petra/pipeline/core.hpp>
 #include <petra/pipeline/options.hpp>
@@ -26,7 +26,8 @@ namespace petra {
 // pipeline; pause() returns a guard through which the parameters are read,
 // as from thread_pipeline. Channels never wait: a message missing where the
 // schedule expects one is a std::logic_error. After an exception the
-// pipeline is unusable: later calls rethrow it.
+// pipeline is unusable: later calls rethrow it. Without exceptions, an error
+// calls the error handler (error.hpp), which ends the program.
 template <class Network, auto Cuts, class Optimizer, class T = float>
 class sequential_pipeline : public pipeline_core<Network, Cuts, Optimizer, T>,
                       public feed_forms<sequential_pipeline<Network, Cuts, Optimizer, T>, Network, T> {
@@ -34,7 +35,7 @@ class sequential_pipeline : public pipeline_core<Network, Cuts, Optimizer, T>,
     using forms = feed_forms<sequential_pipeline<Network, Cuts, Optimizer, T>, Network, T>;
 
 public:
-    sequential_pipeline(network_parameters<Network, T>& parameters,
+    sequential_pipeline(network_parameters_view<Network, T> parameters,
                         const typename Optimizer::options& optimizer_options,
                         std::function<double(std::size_t)> learning_rate, const pipeline_options& options)
         : core(parameters, optimizer_options, std::move(learning_rate), options, channel_waiting::never)
@@ -61,7 +62,9 @@ public:
     [[nodiscard("the guard releases the pipeline when it goes: hold it in a variable")]]
     typename core::paused pause()
     {
+#if PETRA_EXCEPTIONS
         if (failure_) std::rethrow_exception(failure_);
+#endif
         return core::hold_paused();
     }
 
@@ -77,7 +80,8 @@ public:
         guarded([&] {
             if constexpr (Archive::loading) {
                 if (!core::at_epoch_start()) {
-                    throw std::logic_error("pipeline: a checkpoint can only be loaded before the epoch's first feed.");
+                    raise_error(error_kind::logic_error,
+                                "pipeline: a checkpoint can only be loaded before the epoch's first feed.");
                 }
             }
             core::transfer_pipeline_state(archive);
@@ -124,9 +128,12 @@ private:
 
     // A stage that threw left its FIFOs and counters mid-tick: from then on
     // every call reports that first failure instead of computing on them.
+    // (Without exceptions a failure ends in the error handler, which does not
+    // return.)
     template <class Operation>
     void guarded(Operation&& operation)
     {
+#if PETRA_EXCEPTIONS
         if (failure_) std::rethrow_exception(failure_);
         try {
             operation();
@@ -134,10 +141,15 @@ private:
             failure_ = std::current_exception();
             throw;
         }
+#else
+        operation();
+#endif
     }
 
     std::array<bool, core::stage_count> done_{};
+#if PETRA_EXCEPTIONS
     std::exception_ptr failure_;
+#endif
 };
 
 } // namespace petra

@@ -33,12 +33,13 @@
 #include <array>
 #include <cstddef>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <petra/batch_view.hpp>
 #include <petra/blocks/block.hpp>
+#include <petra/error.hpp>
+#include <petra/kernels/scratch.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/network.hpp>
 #include <petra/type_list.hpp>
@@ -48,6 +49,26 @@
 #include <petra/state_archive.hpp>
 
 namespace petra {
+
+// The buffers of a stage, in values (stage::buffers).
+struct stage_buffers {
+    std::size_t gradient = 0;           // the sum of the parameter gradients
+    std::size_t kept_inputs = 0;        // the FIFOs of the inputs kept, all entries
+    std::size_t stashed_parameters = 0; // the parameter buffer's FIFO, all entries
+    std::size_t intermediate = 0;       // one activation between blocks (of a micro-batch)
+    std::size_t intermediates = 0;      // the activations between blocks, forward and rebuilt
+    std::size_t recomputed = 0;         // a recomputed output (not the last stage)
+    std::size_t last_stage_inputs = 0;  // the last stage's block inputs of one micro-batch
+    std::size_t workspace = 0;          // the blocks' workspace (each its own in the last stage)
+    std::size_t sink = 0;               // stage 0's rebuilt input and input gradient
+
+    // Every value allocated (intermediate is one of the intermediates).
+    constexpr std::size_t total() const
+    {
+        return gradient + kept_inputs + stashed_parameters + intermediates + recomputed + last_stage_inputs +
+               workspace + sink;
+    }
+};
 
 template <class Network, auto Cuts, std::size_t Index, class T>
 class stage {
@@ -80,8 +101,63 @@ public:
     using input = typename block<0>::input;
     using output = typename block<block_count - 1>::output;
 
+    // What the stage allocates for options, in values of T (memory_plan
+    // counts the same): its constructor sizes every buffer from this.
+    static constexpr stage_buffers buffers(const pipeline_options& options)
+    {
+        const std::size_t batch = options.batch;
+        stage_buffers sizes;
+        std::size_t intermediate = 0, recomputed = 0;
+        for (std::size_t i = first_block; i < end_block; ++i) {
+            const block_profile& profile = Network::profile[i];
+            if (i + 1 < end_block) intermediate = std::max(intermediate, profile.output_values);
+            sizes.workspace = is_last ? sizes.workspace + Network::workspace_size(i, batch)
+                                      : std::max(sizes.workspace, Network::workspace_size(i, batch));
+            if (keeps_input(options, i)) {
+                if (!is_last) sizes.kept_inputs += fifo_depth * batch * profile.input_values;
+                recomputed = std::max(recomputed, profile.output_values);
+            }
+            // The last stage keeps every block's input of one micro-batch.
+            if (is_last) sizes.last_stage_inputs += batch * profile.input_values;
+        }
+        // Between blocks: one buffer, or two alternating ones from three
+        // blocks on, for the forward's activations (later the backward's
+        // gradients) and, except in the last stage, one more set for the
+        // backward's rebuilt inputs.
+        sizes.intermediate = batch * intermediate;
+        const std::size_t alternating = std::min<std::size_t>(block_count - 1, 2);
+        sizes.intermediates = (is_last ? 1 : 2) * alternating * sizes.intermediate;
+        if (!is_last) sizes.recomputed = batch * recomputed;
+        // Stage 0 sends nothing down, but block 0 may still need somewhere to
+        // write the input it rebuilds and its gradient.
+        if (is_first) {
+            const bool rebuilds = !keeps_input(options, first_block);
+            const bool needs_gradient = !input_gradient_optional<block<0>>();
+            sizes.sink = batch * input_values * (std::size_t(rebuilds) + std::size_t(needs_gradient));
+        }
+        sizes.gradient = parameter_count;
+        if (options.parameter_buffer) sizes.stashed_parameters = fifo_depth * parameter_count;
+        return sizes;
+    }
+
+    // What the stage's kernels ask of per-thread scratch (kernels/scratch.hpp)
+    // over a tick: every block's forward (a training or recomputation pass)
+    // and backward, block 0 of stage 0 without the input gradient where it
+    // may skip it.
+    static constexpr kernels::scratch_demand kernel_scratch(const pipeline_options& options)
+    {
+        kernels::scratch_demand demand;
+        for_each_index<block_count>([&](auto i) {
+            using bound = block<i>;
+            const bool input_gradient = !(is_first && i == 0 && input_gradient_optional<bound>());
+            demand.merge(forward_scratch_of<bound, T>(options.batch));
+            demand.merge(backward_scratch_of<bound, T>(options.batch, input_gradient));
+        });
+        return demand;
+    }
+
     // The stage's slice of a whole network's parameters.
-    stage(network_parameters<Network, T>& parameters, const pipeline_options& options)
+    stage(network_parameters_view<Network, T> parameters, const pipeline_options& options)
         : stage(parameters.values().template subspan<parameter_offset, parameter_count>(),
                 parameters.state().template subspan<state_offset, state_count>(), options)
     {
@@ -91,44 +167,28 @@ public:
     // parameter_slice of its blocks, when the rest of the network lives in
     // other processes), laid out as in the network from first_block on.
     stage(std::span<T, parameter_count> parameters, std::span<T, state_count> state, const pipeline_options& options)
-        : batch_(options.batch), options_(options), parameters_(parameters), state_(state),
-          gradient_(parameter_count, T(0))
+        : batch_(options.batch), options_(options), parameters_(parameters), state_(state)
     {
-        if (options.batch == 0) throw std::invalid_argument("pipeline: the batch must hold at least one example.");
-        std::size_t intermediate = 0, recomputed = 0, workspace = 0;
+        if (options.batch == 0) {
+            raise_error(error_kind::invalid_argument, "pipeline: the batch must hold at least one example.");
+        }
+        const stage_buffers sizes = buffers(options);
         for (std::size_t i = first_block; i < end_block; ++i) {
-            const block_profile& profile = Network::profile[i];
-            if (i + 1 < end_block) intermediate = std::max(intermediate, profile.output_values);
-            workspace = is_last ? workspace + Network::workspace_size(i, batch_)
-                                : std::max(workspace, Network::workspace_size(i, batch_));
             if (keeps_input(i)) {
                 // The last stage keeps its inputs elsewhere: an empty FIFO
                 // that still states its entry size, so that checkpoints keep
                 // one layout.
-                inputs_[i - first_block] = array_fifo<T>(is_last ? 0 : fifo_depth, batch_ * profile.input_values);
-                recomputed = std::max(recomputed, profile.output_values);
+                inputs_[i - first_block] =
+                    array_fifo<T>(is_last ? 0 : fifo_depth, batch_ * Network::profile[i].input_values);
             }
         }
-        // Between blocks: one buffer, or two alternating ones from three
-        // blocks on, for the forward's activations (later the backward's
-        // gradients) and, except in the last stage, one more set for the
-        // backward's rebuilt inputs.
-        intermediate_size_ = batch_ * intermediate;
-        const std::size_t alternating = std::min<std::size_t>(block_count - 1, 2);
-        intermediates_.resize((is_last ? 1 : 2) * alternating * intermediate_size_);
-        if constexpr (is_last) {
-            kept_.resize(kept_offset(block_count));
-        } else {
-            recomputed_.resize(batch_ * recomputed);
-        }
-        workspace_.resize(workspace);
-        // Stage 0 sends nothing down, but block 0 may still need somewhere to
-        // write the input it rebuilds and its gradient.
-        if constexpr (is_first) {
-            const bool rebuilds = !keeps_input(first_block);
-            const bool needs_gradient = !input_gradient_optional<block<0>>();
-            sink_.resize(batch_ * input_values * (std::size_t(rebuilds) + std::size_t(needs_gradient)));
-        }
+        gradient_.resize(sizes.gradient);
+        intermediate_size_ = sizes.intermediate;
+        intermediates_.resize(sizes.intermediates);
+        recomputed_.resize(sizes.recomputed);
+        kept_.resize(sizes.last_stage_inputs);
+        workspace_.resize(sizes.workspace);
+        sink_.resize(sizes.sink);
         if (options.parameter_buffer) stashed_ = array_fifo<T>(fifo_depth, parameter_count);
     }
 
@@ -147,8 +207,9 @@ public:
     {
         check_batch(x.batch(), "forward");
         if (is_last && in_flight_ > 0) {
-            throw std::logic_error("pipeline stage: the last stage differentiates a micro-batch before it forwards "
-                                   "the next.");
+            raise_error(error_kind::logic_error,
+                        "pipeline stage: the last stage differentiates a micro-batch before it forwards "
+                        "the next.");
         }
         if (options_.parameter_buffer) std::copy_n(parameters_.data(), parameter_count, stashed_.push());
         for_each_index<block_count>([&](auto i) { forward_block<i>(x, y); });
@@ -163,8 +224,8 @@ public:
     {
         const std::size_t batch = x.batch();
         if (y.batch() != batch) {
-            throw std::invalid_argument("pipeline stage: inference of " + std::to_string(batch) + " examples into " +
-                                        std::to_string(y.batch()) + " outputs.");
+            raise_error(error_kind::invalid_argument, "pipeline stage: inference of " + std::to_string(batch) +
+                                                          " examples into " + std::to_string(y.batch()) + " outputs.");
         }
         if (batch == 0) return;
         struct inference_scratch;
@@ -201,9 +262,12 @@ public:
     void backward(const_batch<T, output> y, const_batch<T, output> grad_y, batch_view<T, input> x,
                   batch_view<T, input> grad_x)
     {
-        if (in_flight_ == 0) throw std::logic_error("pipeline stage: backward without a forward in flight.");
+        if (in_flight_ == 0) {
+            raise_error(error_kind::logic_error, "pipeline stage: backward without a forward in flight.");
+        }
         if (!is_first && (!x || !grad_x)) {
-            throw std::invalid_argument("pipeline stage: only stage 0 may leave its input and input gradient out.");
+            raise_error(error_kind::invalid_argument,
+                        "pipeline stage: only stage 0 may leave its input and input gradient out.");
         }
         check_batch(y.batch(), "backward");
         const std::span<const T, parameter_count> parameters =
@@ -251,17 +315,18 @@ public:
     }
 
 private:
-    bool keeps_input(std::size_t global_block) const
+    static constexpr bool keeps_input(const pipeline_options& options, std::size_t global_block)
     {
-        return options_.input_buffer || !Network::profile[global_block].reversible;
+        return options.input_buffer || !Network::profile[global_block].reversible;
     }
+    bool keeps_input(std::size_t global_block) const { return keeps_input(options_, global_block); }
 
     void check_batch(std::size_t batch, const char* what) const
     {
         if (batch != batch_) {
-            throw std::invalid_argument("pipeline stage: " + std::string(what) + " of a batch of " +
-                                        std::to_string(batch) + " examples; this stage takes " +
-                                        std::to_string(batch_) + ".");
+            raise_error(error_kind::invalid_argument, "pipeline stage: " + std::string(what) + " of a batch of " +
+                                                          std::to_string(batch) + " examples; this stage takes " +
+                                                          std::to_string(batch_) + ".");
         }
     }
 

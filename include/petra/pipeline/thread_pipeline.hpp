@@ -14,12 +14,12 @@
 #include <limits>
 #include <mutex>
 #include <span>
-#include <stdexcept>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include <petra/batch_view.hpp>
+#include <petra/error.hpp>
 #include <petra/network.hpp>
 #include <petra/pipeline/channel.hpp>
 #include <petra/pipeline/core.hpp>
@@ -39,6 +39,13 @@ namespace petra {
 // failure after the last feed() is reported only by drain() or pause(), so
 // end every epoch with drain(). The destructor stops and joins every thread;
 // it never hangs and never throws.
+//
+// Without exceptions (error.hpp), a failure in a stage calls the error
+// handler on that stage's thread, and the handler ends the program: there
+// is nothing to carry to the caller. The destructor then lets every stage
+// finish the ticks it was granted (the micro-batches fed), since a stage
+// waiting for a neighbour's message cannot be woken out of its tick without
+// an exception, and joins them.
 template <class Network, auto Cuts, class Optimizer, class T = float>
 class thread_pipeline : public pipeline_core<Network, Cuts, Optimizer, T>,
                       public feed_forms<thread_pipeline<Network, Cuts, Optimizer, T>, Network, T> {
@@ -46,21 +53,27 @@ class thread_pipeline : public pipeline_core<Network, Cuts, Optimizer, T>,
     using forms = feed_forms<thread_pipeline<Network, Cuts, Optimizer, T>, Network, T>;
 
 public:
-    thread_pipeline(network_parameters<Network, T>& parameters, const typename Optimizer::options& optimizer_options,
+    thread_pipeline(network_parameters_view<Network, T> parameters,
+                    const typename Optimizer::options& optimizer_options,
                     std::function<double(std::size_t)> learning_rate, const pipeline_options& options)
         : core(parameters, optimizer_options, std::move(learning_rate), options, channel_waiting::blocking)
     {
         core::start_epoch();
         threads_.reserve(core::stage_count);
+        const auto start_threads = [&]<std::size_t... I>(std::index_sequence<I...>) {
+            (threads_.emplace_back([this] { run_stage<I>(); }), ...);
+        };
+#if PETRA_EXCEPTIONS
         try {
-            [&]<std::size_t... I>(std::index_sequence<I...>) {
-                (threads_.emplace_back([this] { run_stage<I>(); }), ...);
-            }(std::make_index_sequence<core::stage_count>{});
+            start_threads(std::make_index_sequence<core::stage_count>{});
         } catch (...) {
             // A thread that could not start: stop and join those that did.
             shut_down();
             throw;
         }
+#else
+        start_threads(std::make_index_sequence<core::stage_count>{});
+#endif
     }
 
     thread_pipeline(const thread_pipeline&) = delete;
@@ -94,8 +107,8 @@ public:
         std::unique_lock lock(mutex_);
         granted_ = std::numeric_limits<std::size_t>::max();
         to_stages_.notify_all();
-        to_caller_.wait(lock, [&] { return finished_ == core::stage_count || failure_; });
-        if (failure_) std::rethrow_exception(failure_);
+        to_caller_.wait(lock, [&] { return finished_ == core::stage_count || failed(); });
+        rethrow_failure();
         finished_ = 0;
         granted_ = 0;
         epoch_statistics epoch = core::take_statistics();
@@ -118,10 +131,10 @@ public:
         {
             std::unique_lock lock(mutex_);
             to_caller_.wait(lock, [&] {
-                return failure_ || std::all_of(waiting_for_.begin(), waiting_for_.end(),
+                return failed() || std::all_of(waiting_for_.begin(), waiting_for_.end(),
                                                [&](std::size_t tick) { return tick == granted_; });
             });
-            if (failure_) std::rethrow_exception(failure_);
+            rethrow_failure();
         }
         return core::hold_paused();
     }
@@ -142,8 +155,10 @@ public:
         std::unique_lock lock(mutex_);
         if constexpr (Archive::loading) {
             if (!core::at_epoch_start()) {
-                throw std::logic_error("pipeline: a checkpoint can only be loaded before the epoch's first feed.");
+                raise_error(error_kind::logic_error,
+                            "pipeline: a checkpoint can only be loaded before the epoch's first feed.");
             }
+#if PETRA_EXCEPTIONS
             try {
                 core::transfer_pipeline_state(archive);
             } catch (...) {
@@ -153,6 +168,9 @@ public:
                 notify_everyone();
                 throw;
             }
+#else
+            core::transfer_pipeline_state(archive);
+#endif
             granted_ = core::fed_;
             to_stages_.notify_all();
         } else {
@@ -171,6 +189,7 @@ public:
         const typename core::paused held = pause();
         std::unique_lock lock(mutex_);
         if constexpr (Archive::loading) {
+#if PETRA_EXCEPTIONS
             try {
                 core::transfer_stage_state(stage, archive);
             } catch (...) {
@@ -180,6 +199,9 @@ public:
                 notify_everyone();
                 throw;
             }
+#else
+            core::transfer_stage_state(stage, archive);
+#endif
             // The stages run on only once every one is restored.
             if (core::all_stages_at_fed()) {
                 granted_ = core::fed_;
@@ -194,34 +216,9 @@ private:
     template <std::size_t I>
     void run_stage()
     {
+#if PETRA_EXCEPTIONS
         try {
-            auto& worker = core::template worker<I>();
-            for (std::size_t epoch = 0;; ++epoch) {
-                {
-                    // Start epoch e + 1 only once the caller has taken epoch
-                    // e's results (drain resets the counters it reads).
-                    std::unique_lock lock(mutex_);
-                    to_stages_.wait(lock, [&] { return epoch_ == epoch || core::stop_.stopped(); });
-                    if (core::stop_.stopped()) return;
-                }
-                do {
-                    std::unique_lock lock(mutex_);
-                    // Says which tick it waits for at every wake-up: a
-                    // checkpoint loaded meanwhile moves it.
-                    while (worker.next_tick() >= granted_ && !core::stop_.stopped()) {
-                        if (waiting_for_[I] != worker.next_tick()) {
-                            waiting_for_[I] = worker.next_tick();
-                            to_caller_.notify_all(); // pause() looks at who waits for which tick
-                        }
-                        to_stages_.wait(lock);
-                    }
-                    waiting_for_[I] = not_waiting;
-                    if (core::stop_.stopped()) return;
-                } while (!worker.tick());
-                std::lock_guard lock(mutex_);
-                ++finished_;
-                to_caller_.notify_all();
-            }
+            run_ticks<I>();
         } catch (const pipeline_stopped&) {
             // Stopped by another stage's failure or by the destructor.
         } catch (...) {
@@ -232,6 +229,51 @@ private:
             // Stop first, so that every waiter woken next sees it.
             core::stop_.stop();
             notify_everyone();
+        }
+#else
+        run_ticks<I>();
+#endif
+    }
+
+    // Stage I's ticks, epoch after epoch, as they are granted, until the
+    // pipeline stops.
+    template <std::size_t I>
+    void run_ticks()
+    {
+        auto& worker = core::template worker<I>();
+        for (std::size_t epoch = 0;; ++epoch) {
+            // With mutex_ held: whether to end the stage. With exceptions a
+            // stop ends it at once (a stage waiting in a channel is woken by
+            // pipeline_stopped); without, once it has run the ticks granted,
+            // so that no neighbour waits for one of its messages forever.
+            const auto stop_now = [&] {
+                return core::stop_.stopped() &&
+                       (PETRA_EXCEPTIONS || epoch_ != epoch || worker.next_tick() >= granted_);
+            };
+            {
+                // Start epoch e + 1 only once the caller has taken epoch e's
+                // results (drain resets the counters it reads).
+                std::unique_lock lock(mutex_);
+                to_stages_.wait(lock, [&] { return epoch_ == epoch || core::stop_.stopped(); });
+                if (stop_now()) return;
+            }
+            do {
+                std::unique_lock lock(mutex_);
+                // Says which tick it waits for at every wake-up: a checkpoint
+                // loaded meanwhile moves it.
+                while (worker.next_tick() >= granted_ && !core::stop_.stopped()) {
+                    if (waiting_for_[I] != worker.next_tick()) {
+                        waiting_for_[I] = worker.next_tick();
+                        to_caller_.notify_all(); // pause() looks at who waits for which tick
+                    }
+                    to_stages_.wait(lock);
+                }
+                waiting_for_[I] = not_waiting;
+                if (stop_now()) return;
+            } while (!worker.tick());
+            std::lock_guard lock(mutex_);
+            ++finished_;
+            to_caller_.notify_all();
         }
     }
 
@@ -254,18 +296,40 @@ private:
     template <class Operation>
     void guarded(Operation&& operation)
     {
+#if PETRA_EXCEPTIONS
         try {
             operation();
         } catch (const pipeline_stopped&) {
             rethrow_if_failed();
             throw;
         }
+#else
+        operation();
+#endif
     }
 
     void rethrow_if_failed()
     {
         std::lock_guard lock(mutex_);
+        rethrow_failure();
+    }
+
+    // With mutex_ held: whether a stage failed, and its exception rethrown.
+    // Without exceptions no failure is ever recorded: it ends the program
+    // in the error handler, on the stage's thread.
+    bool failed() const
+    {
+#if PETRA_EXCEPTIONS
+        return failure_ != nullptr;
+#else
+        return false;
+#endif
+    }
+    void rethrow_failure() const
+    {
+#if PETRA_EXCEPTIONS
         if (failure_) std::rethrow_exception(failure_);
+#endif
     }
 
     std::mutex mutex_;
@@ -275,7 +339,9 @@ private:
     // tick, a failure).
     std::condition_variable to_stages_;
     std::condition_variable to_caller_;
+#if PETRA_EXCEPTIONS
     std::exception_ptr failure_;
+#endif
     std::size_t finished_ = 0;
     std::size_t epoch_ = 0;
     std::size_t granted_ = 0; // ticks the stages may run this epoch: the micro-batches fed

@@ -28,9 +28,9 @@
 #include <mutex>
 #include <optional>
 #include <span>
-#include <stdexcept>
 #include <string>
 
+#include <petra/error.hpp>
 #include <petra/layers/softmax_cross_entropy_loss.hpp>
 #include <petra/pipeline/accumulation.hpp>
 #include <petra/pipeline/channel.hpp>
@@ -83,7 +83,7 @@ public:
     // The stage's slice of a whole network's parameters; weight_mask is the
     // whole network's (Network::weight_mask).
     template <class Network>
-    stage_worker(network_parameters<Network, T>& parameters, const typename Optimizer::options& optimizer_options,
+    stage_worker(network_parameters_view<Network, T> parameters, const typename Optimizer::options& optimizer_options,
                  std::span<const T> weight_mask, const pipeline_options& options, links connections,
                  pipeline_shared<T>& shared)
         : stage_worker(parameters.values().template subspan<Stage::parameter_offset, Stage::parameter_count>(),
@@ -100,8 +100,16 @@ public:
                  const pipeline_options& options, links connections, pipeline_shared<T>& shared)
         : stage_(parameters, state, options), optimizer_(optimizer_options, stage_weight_mask),
           accumulation_(options.accumulation), links_(connections), shared_(shared),
-          logits_(Stage::is_last ? options.batch * classes : 0), grad_logits_(logits_.size())
+          logits_(logits_values(options)),
+          grad_logits_(logits_values(options))
     {
+    }
+
+    // The values of the last stage's logits (and of their gradient) for
+    // options; none in the other stages.
+    static constexpr std::size_t logits_values(const pipeline_options& options)
+    {
+        return Stage::is_last ? options.batch * classes : 0;
     }
 
     Stage& stage() { return stage_; }
@@ -281,8 +289,9 @@ private:
     void check_order(const message_header& header, std::size_t expected, const char* what) const
     {
         if (header.end_of_epoch || header.micro_batch != expected) {
-            throw std::logic_error("pipeline schedule error: stage " + std::to_string(index) + " expected the " +
-                                   what + " message of micro-batch " + std::to_string(expected) + ".");
+            raise_error(error_kind::logic_error, "pipeline schedule error: stage " + std::to_string(index) +
+                                                     " expected the " + what + " message of micro-batch " +
+                                                     std::to_string(expected) + ".");
         }
     }
 

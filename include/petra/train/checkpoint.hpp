@@ -28,6 +28,10 @@
 // a checkpoint_error naming the file and, past the header, the section.
 #pragma once
 
+#if !(defined(__cpp_exceptions) || defined(__EXCEPTIONS))
+#error "petra: train/checkpoint.hpp needs exceptions: it reports its errors with them only (see error.hpp)."
+#endif
+
 #include <fcntl.h>
 #include <unistd.h>
 #include <zlib.h>

@@ -43,8 +43,9 @@ public:
     // that mean loss. labels: one class index per image. Throws
     // std::invalid_argument for an empty or too large batch, as many labels
     // as images, a gradient of the wrong length or a label out of range.
-    T accumulate_gradient(network_parameters<Network, T>& parameters, const_batch<T, typename Network::input> images,
-                          std::span<const std::int32_t> labels, std::span<T> gradient)
+    T accumulate_gradient(network_parameters_view<Network, T> parameters,
+                          const_batch<T, typename Network::input> images, std::span<const std::int32_t> labels,
+                          std::span<T> gradient)
     {
         detail::check_step(name, images.batch(), capacity_, gradient.size(), Network::parameter_count,
                            labels, task::classes);
@@ -76,7 +77,7 @@ public:
 private:
     // Block I, from its stored input and workspace.
     template <std::size_t I>
-    void backward_block(const network_parameters<Network, T>& parameters,
+    void backward_block(network_parameters_view<Network, const T> parameters,
                         batch_view<const T, typename Network::input> images, std::span<T> gradient)
     {
         using block = typename Network::template block<I>;

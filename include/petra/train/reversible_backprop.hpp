@@ -45,8 +45,9 @@ public:
     // (running statistics updated once; reconstructions never update them),
     // loss, backward; adds the gradient of the batch's mean loss to gradient
     // and returns that mean loss.
-    T accumulate_gradient(network_parameters<Network, T>& parameters, const_batch<T, typename Network::input> images,
-                          std::span<const std::int32_t> labels, std::span<T> gradient)
+    T accumulate_gradient(network_parameters_view<Network, T> parameters,
+                          const_batch<T, typename Network::input> images, std::span<const std::int32_t> labels,
+                          std::span<T> gradient)
     {
         detail::check_step(name, images.batch(), capacity_, gradient.size(),
                            Network::parameter_count, labels, task::classes);
@@ -83,7 +84,7 @@ public:
 
 private:
     template <std::size_t I>
-    void backward_block(const network_parameters<Network, T>& parameters,
+    void backward_block(network_parameters_view<Network, const T> parameters,
                         batch_view<const T, typename Network::input> images, std::span<T> gradient)
     {
         using block = typename Network::template block<I>;

@@ -8,10 +8,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <stdexcept>
 #include <string>
 
 #include <petra/batch_view.hpp>
+#include <petra/error.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/layers/softmax_cross_entropy_loss.hpp>
 #include <petra/network.hpp>
@@ -53,23 +53,24 @@ inline void check_step(const char* trainer, std::size_t batch, std::size_t capac
                        std::size_t parameter_count, std::span<const std::int32_t> labels, std::size_t classes)
 {
     if (labels.size() != batch) {
-        throw std::invalid_argument(std::string(trainer) + ": " + std::to_string(labels.size()) + " labels for " +
-                                    std::to_string(batch) + " images.");
+        raise_error(error_kind::invalid_argument, std::string(trainer) + ": " + std::to_string(labels.size()) +
+                                                      " labels for " + std::to_string(batch) + " images.");
     }
     if (batch == 0 || batch > capacity) {
-        throw std::invalid_argument(std::string(trainer) + ": batch of " + std::to_string(batch) +
-                                    " examples; this trainer takes 1 to " + std::to_string(capacity) + ".");
+        raise_error(error_kind::invalid_argument, std::string(trainer) + ": batch of " + std::to_string(batch) +
+                                                      " examples; this trainer takes 1 to " + std::to_string(capacity) +
+                                                      ".");
     }
     if (gradient_size != parameter_count) {
-        throw std::invalid_argument(std::string(trainer) + ": the gradient has " + std::to_string(gradient_size) +
-                                    " values; the network has " + std::to_string(parameter_count) +
-                                    " parameters.");
+        raise_error(error_kind::invalid_argument, std::string(trainer) + ": the gradient has " +
+                                                      std::to_string(gradient_size) + " values; the network has " +
+                                                      std::to_string(parameter_count) + " parameters.");
     }
     for (std::size_t n = 0; n < batch; ++n) {
         if (labels[n] < 0 || std::size_t(labels[n]) >= classes) {
-            throw std::invalid_argument(std::string(trainer) + ": label " + std::to_string(labels[n]) +
-                                        " of example " + std::to_string(n) + " is outside [0, " +
-                                        std::to_string(classes) + ").");
+            raise_error(error_kind::invalid_argument, std::string(trainer) + ": label " + std::to_string(labels[n]) +
+                                                          " of example " + std::to_string(n) + " is outside [0, " +
+                                                          std::to_string(classes) + ").");
         }
     }
 }
@@ -108,7 +109,7 @@ template <class Trainer, class Network, class T>
 class gradient_forms {
 public:
     template <tensor_like Images, label_source Labels>
-    T accumulate_gradient(network_parameters<Network, T>& parameters, const Images& images, const Labels& labels,
+    T accumulate_gradient(network_parameters_view<Network, T> parameters, const Images& images, const Labels& labels,
                           std::span<T> gradient)
     {
         const batch_view<const T, typename Network::input> x =
@@ -120,7 +121,7 @@ public:
 
     // images: batch * Network::input::size values (NCHW); labels: batch
     // class indices.
-    T accumulate_gradient(network_parameters<Network, T>& parameters, std::size_t batch, const T* images,
+    T accumulate_gradient(network_parameters_view<Network, T> parameters, std::size_t batch, const T* images,
                           const std::int32_t* labels, std::span<T> gradient)
     {
         return trainer().accumulate_gradient(parameters, const_batch<T, typename Network::input>(images, batch),
