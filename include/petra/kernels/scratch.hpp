@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 #include <petra/error.hpp>
 #include <petra/kernels/simd.hpp>
@@ -45,10 +46,27 @@ constexpr std::size_t region_bytes_of(std::size_t count)
     return (count * sizeof(T) + buffer_alignment - 1) / buffer_alignment * buffer_alignment;
 }
 
-// The identity of one per-thread buffer: thread_scratch<Tag, T> keeps one
-// buffer per Tag and T, and &scratch_key<Tag, T> names it in a demand.
+namespace detail {
+// A fingerprint of Tag and T: FNV-1a of this function's name, which the
+// compiler spells with both types in it. (A number rather than an address:
+// compilers do not agree that comparing the addresses of two variables is a
+// constant expression, and sanitizer builds refuse it.)
 template <class Tag, class T>
-inline constexpr char scratch_key = 0;
+constexpr std::uint64_t type_pair_fingerprint()
+{
+    std::uint64_t hash = 14695981039346656037ull;
+    for (const char c : std::string_view(__PRETTY_FUNCTION__)) {
+        hash ^= static_cast<unsigned char>(c);
+        hash *= 1099511628211ull;
+    }
+    return hash;
+}
+} // namespace detail
+
+// The identity of one per-thread buffer: thread_scratch<Tag, T> keeps one
+// buffer per Tag and T, and scratch_key<Tag, T> names it in a demand.
+template <class Tag, class T>
+inline constexpr std::uint64_t scratch_key = detail::type_pair_fingerprint<Tag, T>();
 
 namespace detail {
 // Called only where a demand outgrows its capacity: not constexpr, so a
@@ -71,7 +89,7 @@ public:
     {
         const std::size_t bytes = count * sizeof(T);
         region_ += region_bytes_of<T>(count);
-        keep_largest(&scratch_key<Tag, T>, bytes);
+        keep_largest(scratch_key<Tag, T>, bytes);
         return *this;
     }
 
@@ -97,11 +115,11 @@ public:
 
 private:
     struct buffer {
-        const void* key = nullptr;
+        std::uint64_t key = 0;
         std::size_t bytes = 0;
     };
 
-    constexpr void keep_largest(const void* key, std::size_t bytes)
+    constexpr void keep_largest(std::uint64_t key, std::size_t bytes)
     {
         for (std::size_t i = 0; i < count_; ++i) {
             if (buffers_[i].key == key) {
