@@ -59,8 +59,7 @@ struct micro_batch {
 class micro_batches {
 public:
     micro_batches(const training_recipe& recipe, const petra::labelled_images& train)
-        : train_(train), order_(train.size(), recipe.batch, recipe.seed), batch_(recipe.batch),
-          augment_(recipe.augment),
+        : train_(train), order_(train.size(), recipe.batch, recipe.seed), augment_(recipe.augment),
           images_(xt::xtensor<float, 4>::from_shape({recipe.batch, image::channels, image::height, image::width})),
           labels_(xt::xtensor<std::int32_t, 1>::from_shape({recipe.batch}))
     {
@@ -89,7 +88,6 @@ public:
 private:
     const petra::labelled_images& train_;
     petra::batch_order order_;
-    std::size_t batch_;
     bool augment_;
     xt::xtensor<float, 4> images_;
     xt::xtensor<std::int32_t, 1> labels_;
