@@ -1,17 +1,9 @@
 // petra: parallel end-to-end training of reversible networks. The umbrella
-// header: include it to get the whole library.
+// header: include it to get the whole library (CMake target petra::petra).
+// petra/core.hpp is the part that needs neither xtensor nor zlib
+// (petra::core); petra/data.hpp and petra/xtensor.hpp need both (petra::data).
 #pragma once
 
-#include <petra/blocks.hpp>
+#include <petra/core.hpp>
 #include <petra/data.hpp>
-#include <petra/kernels.hpp>
-#include <petra/layers.hpp>
-#include <petra/models/reference_cuts.hpp>
-#include <petra/models/reference_network.hpp>
-#include <petra/network.hpp>
-#include <petra/optim.hpp>
-#include <petra/partition.hpp>
-#include <petra/pipeline.hpp>
-#include <petra/train.hpp>
-#include <petra/version.hpp>
 #include <petra/xtensor.hpp>
