@@ -55,7 +55,8 @@ foreach(target IN LISTS targets)
   # A benchmark program runs each benchmark briefly: the test checks that it
   # runs, not how fast.
   set(arguments)
-  if(target IN_LIST benchmark_targets)
+  list(FIND benchmark_targets ${target} benchmark_index)
+  if(NOT benchmark_index EQUAL -1)
     set(arguments --benchmark_min_time=0.01)
   endif()
   execute_process(COMMAND ${programs}/build/${target} ${arguments} WORKING_DIRECTORY ${programs} TIMEOUT 120
