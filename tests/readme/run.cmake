@@ -5,9 +5,6 @@
 # checks them, and refuses any C++ block that is neither).
 # Invoked by ctest with PETRA_SOURCE_DIR, WORK_DIR, GENERATOR, CXX_COMPILER,
 # EXTRACT (the readme_extract program), JOBS and CXX_FLAGS.
-# Script mode starts with old policies: IN_LIST (below) needs CMP0057.
-cmake_minimum_required(VERSION 3.25)
-
 foreach(variable PETRA_SOURCE_DIR WORK_DIR GENERATOR CXX_COMPILER EXTRACT JOBS)
   if(NOT DEFINED ${variable})
     message(FATAL_ERROR "run.cmake needs -D${variable}=...")
