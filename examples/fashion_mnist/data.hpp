@@ -67,8 +67,7 @@ public:
     // train_size: the training set's size, also where train is empty (a
     // process that does not read the data; it never calls load()).
     micro_batches(const training_recipe& recipe, const petra::labelled_images& train, std::size_t train_size)
-        : train_(train), order_(train_size, recipe.batch, recipe.seed), batch_(recipe.batch),
-          augment_(recipe.augment),
+        : train_(train), order_(train_size, recipe.batch, recipe.seed), augment_(recipe.augment),
           images_(xt::xtensor<float, 4>::from_shape({recipe.batch, image::channels, image::height, image::width})),
           labels_(xt::xtensor<std::int32_t, 1>::from_shape({recipe.batch}))
     {
@@ -102,7 +101,6 @@ public:
 private:
     const petra::labelled_images& train_;
     petra::batch_order order_;
-    std::size_t batch_;
     bool augment_;
     xt::xtensor<float, 4> images_;
     xt::xtensor<std::int32_t, 1> labels_;

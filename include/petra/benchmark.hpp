@@ -147,7 +147,8 @@ void register_block_benchmarks(std::size_t batch)
         }
         // The network's first block differentiates data: its input gradient
         // is skipped where the block allows it, as the trainers skip it.
-        constexpr bool skips_input_gradient = I == 0 && input_gradient_optional<bound>();
+        // (static: clang 14 refuses a local constant in the lambdas below.)
+        static constexpr bool skips_input_gradient = I == 0 && input_gradient_optional<bound>();
         add("tick", 2 * forward + backward, 3 * activation_bytes, [](data& values) {
             values.forward();
             const batch_view<T, typename bound::input> grad_x =

@@ -1,14 +1,15 @@
 # Shared by the scripts: the Debian packages petra's build, tests and
 # benchmarks need, and a function that installs the missing ones.
 
-# compiler and build tools; the library's dependencies (zlib for gzip IDX
-# files); test and benchmark frameworks; the Fashion-MNIST job's command line
-# and JSON summary; MPI for PETRA's stages on ranks (optional to the build,
-# installed so that the tests labelled 'mpi' run); the peer GEMM the
-# benchmarks compare against; /usr/bin/time for the compile-time figure; the
-# real data.
+# compilers and build tools (clang for the second compiler's build and the
+# fuzzers, whose libFuzzer comes with libclang-rt-dev); the library's
+# dependencies (zlib for gzip IDX files); test and benchmark frameworks; the
+# Fashion-MNIST job's command line and JSON summary; MPI for PETRA's stages
+# on ranks (optional to the build, installed so that the tests labelled
+# 'mpi' run); the peer GEMM the benchmarks compare against; /usr/bin/time for
+# the compile-time figure; the real data.
 PETRA_PACKAGES=(
-  g++ cmake make
+  g++ clang libclang-rt-dev cmake make
   libboost-dev libxtensor-dev libxsimd-dev zlib1g-dev
   doctest-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev
@@ -22,6 +23,11 @@ PETRA_PACKAGES=(
 # NumPy for the system interpreter. Installed only by scripts/peer, never by
 # the tests or the build.
 PETRA_PEER_PACKAGES=(python3-torch python3-numpy)
+
+# The aarch64 cross build of scripts/test: a cross compiler and qemu-user to
+# run its programs. Optional: where they cannot be installed, that step is
+# skipped with a message.
+PETRA_CROSS_PACKAGES=(g++-aarch64-linux-gnu qemu-user)
 
 petra_log() { printf '\033[1m[petra]\033[0m %s\n' "$*" >&2; }
 
@@ -53,6 +59,32 @@ petra_ensure_packages() {
   petra_log "installing Debian packages: ${missing[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+}
+
+# Like petra_ensure_packages, for optional packages: returns 1 (with the
+# reason on stderr) instead of exiting when they are missing and cannot be
+# installed (not root, or apt-get fails).
+petra_try_packages() {
+  if [ "${PETRA_SKIP_PACKAGES:-0}" = 1 ]; then return 0; fi
+  local missing=()
+  local package
+  for package in "$@"; do
+    if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+      missing+=("$package")
+    fi
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    return 0
+  fi
+  if [ "$(id -u)" -ne 0 ]; then
+    petra_log "missing Debian packages: ${missing[*]} (not root, so not installed; as root: apt-get install -y ${missing[*]})"
+    return 1
+  fi
+  petra_log "installing Debian packages: ${missing[*]}"
+  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; }; then
+    petra_log "apt-get could not install: ${missing[*]}"
+    return 1
+  fi
 }
 
 # Configures (once) and builds a tree: petra_build DIR cmake-options...

@@ -162,7 +162,9 @@ TEST_CASE("read_idx: every broken file gives its own error, naming the file")
         {"corrupt.idx.gz", "corrupt compressed data (invalid"},
         {"cut.idx.gz", "truncated"},
     };
-    for (const auto& [name, says] : cases) {
+    for (const auto& refusal : cases) {
+        const char* const name = refusal.name;
+        const char* const says = refusal.says;
         const std::string message = error_of(directory.file(name));
         INFO(name << ": " << message);
         CHECK(contains(message, directory.file(name) + ": "));

@@ -84,8 +84,10 @@ fashion::job_options quick(const generated_data& data, const std::string& method
 TEST_CASE("fashion_mnist job: the loss falls and the test accuracy beats chance, with every method")
 {
     const generated_data data;
-    for (const auto& [method, stages] : {std::pair<std::string, std::size_t>{"backprop", 1},
-                                         {"reversible-backprop", 1}, {"petra", 2}}) {
+    for (const auto& run : {std::pair<std::string, std::size_t>{"backprop", 1}, {"reversible-backprop", 1},
+                            {"petra", 2}}) {
+        const std::string& method = run.first;
+        const std::size_t stages = run.second;
         CAPTURE(method);
         auto options = quick(data, method, stages);
         options.metrics_path = (data.dir / (method + ".csv")).string();
@@ -162,7 +164,9 @@ std::vector<std::string> metrics_without_time(const std::string& path)
 TEST_CASE("fashion_mnist job: a run stopped and resumed from its checkpoint ends as an uninterrupted run")
 {
     const generated_data data;
-    for (const auto& [method, stages] : {std::pair<std::string, std::size_t>{"petra", 3}, {"backprop", 1}}) {
+    for (const auto& run : {std::pair<std::string, std::size_t>{"petra", 3}, {"backprop", 1}}) {
+        const std::string& method = run.first;
+        const std::size_t stages = run.second;
         CAPTURE(method);
         auto options = quick(data, method, stages);
         options.epochs = 3;

@@ -44,7 +44,8 @@ const sizes cases[] = {{1, 1, 1}, {2, 3, 7}, {3, 2, 16}, {2, 4, 33}, {4, 3, 49},
 TEST_CASE_TEMPLATE("channel_affine and channel_combination match the reference", T, float, double)
 {
     std::mt19937_64 generator(1);
-    for (const auto [N, C, S] : cases) {
+    for (const sizes& size : cases) {
+        const std::size_t N = size.N, C = size.C, S = size.S;
         CAPTURE(N);
         CAPTURE(C);
         CAPTURE(S);
@@ -68,7 +69,8 @@ TEST_CASE_TEMPLATE("channel_affine and channel_combination match the reference",
 TEST_CASE_TEMPLATE("channel_gradient_sums matches the reference", T, float, double)
 {
     std::mt19937_64 generator(2);
-    for (const auto [N, C, S] : cases) {
+    for (const sizes& size : cases) {
+        const std::size_t N = size.N, C = size.C, S = size.S;
         CAPTURE(N);
         CAPTURE(C);
         CAPTURE(S);
@@ -101,7 +103,8 @@ TEST_CASE_TEMPLATE("channel_gradient_sums matches the reference", T, float, doub
 TEST_CASE_TEMPLATE("the fused normalisation-and-ReLU kernels equal the unfused ones, bit for bit", T, float, double)
 {
     std::mt19937_64 generator(3);
-    for (const auto [N, C, S] : cases) {
+    for (const sizes& size : cases) {
+        const std::size_t N = size.N, C = size.C, S = size.S;
         CAPTURE(N);
         CAPTURE(C);
         CAPTURE(S);

@@ -75,7 +75,8 @@ TEST_CASE_TEMPLATE("channel_sum matches the reference", T, float, double)
 TEST_CASE_TEMPLATE("channel_sum of an empty batch is 0", T, float, double)
 {
     const std::vector<T> x{T(1)};
-    for (auto [N, S] : {std::pair<std::size_t, std::size_t>{0, 5}, {4, 0}, {0, 0}}) {
+    for (const auto& sizes : {std::pair<std::size_t, std::size_t>{0, 5}, {4, 0}, {0, 0}}) {
+        const std::size_t N = sizes.first, S = sizes.second;
         CAPTURE(N);
         CAPTURE(S);
         auto sum = nan_vector<T>(3);
@@ -113,7 +114,8 @@ TEST_CASE_TEMPLATE("channel_mean_variance stays accurate when the mean dwarfs th
     struct shape {
         std::size_t N, C, S;
     };
-    for (auto [N, C, S] : {shape{7, 3, 784}, shape{3, 16, 196}, shape{1, 1, 49}, shape{7, 1, 7}}) {
+    for (const shape& sizes : {shape{7, 3, 784}, shape{3, 16, 196}, shape{1, 1, 49}, shape{7, 1, 7}}) {
+        const std::size_t N = sizes.N, C = sizes.C, S = sizes.S;
         CAPTURE(N);
         CAPTURE(C);
         CAPTURE(S);

@@ -17,7 +17,7 @@
 #include <boost/hana/length.hpp>
 #include <doctest/doctest.h>
 
-#include <petra/petra.hpp>
+#include <petra/core.hpp>
 
 #include "layers/gradient_check.hpp"
 #include "support.hpp"

@@ -11,7 +11,7 @@
 #include <doctest/doctest.h>
 
 #include <petra/partition.hpp>
-#include <petra/petra.hpp>
+#include <petra/core.hpp>
 
 using namespace petra;
 

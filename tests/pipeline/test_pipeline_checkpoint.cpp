@@ -2,16 +2,20 @@
 // epoch and resumed in a new pipeline (of either driver) ends with the
 // parameters, running statistics and epoch statistics of a run that was
 // never interrupted, bit for bit, for J = 2, 3, 4, k = 1, 2 and every
-// buffer configuration; the saved run itself goes on unchanged.
+// buffer configuration; the saved run itself goes on unchanged. A file
+// with a sound checksum whose state the schedule never reaches is refused
+// on load.
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <stdexcept>
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unistd.h>
 #include <vector>
 
@@ -304,6 +308,69 @@ run_result resumed_from_shards(const test::micro_batches& data, const pipeline_o
     return result;
 }
 
+// Forwards everything to a checkpoint writer but one record, changed: the
+// n-th count after the k-th start of a section, or (labels) the first value
+// of the n-th run of int32 values there. A file with a sound checksum whose pipeline
+// state is one the schedule never reaches (found by fuzzing the reader).
+struct tampering_writer {
+    static constexpr bool loading = false;
+    checkpoint_writer& out;
+    std::string_view target_section;
+    std::size_t occurrence; // which start of target_section (0: the first)
+    bool labels;            // a run of int32 values, not a count
+    std::size_t record;     // which count, or which run of int32 values, after it
+    std::size_t new_value;
+    bool tampered = false;
+
+    std::size_t starts = 0;
+    bool inside = false;
+    std::size_t counts = 0, runs = 0;
+
+    void section(std::string_view name)
+    {
+        inside = name == target_section && starts++ == occurrence;
+        counts = runs = 0;
+        out.section(name);
+    }
+    void count(std::size_t& value, std::size_t limit)
+    {
+        std::size_t written = value;
+        if (inside && !labels && counts++ == record) {
+            written = new_value;
+            tampered = true;
+        }
+        out.count(written, std::max(limit, written));
+    }
+    void expect(std::size_t value, std::string_view what) { out.expect(value, what); }
+    template <class T>
+    void values(std::span<T> values)
+    {
+        if constexpr (std::is_same_v<T, std::int32_t>) {
+            if (inside && labels && runs++ == record && !values.empty()) {
+                std::vector<std::int32_t> changed(values.begin(), values.end());
+                changed[0] = static_cast<std::int32_t>(new_value);
+                tampered = true;
+                out.values(std::span<std::int32_t>(changed));
+                return;
+            }
+        }
+        out.values(values);
+    }
+    void text(std::string& text) { out.text(text); }
+};
+static_assert(state_archive<tampering_writer>);
+
+template <class Pipeline>
+void load_into_new_pipeline(const std::string& path)
+{
+    auto parameters = pipeline_network::make_parameters<float>(2);
+    Pipeline pipeline(parameters, plain_sgd, decaying_rate, {.batch = 4});
+    checkpoint_reader in(path, pipeline_network::signature);
+    pipeline.transfer_state(in);
+    parameters.transfer_state(in);
+    in.finish();
+}
+
 } // namespace
 
 TEST_CASE("pipeline checkpoint: one shard per stage, saved by either driver, resumes in the other" *
@@ -370,5 +437,49 @@ TEST_CASE("pipeline checkpoint: a save interrupted before its manifest leaves th
                              doctest::Contains("is missing"), checkpoint_error);
     }
     for (std::size_t j = 0; j < 3; ++j) remove_stale_shards(path, 0, j);
+    std::remove(path.c_str());
+}
+
+TEST_CASE("pipeline checkpoint: a sound file whose state the schedule never reaches is refused on load, never one "
+          "that hangs or fails mid-tick" * doctest::timeout(120))
+{
+    const test::micro_batches data(micro_batches_per_epoch, 4, 10);
+    const std::string path = temporary_path("tampered");
+    // After 3 micro-batches in 2 stages: stage 0 at tick 3 has
+    // differentiated micro-batch 0; in flight are the activation of
+    // micro-batch 2, the pair of micro-batch 1 and the labels of 2. In the
+    // "stage worker" section of a stage, its optimizer's section "sgd" comes
+    // before the counts: tick, epoch size known, epoch size, backward count.
+    const struct {
+        const char* what;
+        std::string_view section;
+        std::size_t occurrence;
+        bool labels;
+        std::size_t record, value;
+    } cases[] = {
+        {"stage 0 differentiated 3 micro-batches (drain never ended)", "sgd", 0, false, 3, 3},
+        {"stage 0 knows an epoch size while micro-batches are still fed", "sgd", 0, false, 1, 1},
+        {"the activation in flight is of another micro-batch", "forward into stage 1", 0, false, 1, 7},
+        {"a label in flight is no class of the network", "labels", 0, true, 0, 15532034},
+    };
+    for (const auto& tampered : cases) {
+        INFO(std::string(tampered.what));
+        auto parameters = pipeline_network::make_parameters<float>(1);
+        {
+            simulator<2> pipeline(parameters, plain_sgd, decaying_rate, {.batch = 4});
+            feed_range(pipeline, data, 0, 3);
+            checkpoint_writer out(path, pipeline_network::signature);
+            tampering_writer writer{out, tampered.section, tampered.occurrence, tampered.labels,
+                                    tampered.record, tampered.value};
+            pipeline.transfer_state(writer);
+            parameters.transfer_state(out);
+            out.commit();
+            REQUIRE(writer.tampered);
+        }
+        CHECK_THROWS_WITH_AS(load_into_new_pipeline<simulator<2>>(path),
+                             doctest::Contains("the checkpoint is inconsistent"), std::runtime_error);
+        CHECK_THROWS_WITH_AS(load_into_new_pipeline<threads<2>>(path),
+                             doctest::Contains("the checkpoint is inconsistent"), std::runtime_error);
+    }
     std::remove(path.c_str());
 }

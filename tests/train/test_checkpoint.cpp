@@ -2,10 +2,12 @@
 // byte, a truncation, another network's signature, another format version,
 // a missing file are each refused with their own message; records read in
 // another order or of another length are refused; a writer that does not
-// commit leaves the previous checkpoint as it was.
+// commit leaves the previous checkpoint as it was. The checksum is the
+// standard CRC-32, computed without zlib (zlib checks it here).
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -13,6 +15,8 @@
 #include <string>
 #include <unistd.h>
 #include <vector>
+
+#include <zlib.h>
 
 #include <doctest/doctest.h>
 
@@ -331,4 +335,37 @@ TEST_CASE("checkpoint: a file cut far short is reported as truncated, an impossi
     CHECK_THROWS_WITH_AS(checkpoint_reader(path, signature), doctest::Contains("announces an impossible length"),
                          checkpoint_error);
     std::remove(path.c_str());
+}
+
+TEST_CASE("checkpoint: the checksum is zlib's CRC-32, and the file's last four bytes are it")
+{
+    CHECK(detail::crc32_update(0, "123456789", 9) == 0xCBF43926u);
+    std::vector<unsigned char> bytes(70'000);
+    std::uint32_t seed = 12345;
+    for (unsigned char& byte : bytes) byte = static_cast<unsigned char>((seed = seed * 1664525u + 1013904223u) >> 24);
+    for (const std::size_t size : {std::size_t(0), std::size_t(1), std::size_t(3), std::size_t(32), bytes.size()}) {
+        CAPTURE(size);
+        const auto expected = static_cast<std::uint32_t>(::crc32(0, bytes.data(), uInt(size)));
+        CHECK(detail::crc32_update(0, bytes.data(), size) == expected);
+        // Split anywhere: continued, and combined from the two parts' CRCs.
+        for (const std::size_t cut : {std::size_t(0), size / 3, size}) {
+            CAPTURE(cut);
+            const std::uint32_t first = detail::crc32_update(0, bytes.data(), cut);
+            const std::uint32_t second = detail::crc32_update(0, bytes.data() + cut, size - cut);
+            CHECK(detail::crc32_update(first, bytes.data() + cut, size - cut) == expected);
+            CHECK(detail::crc32_combine(first, second, size - cut) == expected);
+            CHECK(detail::crc32_combine(first, second, size - cut) ==
+                  static_cast<std::uint32_t>(::crc32_combine(first, second, z_off_t(size - cut))));
+        }
+    }
+
+    const std::string path = temporary_path("zlib_crc");
+    write_sample(path);
+    const std::vector<char> file = read_bytes(path);
+    std::filesystem::remove(path);
+    REQUIRE(file.size() > 4);
+    std::uint32_t stored = 0;
+    std::memcpy(&stored, file.data() + file.size() - 4, 4);
+    CHECK(stored == static_cast<std::uint32_t>(::crc32(0, reinterpret_cast<const Bytef*>(file.data()),
+                                                       uInt(file.size() - 4))));
 }

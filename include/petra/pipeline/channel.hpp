@@ -155,6 +155,20 @@ public:
 
     std::size_t memory_bytes() const { return values_.size() * sizeof(T) + headers_.size() * sizeof(message_header); }
 
+    // The messages sent and not yet received, oldest first, valid until
+    // the next send or receive (to check a pipeline restored from a
+    // checkpoint). Neither side may be between begin and end.
+    std::vector<message<T>> queued_messages()
+    {
+        std::lock_guard lock(mutex_);
+        std::vector<message<T>> messages;
+        for (std::size_t i = received_; i < sent_; ++i) {
+            const std::size_t slot = i % capacity_;
+            messages.push_back({&headers_[slot], values_.data() + slot * message_size_, message_size_});
+        }
+        return messages;
+    }
+
     // The messages sent and not yet received, oldest first, for
     // checkpoints; read back, they refill an empty channel. Neither side may
     // be between begin and end.

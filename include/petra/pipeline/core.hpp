@@ -293,14 +293,69 @@ protected:
         for (auto& channel : forward_) channel->transfer_state(archive);
         for (auto& channel : backward_) channel->transfer_state(archive);
         labels_.transfer_state(archive);
-        if constexpr (Archive::loading) {
-            bool consistent = true;
-            std::apply([&](const auto&... worker) { ((consistent = consistent && worker.next_tick() == fed_), ...); },
-                       workers_);
-            if (!consistent) {
+        if constexpr (Archive::loading) check_restored_schedule();
+    }
+
+    // A restored state must be one the schedule passes through: every stage
+    // at the tick t of the micro-batches fed (each stage checks its own
+    // counts, worker.hpp) and, between feeds, in each channel the messages
+    // in flight after tick t - 1: into stage j > 0 the activation of
+    // micro-batch t - j, into stage j < J - 1 the pair of micro-batch
+    // t - 2 (J - 1) + j, to the last stage the labels of the micro-batches
+    // it has not yet scored, each one of the network's classes. Any other
+    // content would make a stage wait for a message that never comes, or
+    // fail in the middle of a tick.
+    void check_restored_schedule()
+    {
+        bool at_fed_tick = true;
+        bool epoch_size_known = false;
+        bool epoch_size_fed = true; // the end-of-epoch marker carries the count fed
+        std::apply(
+            [&](const auto&... worker) {
+                ((at_fed_tick = at_fed_tick && worker.next_tick() == fed_,
+                  epoch_size_known = epoch_size_known || worker.epoch_size().has_value(),
+                  epoch_size_fed = epoch_size_fed && worker.epoch_size().value_or(fed_) == fed_),
+                 ...);
+            },
+            workers_);
+        if (!at_fed_tick || !epoch_size_fed) {
+            raise_error(error_kind::runtime_error,
+                        "pipeline checkpoint: the stages are not all at the tick of the micro-batches fed; the "
+                        "checkpoint is inconsistent.");
+        }
+        if (epoch_size_known) return; // saved while draining: the stages' own checks hold
+        const std::size_t t = fed_;
+        // Micro-batches first, first + 1, ... (count of them) in a channel.
+        const auto expect = [](auto& channel, std::size_t first, std::size_t count, const std::string& name) {
+            const auto messages = channel.queued_messages();
+            bool matches = messages.size() == count;
+            for (std::size_t i = 0; matches && i < count; ++i) {
+                matches = !messages[i].header->end_of_epoch && messages[i].header->micro_batch == first + i;
+            }
+            if (!matches) {
+                raise_error(error_kind::runtime_error, "pipeline checkpoint: channel '" + name +
+                                                           "' does not hold the " + std::to_string(count) +
+                                                           " messages the schedule has in flight; the checkpoint "
+                                                           "is inconsistent.");
+            }
+        };
+        expect(*forward_[0], 0, 0, "forward into stage 0");
+        for (std::size_t j = 1; j < stage_count; ++j) {
+            expect(*forward_[j], t - j, t >= j ? 1 : 0, "forward into stage " + std::to_string(j));
+        }
+        for (std::size_t j = 0; j + 1 < stage_count; ++j) {
+            const std::size_t lag = 2 * (stage_count - 1) - j;
+            expect(*backward_[j], t - lag, t >= lag ? 1 : 0, "backward into stage " + std::to_string(j));
+        }
+        const std::size_t unscored = std::min(t, stage_count - 1);
+        expect(labels_, t - unscored, unscored, "labels");
+        constexpr auto classes = static_cast<std::int32_t>(Network::output::size);
+        for (const message<std::int32_t>& labels : labels_.queued_messages()) {
+            if (!std::all_of(labels.values, labels.values + labels.size,
+                             [](std::int32_t label) { return label >= 0 && label < classes; })) {
                 raise_error(error_kind::runtime_error,
-                            "pipeline checkpoint: the stages are not all at the tick of the micro-batches "
-                            "fed; the checkpoint is inconsistent.");
+                            "pipeline checkpoint: a label in flight is not one of the network's " +
+                                std::to_string(classes) + " classes; the checkpoint is inconsistent.");
             }
         }
     }

@@ -22,6 +22,7 @@
 // runs: a threaded run and a sequential simulation agree bit for bit.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -161,7 +162,11 @@ public:
         archive.count(backward_count_, tick_);
         accumulation_.transfer_state(archive); // the pending gradients, then the steps
         archive.count(last_differentiated_, any_count);
+        if constexpr (Archive::loading) check_restored_position();
     }
+
+    // The epoch's size, once the end-of-epoch marker has reached this stage.
+    std::optional<std::size_t> epoch_size() const { return epoch_size_; }
 
     std::size_t memory_bytes() const
     {
@@ -183,6 +188,36 @@ private:
     }
 
     bool due(std::size_t micro_batch) const { return !epoch_size_ || micro_batch < *epoch_size_; }
+
+    // A restored position must be one the schedule reaches: after ticks
+    // 0 .. t - 1, stage j has forwarded micro-batches 0 .. t - j - 1 and
+    // differentiated 0 .. t - lag - 1 (lag = 2 (J - 1) - j), or all M of the
+    // epoch once it knows M, which it learns at tick M + j. Other counts
+    // would keep the epoch from ending or break the stage's FIFOs.
+    void check_restored_position() const
+    {
+        constexpr std::size_t lag = 2 * (stage_count - 1) - index;
+        std::size_t forwarded = tick_ > index ? tick_ - index : 0;
+        std::size_t differentiated = tick_ > lag ? tick_ - lag : 0;
+        if (epoch_size_) {
+            if (*epoch_size_ + index >= tick_) inconsistent("knows the epoch's size before it can");
+            forwarded = std::min(forwarded, *epoch_size_);
+            differentiated = std::min(differentiated, *epoch_size_);
+        }
+        if (backward_count_ != differentiated) {
+            inconsistent("has differentiated " + std::to_string(backward_count_) + " micro-batches where the schedule "
+                         "has " + std::to_string(differentiated));
+        }
+        if (stage_.in_flight() != forwarded - differentiated) {
+            inconsistent("has " + std::to_string(stage_.in_flight()) + " micro-batches in flight where the schedule "
+                         "has " + std::to_string(forwarded - differentiated));
+        }
+    }
+    [[noreturn]] void inconsistent(const std::string& what) const
+    {
+        throw std::runtime_error("pipeline checkpoint: stage " + std::to_string(index) + " at tick " +
+                                 std::to_string(tick_) + " " + what + "; the checkpoint is inconsistent.");
+    }
 
     void run_forward(std::size_t t, std::size_t m)
     {

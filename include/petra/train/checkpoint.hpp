@@ -34,7 +34,6 @@
 
 #include <fcntl.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <array>
@@ -52,6 +51,7 @@
 #include <type_traits>
 
 #include <petra/state_archive.hpp>
+#include <petra/train/crc32.hpp>
 
 namespace petra {
 
@@ -105,18 +105,6 @@ struct file_closer {
     void operator()(std::FILE* file) const { std::fclose(file); }
 };
 using file_handle = std::unique_ptr<std::FILE, file_closer>;
-
-inline std::uint32_t crc32_of(std::uint32_t crc, const void* data, std::size_t size)
-{
-    const auto* bytes = static_cast<const unsigned char*>(data);
-    while (size > 0) {
-        const auto chunk = static_cast<uInt>(std::min<std::size_t>(size, std::size_t(1) << 30));
-        crc = static_cast<std::uint32_t>(::crc32(crc, bytes, chunk));
-        bytes += chunk;
-        size -= chunk;
-    }
-    return crc;
-}
 
 } // namespace detail
 
@@ -194,9 +182,8 @@ public:
     {
         if (!file_) throw std::logic_error("checkpoint: commit() called twice.");
         header_.payload_bytes = payload_bytes_;
-        const std::uint32_t header_crc = detail::crc32_of(0, &header_, sizeof header_);
-        const std::uint32_t crc = static_cast<std::uint32_t>(
-            ::crc32_combine(header_crc, payload_crc_, static_cast<z_off_t>(payload_bytes_)));
+        const std::uint32_t header_crc = detail::crc32_update(0, &header_, sizeof header_);
+        const std::uint32_t crc = detail::crc32_combine(header_crc, payload_crc_, payload_bytes_);
         write_raw(&crc, sizeof crc, false);
         if (std::fseek(file_.get(), 0, SEEK_SET) != 0) fail_io();
         write_raw(&header_, sizeof header_, false);
@@ -231,7 +218,7 @@ private:
     {
         if (size > 0 && std::fwrite(data, 1, size, file_.get()) != size) fail_io();
         if (payload) {
-            payload_crc_ = detail::crc32_of(payload_crc_, data, size);
+            payload_crc_ = detail::crc32_update(payload_crc_, data, size);
             payload_bytes_ += size;
         }
     }
@@ -288,12 +275,12 @@ public:
                  " bytes, its header announces " + announced + ")");
         }
         // The checksum, over everything before it, in one pass.
-        std::uint32_t crc = detail::crc32_of(0, &header, sizeof header);
+        std::uint32_t crc = detail::crc32_update(0, &header, sizeof header);
         std::array<unsigned char, 1 << 16> chunk;
         for (std::uint64_t left = header.payload_bytes; left > 0;) {
             const std::size_t size = std::size_t(std::min<std::uint64_t>(left, chunk.size()));
             read_exact(chunk.data(), size);
-            crc = detail::crc32_of(crc, chunk.data(), size);
+            crc = detail::crc32_update(crc, chunk.data(), size);
             left -= size;
         }
         std::uint32_t stored = 0;
