@@ -15,43 +15,7 @@
 
 #include <petra/petra.hpp>
 
-extern "C" {
-void* __libc_malloc(std::size_t size);
-void* __libc_calloc(std::size_t count, std::size_t size);
-void* __libc_realloc(void* memory, std::size_t size);
-void* __libc_memalign(std::size_t alignment, std::size_t size);
-}
-
-namespace {
-std::atomic<std::size_t> allocations{0};
-}
-
-extern "C" void* malloc(std::size_t size)
-{
-    allocations.fetch_add(1, std::memory_order_relaxed);
-    return __libc_malloc(size);
-}
-extern "C" void* calloc(std::size_t count, std::size_t size)
-{
-    allocations.fetch_add(1, std::memory_order_relaxed);
-    return __libc_calloc(count, size);
-}
-extern "C" void* realloc(void* memory, std::size_t size)
-{
-    allocations.fetch_add(1, std::memory_order_relaxed);
-    return __libc_realloc(memory, size);
-}
-extern "C" int posix_memalign(void** memory, std::size_t alignment, std::size_t size)
-{
-    allocations.fetch_add(1, std::memory_order_relaxed);
-    *memory = __libc_memalign(alignment, size);
-    return *memory == nullptr && size != 0 ? 12 /* ENOMEM */ : 0;
-}
-extern "C" void* aligned_alloc(std::size_t alignment, std::size_t size)
-{
-    allocations.fetch_add(1, std::memory_order_relaxed);
-    return __libc_memalign(alignment, size);
-}
+#include "counting_malloc.hpp"
 
 using namespace petra;
 using net = reference_network<>;
@@ -82,11 +46,11 @@ TEST_CASE("predict in the caller's workspace, with parameters in the caller's st
     std::mt19937_64 generator(1);
     std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
 
-    const std::size_t before = allocations.load();
+    const std::size_t before = test::allocations.load();
     initialize_parameters(parameters, 1);
     for (float& value : images) value = pixel(generator);
     predict(network_parameters_view<net, const float>(parameters), batch, images.data(), logits.data(), workspace);
-    CHECK(allocations.load() == before);
+    CHECK(test::allocations.load() == before);
 
     // The numbers of predict with per-thread memory (which allocates).
     const auto owned = net::make_parameters<float>(1);
@@ -99,10 +63,10 @@ TEST_CASE("predict in the caller's workspace, with parameters in the caller's st
     // A model compiled into the program, in a static workspace: nothing either.
     const std::array<float, 2> point{1, 2};
     std::array<float, 2> scores{};
-    const std::size_t before_tiny = allocations.load();
+    const std::size_t before_tiny = test::allocations.load();
     constexpr network_parameters_view<tiny_network, const float> trained(tiny_values, tiny_state);
     predict(trained, 1, point.data(), scores.data(), tiny_workspace);
-    CHECK(allocations.load() == before_tiny);
+    CHECK(test::allocations.load() == before_tiny);
     CHECK(scores == std::array<float, 2>{5, 1});
 }
 
@@ -111,11 +75,11 @@ TEST_CASE("predict with per-thread memory allocates only on its first call for a
     const auto parameters = net::make_parameters<float>(2);
     std::vector<float> out(logits.size());
     predict(parameters, batch, images.data(), out.data());
-    const std::size_t before = allocations.load();
+    const std::size_t before = test::allocations.load();
     predict(parameters, batch, images.data(), out.data());
     predict(parameters, 1, images.data(), out.data());
-    CHECK(allocations.load() == before);
+    CHECK(test::allocations.load() == before);
     // The counter sees aligned buffers.
     const auto more = net::make_parameters<float>(3);
-    CHECK(allocations.load() >= before + 2);
+    CHECK(test::allocations.load() >= before + 2);
 }

@@ -20,43 +20,7 @@
 
 #include "pipeline/pipeline_support.hpp"
 
-extern "C" {
-void* __libc_malloc(std::size_t size);
-void* __libc_calloc(std::size_t count, std::size_t size);
-void* __libc_realloc(void* memory, std::size_t size);
-void* __libc_memalign(std::size_t alignment, std::size_t size);
-}
-
-namespace {
-std::atomic<std::size_t> allocations{0};
-}
-
-extern "C" void* malloc(std::size_t size)
-{
-    allocations.fetch_add(1, std::memory_order_relaxed);
-    return __libc_malloc(size);
-}
-extern "C" void* calloc(std::size_t count, std::size_t size)
-{
-    allocations.fetch_add(1, std::memory_order_relaxed);
-    return __libc_calloc(count, size);
-}
-extern "C" void* realloc(void* memory, std::size_t size)
-{
-    allocations.fetch_add(1, std::memory_order_relaxed);
-    return __libc_realloc(memory, size);
-}
-extern "C" int posix_memalign(void** memory, std::size_t alignment, std::size_t size)
-{
-    allocations.fetch_add(1, std::memory_order_relaxed);
-    *memory = __libc_memalign(alignment, size);
-    return *memory == nullptr && size != 0 ? 12 /* ENOMEM */ : 0;
-}
-extern "C" void* aligned_alloc(std::size_t alignment, std::size_t size)
-{
-    allocations.fetch_add(1, std::memory_order_relaxed);
-    return __libc_memalign(alignment, size);
-}
+#include "counting_malloc.hpp"
 
 using namespace petra;
 using test::pipeline_network;
@@ -82,10 +46,10 @@ void check_second_epoch_allocates_nothing(const pipeline_options& options)
     mpi_pipeline<pipeline_network, test::cuts_of<J>, sgd<float>> pipeline(MPI_COMM_WORLD, 1, sgd_options{},
                                                                          test::constant_rate, options);
     run_epoch(pipeline, data);
-    const std::size_t before = allocations.load();
+    const std::size_t before = test::allocations.load();
     run_epoch(pipeline, data);
     run_epoch(pipeline, data);
-    CHECK(allocations.load() - before <= 2);
+    CHECK(test::allocations.load() - before <= 2);
 }
 
 } // namespace
@@ -99,8 +63,8 @@ TEST_CASE("mpi pipeline: no heap allocation per tick once running")
         check_second_epoch_allocates_nothing<3>(options);
     }
     // The counter sees allocations.
-    const std::size_t before = allocations.load();
+    const std::size_t before = test::allocations.load();
     auto* boxed = new std::size_t(1);
-    CHECK(allocations.load() >= before + 1);
+    CHECK(test::allocations.load() >= before + 1);
     delete boxed;
 }

@@ -15,43 +15,7 @@
 
 #include "pipeline/pipeline_support.hpp"
 
-extern "C" {
-void* __libc_malloc(std::size_t size);
-void* __libc_calloc(std::size_t count, std::size_t size);
-void* __libc_realloc(void* memory, std::size_t size);
-void* __libc_memalign(std::size_t alignment, std::size_t size);
-}
-
-namespace {
-std::atomic<std::size_t> allocations{0};
-}
-
-extern "C" void* malloc(std::size_t size)
-{
-    allocations.fetch_add(1, std::memory_order_relaxed);
-    return __libc_malloc(size);
-}
-extern "C" void* calloc(std::size_t count, std::size_t size)
-{
-    allocations.fetch_add(1, std::memory_order_relaxed);
-    return __libc_calloc(count, size);
-}
-extern "C" void* realloc(void* memory, std::size_t size)
-{
-    allocations.fetch_add(1, std::memory_order_relaxed);
-    return __libc_realloc(memory, size);
-}
-extern "C" int posix_memalign(void** memory, std::size_t alignment, std::size_t size)
-{
-    allocations.fetch_add(1, std::memory_order_relaxed);
-    *memory = __libc_memalign(alignment, size);
-    return *memory == nullptr && size != 0 ? 12 /* ENOMEM */ : 0;
-}
-extern "C" void* aligned_alloc(std::size_t alignment, std::size_t size)
-{
-    allocations.fetch_add(1, std::memory_order_relaxed);
-    return __libc_memalign(alignment, size);
-}
+#include "counting_malloc.hpp"
 
 using namespace petra;
 using test::pipeline_network;
@@ -69,9 +33,9 @@ template <class Pipeline>
 std::size_t allocations_in_second_epoch(Pipeline& pipeline, const test::micro_batches& data)
 {
     run_epoch(pipeline, data);
-    const std::size_t before = allocations.load();
+    const std::size_t before = test::allocations.load();
     run_epoch(pipeline, data);
-    return allocations.load() - before;
+    return test::allocations.load() - before;
 }
 
 constexpr auto cuts = partition<pipeline_network, 3>();
@@ -96,12 +60,12 @@ TEST_CASE("pipeline: no heap allocation per tick once running")
         }
     }
     // The counter sees both kinds of allocation: aligned buffers and new.
-    const std::size_t before = allocations.load();
+    const std::size_t before = test::allocations.load();
     auto parameters = pipeline_network::make_parameters<float>(1);
-    CHECK(allocations.load() >= before + 2);
+    CHECK(test::allocations.load() >= before + 2);
     // (Kept in a volatile pointer: a compiler may drop a new-expression whose
     // result is deleted unused, as clang++ does.)
     std::size_t* volatile boxed = new std::size_t(1);
-    CHECK(allocations.load() >= before + 3);
+    CHECK(test::allocations.load() >= before + 3);
     delete boxed;
 }

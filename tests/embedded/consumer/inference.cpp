@@ -14,43 +14,7 @@
 
 #include <petra/petra.hpp> // without exceptions: all but checkpoint files and the data floor
 
-extern "C" {
-void* __libc_malloc(std::size_t size);
-void* __libc_calloc(std::size_t count, std::size_t size);
-void* __libc_realloc(void* memory, std::size_t size);
-void* __libc_memalign(std::size_t alignment, std::size_t size);
-}
-
-namespace {
-std::atomic<std::size_t> allocations{0};
-}
-
-extern "C" void* malloc(std::size_t size)
-{
-    allocations.fetch_add(1, std::memory_order_relaxed);
-    return __libc_malloc(size);
-}
-extern "C" void* calloc(std::size_t count, std::size_t size)
-{
-    allocations.fetch_add(1, std::memory_order_relaxed);
-    return __libc_calloc(count, size);
-}
-extern "C" void* realloc(void* memory, std::size_t size)
-{
-    allocations.fetch_add(1, std::memory_order_relaxed);
-    return __libc_realloc(memory, size);
-}
-extern "C" int posix_memalign(void** memory, std::size_t alignment, std::size_t size)
-{
-    allocations.fetch_add(1, std::memory_order_relaxed);
-    *memory = __libc_memalign(alignment, size);
-    return *memory == nullptr && size != 0 ? 12 /* ENOMEM */ : 0;
-}
-extern "C" void* aligned_alloc(std::size_t alignment, std::size_t size)
-{
-    allocations.fetch_add(1, std::memory_order_relaxed);
-    return __libc_memalign(alignment, size);
-}
+#include "../../counting_malloc.hpp"
 
 using namespace petra;
 using net = reference_network<>;
@@ -79,7 +43,7 @@ std::array<std::byte, tiny_network::inference_workspace_bytes(1)> tiny_workspace
 
 int main()
 {
-    const std::size_t at_start = allocations.load();
+    const std::size_t at_start = test::allocations.load();
     const network_parameters_view<net, float> parameters(values, state);
     initialize_parameters(parameters, 1);
     std::mt19937_64 generator(2);
@@ -90,7 +54,7 @@ int main()
     const std::array<float, 2> point{1, 2};
     std::array<float, 2> scores{};
     predict(tiny, 1, point.data(), scores.data(), tiny_workspace);
-    const std::size_t allocated = allocations.load() - at_start;
+    const std::size_t allocated = test::allocations.load() - at_start;
 
     bool finite = true;
     for (float value : logits) finite = finite && std::isfinite(value);
