@@ -31,6 +31,16 @@ PETRA_CROSS_PACKAGES=(g++-aarch64-linux-gnu qemu-user)
 
 petra_log() { printf '\033[1m[petra]\033[0m %s\n' "$*" >&2; }
 
+# Prints those of the packages named that are not installed, one per line.
+petra_missing_packages() {
+  local package
+  for package in "$@"; do
+    if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+      echo "$package"
+    fi
+  done
+}
+
 # Installs whichever of the packages named (default: PETRA_PACKAGES) is
 # missing. As root it runs apt-get; otherwise it prints the exact command to
 # run and exits with an error.
@@ -40,13 +50,8 @@ petra_ensure_packages() {
   if [ "${PETRA_SKIP_PACKAGES:-0}" = 1 ]; then return 0; fi
   local wanted=("$@")
   if [ ${#wanted[@]} -eq 0 ]; then wanted=("${PETRA_PACKAGES[@]}"); fi
-  local missing=()
-  local package
-  for package in "${wanted[@]}"; do
-    if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
-      missing+=("$package")
-    fi
-  done
+  local missing
+  mapfile -t missing < <(petra_missing_packages "${wanted[@]}")
   if [ ${#missing[@]} -eq 0 ]; then
     return 0
   fi
@@ -66,13 +71,8 @@ petra_ensure_packages() {
 # installed (not root, or apt-get fails).
 petra_try_packages() {
   if [ "${PETRA_SKIP_PACKAGES:-0}" = 1 ]; then return 0; fi
-  local missing=()
-  local package
-  for package in "$@"; do
-    if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
-      missing+=("$package")
-    fi
-  done
+  local missing
+  mapfile -t missing < <(petra_missing_packages "$@")
   if [ ${#missing[@]} -eq 0 ]; then
     return 0
   fi
