@@ -155,7 +155,10 @@ TEST_CASE_TEMPLATE("gemm in a caller's scratch region computes the same numbers,
     std::mt19937_64 generator(12);
     const std::size_t shapes[][3] = {
         {1, 1, 1}, {9, 33, 100}, {blocking::mc + 9, blocking::nc + 17, 2 * blocking::kc + 5}};
-    for (const auto& [m, n, k] : shapes) {
+    for (const auto& shape : shapes) {
+        // Named copies, not structured bindings: clang++ 14's lambdas (INFO
+        // captures) cannot capture a binding.
+        const std::size_t m = shape[0], n = shape[1], k = shape[2];
         INFO("m=" << m << " n=" << n << " k=" << k);
         const auto a = petra::test::random_vector<T>(m * k, generator);
         const auto b = petra::test::random_vector<T>(k * n, generator);

@@ -42,10 +42,9 @@ struct aligned_allocator {
     {
         return static_cast<T*>(::operator new(count * sizeof(T), std::align_val_t{buffer_alignment}));
     }
-    void deallocate(T* values, std::size_t count) noexcept
-    {
-        ::operator delete(values, count * sizeof(T), std::align_val_t{buffer_alignment});
-    }
+    // The unsized form: clang++ declares the sized one only with
+    // -fsized-deallocation, which it leaves off by default.
+    void deallocate(T* values, std::size_t) noexcept { ::operator delete(values, std::align_val_t{buffer_alignment}); }
 
     template <class U>
     constexpr bool operator==(const aligned_allocator<U>&) const noexcept

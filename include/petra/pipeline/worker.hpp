@@ -215,8 +215,9 @@ private:
     }
     [[noreturn]] void inconsistent(const std::string& what) const
     {
-        throw std::runtime_error("pipeline checkpoint: stage " + std::to_string(index) + " at tick " +
-                                 std::to_string(tick_) + " " + what + "; the checkpoint is inconsistent.");
+        raise_error(error_kind::runtime_error, "pipeline checkpoint: stage " + std::to_string(index) + " at tick " +
+                                                   std::to_string(tick_) + " " + what +
+                                                   "; the checkpoint is inconsistent.");
     }
 
     void run_forward(std::size_t t, std::size_t m)
