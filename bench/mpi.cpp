@@ -1,13 +1,22 @@
 // PETRA's stages on MPI ranks, on the reference network (batch 64, random
 // images), under mpiexec:
 //
-//   mpiexec -n 2 bench_mpi throughput [ROUNDS] [MICRO_BATCHES]
-//     J = 2 on 2 threads of rank 0 (rank 1 sleeps meanwhile) against J = 2
-//     on the 2 ranks, in interleaved rounds of one epoch each, in one run:
-//     examples/s per round and the medians' ratio; then the bytes each rank
-//     sent per tick across each boundary, next to the compile-time figure
-//     (header + batch x values x 4 bytes; a backward message holds the
-//     rebuilt input and its gradient).
+//   mpiexec --bind-to none -n 2 bench_mpi throughput [ROUNDS] [MICRO_BATCHES] [J]
+//     J = 2 (default) or 4 stages on threads of rank 0 (rank 1 sleeps
+//     meanwhile) against the same J on the 2 ranks (J = 4: two stages per
+//     rank, on a thread each), in interleaved rounds of one epoch each, in
+//     one run: examples/s per round and the medians' ratio. OpenMPI binds
+//     each of 2 ranks to one core by default, which would leave the threads
+//     one core: hence --bind-to none (the run warns if rank 0 is confined
+//     to fewer cores than the machine has). Then, for J = 2,
+//     the bytes each rank sent per tick across each boundary, next to the
+//     compile-time figure (header + batch x values x 4 bytes; a backward
+//     message holds the rebuilt input and its gradient).
+//   mpiexec -n 2 bench_mpi link [REPETITIONS]
+//     the link between the 2 ranks, as scripts/plan takes it: the one-way
+//     time of a message of each size the reference network's J = 2 cut
+//     sends (and of a header alone), from ping-pongs of synchronous-mode
+//     sends into posted receives, as mpi_channel sends them; medians.
 //   mpiexec -n R bench_mpi memory [J]
 //     J = 4 (default) on R ranks: each rank trains an epoch of 12
 //     micro-batches and reports its peak RSS and what its pipeline holds
@@ -17,6 +26,7 @@
 //     MPI's own footprint is in both).
 // Rank 0 prints markdown tables.
 #include <mpi.h>
+#include <sched.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -98,15 +108,23 @@ double median(std::vector<double> values)
     return values[values.size() / 2];
 }
 
+template <std::size_t J>
 int throughput(int rounds, std::size_t micro_batches)
 {
-    constexpr auto cuts = petra::reference_cuts<2>();
+    constexpr auto cuts = petra::reference_cuts<J>();
     const epoch_data data(micro_batches);
     int ranks = 0;
     MPI_Comm_size(MPI_COMM_WORLD, &ranks);
     if (ranks != 2) {
         if (world_rank() == 0) std::fprintf(stderr, "bench_mpi throughput: run it on 2 ranks (mpiexec -n 2).\n");
         return 2;
+    }
+    cpu_set_t allowed;
+    if (world_rank() == 0 && sched_getaffinity(0, sizeof(allowed), &allowed) == 0 &&
+        unsigned(CPU_COUNT(&allowed)) < std::thread::hardware_concurrency()) {
+        std::fprintf(stderr, "bench_mpi throughput: rank 0 may run on %d of %u cores, so the threads would share "
+                             "them: run under mpiexec --bind-to none.\n",
+                     CPU_COUNT(&allowed), std::thread::hardware_concurrency());
     }
     auto parameters = net::make_parameters<float>(1);
     petra::thread_pipeline<net, cuts, petra::sgd<float>> threads(parameters, petra::sgd_options{}, learning_rate,
@@ -133,31 +151,92 @@ int throughput(int rounds, std::size_t micro_batches)
     MPI_Reduce(sent, total, 3, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
     if (world_rank() != 0) return 0;
 
-    std::printf("| J = 2, one epoch of %zu micro-batches of %zu | ", micro_batches, batch);
+    const auto& groups = ranks_pipeline.stage_groups_of_ranks();
+    std::printf("| J = %zu, one epoch of %zu micro-batches of %zu | ", J, micro_batches, batch);
     for (int round = 0; round < rounds; ++round) std::printf("round %d | ", round + 1);
     std::printf("median |\n|---|");
     for (int round = 0; round <= rounds; ++round) std::printf("---:|");
-    std::printf("\n| 2 threads, one process (examples/s) | ");
+    std::printf("\n| %zu threads, one process (examples/s) | ", J);
     for (double rate : on_threads) std::printf("%.0f | ", rate);
-    std::printf("%.0f |\n| 2 ranks, one stage each (examples/s) | ", median(on_threads));
+    std::printf("%.0f |\n| 2 ranks, stages %zu-%zu and %zu-%zu (examples/s) | ", median(on_threads), groups[0],
+                groups[1] - 1, groups[1], groups[2] - 1);
     for (double rate : on_ranks) std::printf("%.0f | ", rate);
     std::printf("%.0f |\n\nranks / threads (medians): %.3f\n\n", median(on_ranks),
                 median(on_ranks) / median(on_threads));
-
-    const std::size_t header = petra::mpi_channel<float>::header_bytes;
-    const std::size_t boundary = net::profile[cuts[1]].input_values;
-    // The end-of-epoch marker travels forward as a header alone, once per epoch.
-    const double epochs = double(rounds + 1);
-    const std::size_t expected[3] = {header + batch * boundary * sizeof(float),
-                                     header + 2 * batch * boundary * sizeof(float),
-                                     header + batch * sizeof(std::int32_t)};
-    const double markers[3] = {epochs * double(header), 0, 0};
-    const char* names[3] = {"forward, stage 0 to 1 (activations)", "backward, stage 1 to 0 (input and gradient)",
-                            "labels, rank 0 to the last stage's rank"};
-    std::printf("| boundary | bytes per tick, measured | compile-time figure |\n|---|---:|---:|\n");
-    for (int k = 0; k < 3; ++k) {
-        std::printf("| %s | %.0f | %zu |\n", names[k], (double(total[k]) - markers[k]) / double(ticks), expected[k]);
+    if constexpr (J == 2) {
+        const std::size_t header = petra::mpi_channel<float>::header_bytes;
+        const std::size_t boundary = net::profile[cuts[1]].input_values;
+        // The end-of-epoch marker travels forward as a header alone, once per epoch.
+        const double epochs = double(rounds + 1);
+        const std::size_t expected[3] = {header + batch * boundary * sizeof(float),
+                                         header + 2 * batch * boundary * sizeof(float),
+                                         header + batch * sizeof(std::int32_t)};
+        const double markers[3] = {epochs * double(header), 0, 0};
+        const char* names[3] = {"forward, stage 0 to 1 (activations)", "backward, stage 1 to 0 (input and gradient)",
+                                "labels, rank 0 to the last stage's rank"};
+        std::printf("| boundary | bytes per tick, measured | compile-time figure |\n|---|---:|---:|\n");
+        for (int k = 0; k < 3; ++k) {
+            std::printf("| %s | %.0f | %zu |\n", names[k], (double(total[k]) - markers[k]) / double(ticks),
+                        expected[k]);
+        }
     }
+    return 0;
+}
+
+// One-way seconds of a message of `bytes` from rank 0 to rank 1, as half
+// the round trip of a synchronous-mode send into a posted receive and the
+// same message back; the median of `repetitions` round trips (after one
+// not counted). Both ranks spin in MPI_Wait, as nothing else runs.
+double one_way_seconds(std::size_t bytes, int repetitions)
+{
+    std::vector<std::byte> message(bytes), reply(bytes);
+    const int rank = world_rank(), peer = 1 - rank;
+    std::vector<double> times;
+    for (int repetition = -1; repetition < repetitions; ++repetition) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        const auto start = std::chrono::steady_clock::now();
+        MPI_Request requests[2];
+        if (rank == 0) {
+            MPI_Irecv(reply.data(), int(bytes), MPI_BYTE, peer, 1, MPI_COMM_WORLD, &requests[0]);
+            MPI_Issend(message.data(), int(bytes), MPI_BYTE, peer, 0, MPI_COMM_WORLD, &requests[1]);
+        } else {
+            MPI_Irecv(reply.data(), int(bytes), MPI_BYTE, peer, 0, MPI_COMM_WORLD, &requests[0]);
+            MPI_Wait(&requests[0], MPI_STATUS_IGNORE);
+            MPI_Issend(message.data(), int(bytes), MPI_BYTE, peer, 1, MPI_COMM_WORLD, &requests[1]);
+        }
+        MPI_Waitall(2, requests, MPI_STATUSES_IGNORE);
+        const double round_trip = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (repetition >= 0) times.push_back(round_trip / 2);
+    }
+    return median(times);
+}
+
+int link(int repetitions)
+{
+    int ranks = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    if (ranks != 2) {
+        if (world_rank() == 0) std::fprintf(stderr, "bench_mpi link: run it on 2 ranks (mpiexec -n 2).\n");
+        return 2;
+    }
+    constexpr auto cuts = petra::reference_cuts<2>();
+    const std::size_t header = petra::mpi_channel<float>::header_bytes;
+    const std::size_t forward = header + batch * net::profile[cuts[1]].input_values * sizeof(float);
+    const std::size_t sizes[3] = {header, forward, 2 * forward - header};
+    double seconds[3];
+    for (int k = 0; k < 3; ++k) seconds[k] = one_way_seconds(sizes[k], repetitions);
+    if (world_rank() != 0) return 0;
+    std::printf("| message | bytes | one-way time (us) | bytes / time (GB/s) |\n|---|---:|---:|---:|\n");
+    const char* names[3] = {"header alone", "forward, J = 2 cut", "backward, J = 2 cut"};
+    for (int k = 0; k < 3; ++k) {
+        std::printf("| %s | %zu | %.1f | %.2f |\n", names[k], sizes[k], seconds[k] * 1e6,
+                    double(sizes[k]) / seconds[k] / 1e9);
+    }
+    // The link as scripts/plan takes it: latency from the header alone,
+    // bandwidth from the two large messages' difference.
+    const double bandwidth = double(sizes[2] - sizes[1]) / (seconds[2] - seconds[1]);
+    std::printf("\nlatency %.1f us, bandwidth %.2f GB/s (scripts/plan --latency-us %.1f --bandwidth-gbps %.1f)\n",
+                seconds[0] * 1e6, bandwidth / 1e9, seconds[0] * 1e6, bandwidth * 8 / 1e9);
     return 0;
 }
 
@@ -213,16 +292,21 @@ int main(int argc, char** argv)
     petra::mpi_session mpi(argc, argv);
     const std::string mode = argc > 1 ? argv[1] : "";
     if (mode == "throughput") {
-        return throughput(argc > 2 ? std::atoi(argv[2]) : 3, argc > 3 ? std::size_t(std::atoi(argv[3])) : 48);
+        const int rounds = argc > 2 ? std::atoi(argv[2]) : 3;
+        const std::size_t micro_batches = argc > 3 ? std::size_t(std::atoi(argv[3])) : 48;
+        const int stages = argc > 4 ? std::atoi(argv[4]) : 2;
+        if (stages == 2) return throughput<2>(rounds, micro_batches);
+        if (stages == 4) return throughput<4>(rounds, micro_batches);
     }
+    if (mode == "link") return link(argc > 2 ? std::atoi(argv[2]) : 20);
     const std::size_t stages = argc > 2 ? std::size_t(std::atoi(argv[2])) : 4;
     if ((mode == "memory" || mode == "memory-threads") && (stages == 2 || stages == 4)) {
         const bool threads = mode == "memory-threads";
         return stages == 2 ? memory<2>(threads) : memory<4>(threads);
     }
     if (mpi.rank() == 0) {
-        std::fprintf(stderr, "usage: bench_mpi throughput [ROUNDS] [MICRO_BATCHES] | memory [2|4] | "
-                             "memory-threads [2|4]\n");
+        std::fprintf(stderr, "usage: bench_mpi throughput [ROUNDS] [MICRO_BATCHES] [2|4] | link [REPETITIONS] | "
+                             "memory [2|4] | memory-threads [2|4]\n");
     }
     return 2;
 }

@@ -1,0 +1,87 @@
+// What scripts/plan needs of a network, in one Google Benchmark report:
+// every block's forward, tick and last-stage tick (petra/benchmark.hpp) and,
+// in the report's context, what is known at compile time: each block's kind
+// and shapes, parameter count and input values per example (a message
+// across a cut after block i - 1 carries batch x input_values of block i),
+// as JSON under "petra_plan_profile".
+//
+// Built twice (bench/CMakeLists.txt):
+//   bench_plan_reference  reference_network<>, and the stages of the cuts
+//                         the pipelines use for J = 2 and 4 (validation);
+//   bench_plan_wide       reference_network<64, 8>; the context also holds
+//                         the profile of reference_network<64, 11> (37
+//                         blocks, enough for 32 stages), whose blocks are
+//                         <64, 8>'s kinds at the same shapes, so that
+//                         scripts/plan times them by kind and shapes.
+// Blocks of one kind and shapes cost the same; to measure each once:
+//   bench_plan_wide --benchmark_filter='^block:(0|1|9|10|18|19|27)/'
+#include <cstddef>
+#include <string>
+
+#include <benchmark/benchmark.h>
+
+#include <petra/benchmark.hpp>
+#include <petra/petra.hpp>
+
+#include "benchmark_main.hpp"
+
+namespace {
+
+constexpr std::size_t batch = 64;
+
+// {"blocks": [{"label": ..., "parameters": ..., "input_values": ...}, ...]},
+// labels as register_block_benchmarks writes them.
+template <class Network>
+std::string profile_json()
+{
+    std::string text = "{\"blocks\": [";
+    Network::for_each_block([&](auto index) {
+        constexpr std::size_t I = decltype(index)::value;
+        using bound = typename Network::template block<I>;
+        const petra::block_profile& profile = Network::profile[I];
+        if (I > 0) text += ", ";
+        text += "{\"label\": \"" + std::string(bound::reversible ? "reversible " : "kept input ") +
+                petra::detail::shape_text<typename bound::input>() + " -> " +
+                petra::detail::shape_text<typename bound::output>() + "\"";
+        text += ", \"parameters\": " + std::to_string(profile.parameter_count);
+        text += ", \"input_values\": " + std::to_string(profile.input_values);
+        text += ", \"output_values\": " + std::to_string(profile.output_values) + "}";
+    });
+    return text + "]}";
+}
+
+template <auto Cuts>
+std::string cuts_text()
+{
+    std::string text;
+    for (std::size_t cut : Cuts) text += (text.empty() ? "" : ",") + std::to_string(cut);
+    return text;
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+#if PETRA_PLAN_WIDE
+    using net = petra::reference_network<64, 8>;
+    using deeper = petra::reference_network<64, 11>;
+    petra::register_block_benchmarks<net>(batch);
+    return petra::bench::run(argc, argv,
+                             {{"petra_plan_network", "reference_network<64, 8>"},
+                              {"petra_plan_batch", std::to_string(batch)},
+                              {"petra_plan_profile", profile_json<net>()},
+                              {"petra_plan_network_2", "reference_network<64, 11>"},
+                              {"petra_plan_profile_2", profile_json<deeper>()}});
+#else
+    using net = petra::reference_network<>;
+    petra::register_block_benchmarks<net>(batch);
+    petra::register_stage_benchmarks<net, petra::reference_cuts<2>()>(batch);
+    petra::register_stage_benchmarks<net, petra::reference_cuts<4>()>(batch);
+    return petra::bench::run(argc, argv,
+                             {{"petra_plan_network", "reference_network<>"},
+                              {"petra_plan_batch", std::to_string(batch)},
+                              {"petra_plan_profile", profile_json<net>()},
+                              {"petra_plan_cuts_2", cuts_text<petra::reference_cuts<2>()>()},
+                              {"petra_plan_cuts_4", cuts_text<petra::reference_cuts<4>()>()}});
+#endif
+}
