@@ -7,19 +7,41 @@
 // a recipe), data.hpp, run_state.hpp and run_checkpoint.hpp (the plan, the
 // position and the checkpoint file), methods.hpp (PETRA and the sequential
 // baselines), training_run.hpp (the loop), evaluation.hpp, and the outputs:
-// run_progress.hpp, metrics_files.hpp, summary.hpp.
+// run_progress.hpp, metrics_files.hpp, summary.hpp. The runs of every method
+// are compiled apart (method_runs.hpp): a program that includes this header
+// links the job's method libraries (examples/CMakeLists.txt).
 #pragma once
 
-#include <type_traits>
+#include <cstddef>
+#include <utility>
 
 #include "data.hpp"
-#include "methods.hpp"
+#include "method_runs.hpp"
+#include "metrics_files.hpp"
 #include "options.hpp"
 #include "run_checkpoint.hpp"
 #include "summary.hpp"
-#include "training_run.hpp"
 
 namespace fashion {
+
+// One run of the recipe's method, by the group that compiled it.
+inline job_summary run_method(const job_options& options, const training_recipe& recipe, const job_data& data)
+{
+    const std::size_t group = run_group(recipe);
+    return [&]<std::size_t... G>(std::index_sequence<G...>) {
+        job_summary summary;
+        if (recipe.driver == driver::mpi) {
+#ifdef PETRA_JOB_WITH_MPI
+            ((group == G ? (summary = mpi_runs<G>::run(options, recipe, data), true) : false) || ...);
+#else
+            refuse_option("--driver mpi: this build of the job has no MPI (install libopenmpi-dev and rebuild).");
+#endif
+        } else {
+            ((group == G ? (summary = method_runs<G>::run(options, recipe, data), true) : false) || ...);
+        }
+        return summary;
+    }(std::make_index_sequence<run_groups>{});
+}
 
 // Loads the data, trains (from a checkpoint with options.resume),
 // evaluates after every epoch, writes the metrics file and returns the
@@ -34,9 +56,7 @@ inline job_summary run_job(const job_options& options)
     check_checkpoint_options(options);
     job_data data = options.loads_data ? load_data(options.data_dir, recipe.batch) : job_data{};
     if (options.share_data_sizes) options.share_data_sizes(data.train_size, data.test_size);
-    const job_summary summary = with_method(recipe, [&]<class Method>(std::type_identity<Method>) {
-        return training_run<Method>(options, recipe, data).run();
-    });
+    const job_summary summary = run_method(options, recipe, data);
     if (!options.summary_path.empty() && !summary.interrupted) write_summary(options.summary_path, summary);
     return summary;
 }
