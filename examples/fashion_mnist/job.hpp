@@ -30,15 +30,7 @@ inline job_summary run_method(const job_options& options, const training_recipe&
     const std::size_t group = run_group(recipe);
     return [&]<std::size_t... G>(std::index_sequence<G...>) {
         job_summary summary;
-        if (recipe.driver == driver::mpi) {
-#ifdef PETRA_JOB_WITH_MPI
-            ((group == G ? (summary = mpi_runs<G>::run(options, recipe, data), true) : false) || ...);
-#else
-            refuse_option("--driver mpi: this build of the job has no MPI (install libopenmpi-dev and rebuild).");
-#endif
-        } else {
-            ((group == G ? (summary = method_runs<G>::run(options, recipe, data), true) : false) || ...);
-        }
+        ((group == G ? (summary = method_runs<G>::run(options, recipe, data), true) : false) || ...);
         return summary;
     }(std::make_index_sequence<run_groups>{});
 }

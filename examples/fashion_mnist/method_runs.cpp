@@ -1,11 +1,16 @@
-// One group of the job's runs on threads or the simulator (method_runs.hpp):
-// the group PETRA_JOB_RUN_GROUP names, which the build sets.
+// One group of the job's runs (method_runs.hpp): the group
+// PETRA_JOB_RUN_GROUP names, which the build sets; with PETRA_JOB_WITH_MPI
+// (the build found MPI) also PETRA on MPI ranks. The drivers of one J share
+// their stages' code, which is most of the work, hence one translation unit.
 #include <cstddef>
 #include <type_traits>
 
 #include "method_runs.hpp"
 #include "methods.hpp"
 #include "training_run.hpp"
+#ifdef PETRA_JOB_WITH_MPI
+#include "mpi_method.hpp"
+#endif
 
 namespace fashion {
 
@@ -23,7 +28,16 @@ job_summary method_runs<Group>::run(const job_options& options, const training_r
     }
     constexpr std::size_t first = Group == 0 ? run_groups : Group;
     return with_stage_count<first, run_groups>(recipe.stages, [&]<std::size_t J>(std::integral_constant<std::size_t, J>) {
-        if (recipe.driver == driver::simulator) return run(std::type_identity<petra_on_simulator<J>>{});
+        switch (recipe.driver) {
+        case driver::simulator: return run(std::type_identity<petra_on_simulator<J>>{});
+        case driver::mpi:
+#ifdef PETRA_JOB_WITH_MPI
+            return run(std::type_identity<mpi_method<J>>{});
+#else
+            refuse_option("--driver mpi: this build of the job has no MPI (install libopenmpi-dev and rebuild).");
+#endif
+        case driver::threads: break;
+        }
         return run(std::type_identity<petra_on_threads<J>>{});
     });
 }
