@@ -12,6 +12,7 @@
 // links the job's method libraries (examples/CMakeLists.txt).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <utility>
 
@@ -27,12 +28,11 @@ namespace fashion {
 // One run of the recipe's method, by the group that compiled it.
 inline job_summary run_method(const job_options& options, const training_recipe& recipe, const job_data& data)
 {
-    const std::size_t group = run_group(recipe);
-    return [&]<std::size_t... G>(std::index_sequence<G...>) {
-        job_summary summary;
-        ((group == G ? (summary = method_runs<G>::run(options, recipe, data), true) : false) || ...);
-        return summary;
+    using run = job_summary (*)(const job_options&, const training_recipe&, const job_data&);
+    constexpr auto runs = []<std::size_t... G>(std::index_sequence<G...>) {
+        return std::array<run, run_groups>{&method_runs<G>::run...};
     }(std::make_index_sequence<run_groups>{});
+    return runs[run_group(recipe)](options, recipe, data);
 }
 
 // Loads the data, trains (from a checkpoint with options.resume),
