@@ -93,7 +93,7 @@ inline void declare_options(CLI::App& app, job_options& options)
     const CLI::Validator whole_number(whole_number_form_error, "");
 
     app.add_option("--method", options.method, alternatives(method_names))->type_name("M");
-    app.add_option("--stages", options.stages, "PETRA's stages: 1 to " + std::to_string(max_stages))
+    app.add_option("--stages", options.stages, "PETRA's stages: 1 to " + std::to_string(max_stages) + ", the\nnetwork's blocks")
         ->type_name("J")->check(whole_number);
     app.add_option("--driver", options.driver,
                    alternatives(driver_names) + ": PETRA's stages on one\nthread each, on the caller's thread, or on "

@@ -7,19 +7,33 @@
 // a recipe), data.hpp, run_state.hpp and run_checkpoint.hpp (the plan, the
 // position and the checkpoint file), methods.hpp (PETRA and the sequential
 // baselines), training_run.hpp (the loop), evaluation.hpp, and the outputs:
-// run_progress.hpp, metrics_files.hpp, summary.hpp.
+// run_progress.hpp, metrics_files.hpp, summary.hpp. The runs of every method
+// are compiled apart (method_runs.hpp): a program that includes this header
+// links the job's method libraries (examples/CMakeLists.txt).
 #pragma once
 
-#include <type_traits>
+#include <array>
+#include <cstddef>
+#include <utility>
 
 #include "data.hpp"
-#include "methods.hpp"
+#include "method_runs.hpp"
+#include "metrics_files.hpp"
 #include "options.hpp"
 #include "run_checkpoint.hpp"
 #include "summary.hpp"
-#include "training_run.hpp"
 
 namespace fashion {
+
+// One run of the recipe's method, by the group that compiled it.
+inline job_summary run_method(const job_options& options, const training_recipe& recipe, const job_data& data)
+{
+    using run = job_summary (*)(const job_options&, const training_recipe&, const job_data&);
+    constexpr auto runs = []<std::size_t... G>(std::index_sequence<G...>) {
+        return std::array<run, run_groups>{&method_runs<G>::run...};
+    }(std::make_index_sequence<run_groups>{});
+    return runs[run_group(recipe)](options, recipe, data);
+}
 
 // Loads the data, trains (from a checkpoint with options.resume),
 // evaluates after every epoch, writes the metrics file and returns the
@@ -34,9 +48,7 @@ inline job_summary run_job(const job_options& options)
     check_checkpoint_options(options);
     job_data data = options.loads_data ? load_data(options.data_dir, recipe.batch) : job_data{};
     if (options.share_data_sizes) options.share_data_sizes(data.train_size, data.test_size);
-    const job_summary summary = with_method(recipe, [&]<class Method>(std::type_identity<Method>) {
-        return training_run<Method>(options, recipe, data).run();
-    });
+    const job_summary summary = run_method(options, recipe, data);
     if (!options.summary_path.empty() && !summary.interrupted) write_summary(options.summary_path, summary);
     return summary;
 }

@@ -16,6 +16,8 @@
 
 #include <petra/petra.hpp>
 
+#include "model.hpp"
+
 namespace fashion {
 
 enum class method { petra, backprop, reversible_backprop };
@@ -25,9 +27,12 @@ enum class method { petra, backprop, reversible_backprop };
 enum class driver { threads, simulator, mpi };
 using decay = petra::learning_rate_schedule::decay;
 
-// PETRA runs one thread per stage; more than the reference machine's cores
-// only adds switching.
-inline constexpr std::size_t max_stages = 4;
+// PETRA cuts the network into at most one stage per block (the
+// partitioner leaves no stage empty): J = 1 to the block count, 10 for the
+// reference network. On threads, J may exceed the cores: a stage waiting
+// for its neighbour sleeps on a condition variable (channel.hpp) and gives
+// its core to the others; --driver simulator runs any J on one thread.
+inline constexpr std::size_t max_stages = net::block_count;
 
 template <class Choice>
 struct named {
@@ -132,14 +137,6 @@ struct training_recipe {
     }
 };
 
-// "1, 2, 3 or 4"
-inline std::string stage_counts()
-{
-    std::string text = "1";
-    for (std::size_t j = 2; j <= max_stages; ++j) text += (j == max_stages ? " or " : ", ") + std::to_string(j);
-    return text;
-}
-
 // A usage error: the option it names is wrong (the front end exits with 2).
 [[noreturn]] inline void refuse_option(const std::string& what) { throw std::invalid_argument(what); }
 
@@ -151,7 +148,10 @@ inline training_recipe checked_recipe(const job_options& options)
     if (!chosen) {
         refuse_option("--method must be petra, backprop or reversible-backprop, not '" + options.method + "'.");
     }
-    if (options.stages < 1 || options.stages > max_stages) refuse_option("--stages must be " + stage_counts() + ".");
+    if (options.stages < 1 || options.stages > max_stages) {
+        refuse_option("--stages must be 1 to " + std::to_string(max_stages) + ", the network's block count (every "
+                      "stage holds at least one block), not " + std::to_string(options.stages) + ".");
+    }
     if (options.accumulation == 0) refuse_option("--accumulation must be at least 1.");
     if (options.batch < 2) refuse_option("--batch must be at least 2 (batch normalisation needs two examples).");
     if (options.epochs == 0) refuse_option("--epochs must be at least 1.");

@@ -3,6 +3,7 @@
 // place), a few epochs with each method; the loss must fall and the test
 // accuracy beat chance; the metrics file and the summary must say so. A run
 // stopped and resumed from its checkpoint ends as one that was not.
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -127,9 +128,58 @@ TEST_CASE("fashion_mnist job: --max-steps caps the run, and bad options or data 
     options.method = "sgd";
     CHECK_THROWS_WITH_AS(fashion::run_job(options), doctest::Contains("--method must be petra"),
                          std::invalid_argument);
+    // At most one stage per block: the refusal names the block count.
+    options = quick(data, "petra", fashion::net::block_count + 1);
+    CHECK(fashion::max_stages == fashion::net::block_count);
+    const std::string stage_range =
+        "--stages must be 1 to " + std::to_string(fashion::net::block_count) + ", the network's block count";
+    CHECK_THROWS_WITH_AS(fashion::run_job(options), doctest::Contains(stage_range.c_str()), std::invalid_argument);
+    options.stages = 0;
+    CHECK_THROWS_WITH_AS(fashion::run_job(options), doctest::Contains(stage_range.c_str()), std::invalid_argument);
     options = quick(data, "backprop", 1);
     options.data_dir = (data.dir / "missing").string();
     CHECK_THROWS_AS(fashion::run_job(options), petra::data_error);
+}
+
+TEST_CASE("fashion_mnist job: every stage count up to the block count, the same numbers on threads and the simulator")
+{
+    // J = 1 to the block count (one stage per block), one epoch of 20
+    // micro-batches each: the threads and the simulator end with the same
+    // parameters, and each J with its own (the delays differ), which shows
+    // that every J reaches a pipeline of its own. (Over fewer micro-batches
+    // than a stage's delay no forward sees an update, and two J may then
+    // end alike: over 4 micro-batches J = 5, 6 and 7 do.)
+    const generated_data data;
+    std::vector<std::string> digests;
+    for (std::size_t stages = 1; stages <= fashion::net::block_count; ++stages) {
+        CAPTURE(stages);
+        auto options = quick(data, "petra", stages);
+        options.epochs = 1;
+        const fashion::job_summary threads = fashion::run_job(options);
+        options.driver = "simulator";
+        const fashion::job_summary simulator = fashion::run_job(options);
+        CHECK(threads.steps == 20);
+        CHECK(threads.recipe.stages == stages);
+        CHECK(simulator.parameter_digest == threads.parameter_digest);
+        CHECK(simulator.test_accuracy == threads.test_accuracy);
+        digests.push_back(threads.parameter_digest);
+    }
+    std::sort(digests.begin(), digests.end());
+    CHECK(std::adjacent_find(digests.begin(), digests.end()) == digests.end());
+
+    // Every block its own stage over an epoch's end, k = 2: stage 0 is
+    // 2 (J - 1) = 18 ticks behind, and the drain finishes what is in flight.
+    auto options = quick(data, "petra", fashion::net::block_count);
+    options.epochs = 2;
+    options.max_steps = 30; // 20 micro-batches per epoch
+    options.accumulation = 2;
+    const fashion::job_summary threads = fashion::run_job(options);
+    options.driver = "simulator";
+    const fashion::job_summary simulator = fashion::run_job(options);
+    CHECK(threads.epochs_run == 2);
+    CHECK(simulator.parameter_digest == threads.parameter_digest);
+    CHECK(simulator.epochs.front().train_loss == threads.epochs.front().train_loss);
+    CHECK(simulator.test_accuracy == threads.test_accuracy);
 }
 
 namespace {
