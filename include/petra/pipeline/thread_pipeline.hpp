@@ -158,19 +158,7 @@ public:
                 raise_error(error_kind::logic_error,
                             "pipeline: a checkpoint can only be loaded before the epoch's first feed.");
             }
-#if PETRA_EXCEPTIONS
-            try {
-                core::transfer_pipeline_state(archive);
-            } catch (...) {
-                failure_ = std::current_exception();
-                lock.unlock();
-                core::stop_.stop();
-                notify_everyone();
-                throw;
-            }
-#else
-            core::transfer_pipeline_state(archive);
-#endif
+            load_or_fail(lock, [&] { core::transfer_pipeline_state(archive); });
             granted_ = core::fed_;
             to_stages_.notify_all();
         } else {
@@ -189,19 +177,7 @@ public:
         const typename core::paused held = pause();
         std::unique_lock lock(mutex_);
         if constexpr (Archive::loading) {
-#if PETRA_EXCEPTIONS
-            try {
-                core::transfer_stage_state(stage, archive);
-            } catch (...) {
-                failure_ = std::current_exception();
-                lock.unlock();
-                core::stop_.stop();
-                notify_everyone();
-                throw;
-            }
-#else
-            core::transfer_stage_state(stage, archive);
-#endif
+            load_or_fail(lock, [&] { core::transfer_stage_state(stage, archive); });
             // The stages run on only once every one is restored.
             if (core::all_stages_at_fed()) {
                 granted_ = core::fed_;
@@ -213,6 +189,28 @@ public:
     }
 
 private:
+    // Runs a load with mutex_ held (lock); a load that fails part-way fails
+    // the pipeline: the failure is recorded, every stage stopped and woken,
+    // and the exception goes on to the caller.
+    template <class Load>
+    void load_or_fail(std::unique_lock<std::mutex>& lock, Load&& load)
+    {
+#if PETRA_EXCEPTIONS
+        try {
+            load();
+        } catch (...) {
+            failure_ = std::current_exception();
+            lock.unlock();
+            core::stop_.stop();
+            notify_everyone();
+            throw;
+        }
+#else
+        (void)lock;
+        load();
+#endif
+    }
+
     template <std::size_t I>
     void run_stage()
     {
