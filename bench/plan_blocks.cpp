@@ -54,7 +54,12 @@ template <auto Cuts>
 std::string cuts_text()
 {
     std::string text;
-    for (std::size_t cut : Cuts) text += (text.empty() ? "" : ",") + std::to_string(cut);
+    // Appended piece by piece: g++ 12 reports a false -Wrestrict on
+    // `"," + std::to_string(cut)` when this is inlined into main.
+    for (std::size_t cut : Cuts) {
+        if (!text.empty()) text += ',';
+        text += std::to_string(cut);
+    }
     return text;
 }
 

@@ -26,9 +26,14 @@ struct image_size {
 
 // The last two have more images than one chunk of the weight gradient holds
 // (it groups about a thousand output pixels), so chunk boundaries are crossed.
+// Those with at least 8 channels on both sides take Winograd's form for 3x3,
+// stride 1, padding 1 (kernels/winograd.hpp): odd and even image sides, and
+// channel counts that are not whole vectors; {9, 8, 7, 9, 12} has more
+// images than one group of the form holds, the last group partial.
 constexpr image_size sizes[] = {
     {1, 1, 1, 1, 1},   {1, 1, 5, 5, 1},     {2, 3, 7, 9, 5},      {3, 4, 8, 8, 8},  {1, 5, 13, 6, 17},
     {2, 7, 9, 33, 9},  {2, 16, 14, 14, 16}, {1, 3, 28, 28, 33},   {3, 2, 28, 28, 3}, {7, 2, 14, 14, 5},
+    {2, 9, 7, 5, 12},  {9, 8, 7, 9, 12},    {1, 20, 1, 2, 8},     {3, 33, 6, 6, 17},
 };
 
 // Every supported kernel/stride/padding combination applied to every size
@@ -83,6 +88,48 @@ TEST_CASE_TEMPLATE("convolution input gradient matches the reference", T, float,
             petra::test::check_close(actual, expected, petra::test::accumulation_tolerance<T>(terms + 1));
         }
     });
+}
+
+TEST_CASE_TEMPLATE("Winograd's form and the direct correlation agree, with and without accumulation", T, float,
+                   double)
+{
+    using namespace petra::kernels;
+    std::mt19937_64 generator(5);
+    for (const convolution_shape shape : {convolution_shape{3, 16, 28, 28, 16, 3, 1, 1},
+                                          convolution_shape{5, 32, 14, 14, 32, 3, 1, 1},
+                                          convolution_shape{4, 64, 7, 7, 64, 3, 1, 1},
+                                          convolution_shape{2, 12, 9, 4, 40, 3, 1, 1}}) {
+        REQUIRE(detail::winograd_applies(shape));
+        INFO("batch " << shape.batch << ", channels " << shape.in_channels << " -> " << shape.out_channels
+                      << ", input " << shape.in_height << "x" << shape.in_width);
+        const auto input = petra::test::random_vector<T>(shape.input_count(), generator);
+        const auto weights = petra::test::random_vector<T>(shape.weight_count(), generator);
+        const auto grad_output = petra::test::random_vector<T>(shape.output_count(), generator);
+        scratch_source scratch;
+        for (T beta : {T(0), T(0.75)}) {
+            auto direct = beta == T(0) ? petra::test::nan_vector<T>(shape.output_count())
+                                       : petra::test::random_vector<T>(shape.output_count(), generator);
+            auto winograd = direct;
+            detail::forward_accumulate(shape, input.data(), weights.data(), direct.data(), beta, scratch);
+            detail::winograd_forward(shape, input.data(), weights.data(), winograd.data(), beta, scratch);
+            petra::test::check_close(winograd, direct, petra::test::accumulation_tolerance<T>(shape.patch_size() + 1));
+
+            auto direct_input = beta == T(0) ? petra::test::nan_vector<T>(shape.input_count())
+                                             : petra::test::random_vector<T>(shape.input_count(), generator);
+            auto winograd_input = direct_input;
+            detail::backward_input_by_phases(shape, grad_output.data(), weights.data(), direct_input.data(), beta,
+                                             scratch);
+            detail::winograd_backward_input(shape, grad_output.data(), weights.data(), winograd_input.data(), beta,
+                                            scratch);
+            petra::test::check_close(winograd_input, direct_input,
+                                     petra::test::accumulation_tolerance<T>(shape.out_channels * 9 + 1));
+        }
+    }
+    // Narrow channels and other geometries stay direct.
+    CHECK_FALSE(detail::winograd_applies({64, 1, 28, 28, 16, 3, 1, 1}));
+    CHECK_FALSE(detail::winograd_applies({64, 16, 28, 28, 32, 3, 2, 1}));
+    CHECK_FALSE(detail::winograd_applies({64, 16, 28, 28, 16, 3, 1, 0}));
+    CHECK_FALSE(detail::winograd_applies({64, 32, 14, 14, 64, 1, 1, 0}));
 }
 
 TEST_CASE_TEMPLATE("convolution weight gradient matches the reference", T, float, double)
@@ -190,12 +237,19 @@ TEST_CASE_TEMPLATE("convolutions in a caller's scratch region compute the same n
 TEST_CASE("a convolution's scratch demand is a compile-time figure, merged per buffer")
 {
     using namespace petra::kernels;
-    constexpr convolution_shape shape{64, 16, 28, 28, 16, 3, 1, 1};
-    // The phased input (64 images x 16 channels x 30 x 30 and two vectors of
-    // slack), the tap offsets, the packed weights: each on its own cache lines.
+    // Stride 2: the direct form.
+    constexpr convolution_shape shape{64, 16, 28, 28, 32, 3, 2, 1};
+    // The phased input (64 images x 16 channels x 4 phases of 15 x 15 and two
+    // vectors of slack), the tap offsets, the packed weights: each on its own
+    // cache lines.
     constexpr scratch_demand forward = convolution_forward_scratch<float>(shape);
     static_assert(forward.buffer_count() == 3);
     static_assert(forward.thread_bytes() >= 64 * 16 * 30 * 30 * sizeof(float));
+    // Winograd's form: six buffers, of one group of images at most (the
+    // transformed patches and products of a group stay under half a MiB).
+    constexpr scratch_demand winograd = convolution_forward_scratch<float>({64, 16, 28, 28, 16, 3, 1, 1});
+    static_assert(winograd.buffer_count() == 7);
+    static_assert(winograd.thread_bytes() < std::size_t(1) << 20);
     static_assert(forward.region_bytes() >= forward.thread_bytes());
     // The weight gradient reads the same phased input: one buffer, the larger
     // request, for per-thread memory; the larger region for a caller's.

@@ -25,15 +25,13 @@
 #include <type_traits>
 #include <utility>
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-
 #include <petra/error.hpp>
 #include <petra/kernels/gemm.hpp>
+#include <petra/kernels/layout.hpp>
 #include <petra/kernels/profile.hpp>
 #include <petra/kernels/scratch.hpp>
 #include <petra/kernels/simd.hpp>
+#include <petra/kernels/winograd.hpp>
 
 namespace petra::kernels {
 
@@ -364,69 +362,6 @@ void tap_gradients(std::size_t images, std::size_t rows, std::size_t row_length,
     }
 }
 
-#if defined(__AVX512F__)
-// The 16 x 16 block of floats held in r (r[i] lane j is element (i, j))
-// transposed in place: afterwards r[j] lane i is element (i, j).
-inline void transpose_16x16(__m512 (&r)[16])
-{
-    // Interleave pairs of rows, then pairs of pairs within each 128-bit
-    // lane, then 128-bit lanes twice. (The masked forms with every lane
-    // selected are the plain instructions; the unmasked intrinsics pass an
-    // undefined vector that g++ 12 reports as maybe uninitialised.)
-    constexpr __mmask16 all = 0xFFFF;
-    __m512 t[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_mask_unpacklo_ps(r[i], all, r[i], r[i + 1]);
-        t[i + 1] = _mm512_mask_unpackhi_ps(r[i], all, r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {
-        r[i] = _mm512_mask_shuffle_ps(t[i], all, t[i], t[i + 2], 0x44);
-        r[i + 1] = _mm512_mask_shuffle_ps(t[i], all, t[i], t[i + 2], 0xEE);
-        r[i + 2] = _mm512_mask_shuffle_ps(t[i], all, t[i + 1], t[i + 3], 0x44);
-        r[i + 3] = _mm512_mask_shuffle_ps(t[i], all, t[i + 1], t[i + 3], 0xEE);
-    }
-    for (int i = 0; i < 4; ++i) {
-        t[i] = _mm512_mask_shuffle_f32x4(r[i], all, r[i], r[i + 4], 0x88);
-        t[i + 4] = _mm512_mask_shuffle_f32x4(r[i], all, r[i], r[i + 4], 0xDD);
-        t[i + 8] = _mm512_mask_shuffle_f32x4(r[i], all, r[i + 8], r[i + 12], 0x88);
-        t[i + 12] = _mm512_mask_shuffle_f32x4(r[i], all, r[i + 8], r[i + 12], 0xDD);
-    }
-    for (int i = 0; i < 8; ++i) {
-        r[i] = _mm512_mask_shuffle_f32x4(t[i], all, t[i], t[i + 8], 0x88);
-        r[i + 8] = _mm512_mask_shuffle_f32x4(t[i], all, t[i], t[i + 8], 0xDD);
-    }
-}
-#endif
-
-// to[p * to_stride + c] = from[c * from_stride + p] for c < channels and
-// p < pixels: a block of channel rows turned into pixel rows. On AVX-512,
-// float blocks of 16 x 16 go through registers (about 0.4 instructions per
-// value instead of a load and a store); the rest is copied value by value.
-template <class T>
-void transpose_channels(const T* from, std::size_t from_stride, std::size_t channels, std::size_t pixels, T* to,
-                        std::size_t to_stride)
-{
-    std::size_t full_channels = 0, full_pixels = 0;
-#if defined(__AVX512F__)
-    if constexpr (std::is_same_v<T, float>) {
-        full_channels = channels - channels % 16;
-        full_pixels = pixels - pixels % 16;
-        for (std::size_t c0 = 0; c0 < full_channels; c0 += 16) {
-            for (std::size_t p0 = 0; p0 < full_pixels; p0 += 16) {
-                __m512 r[16];
-                for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(from + (c0 + i) * from_stride + p0);
-                transpose_16x16(r);
-                for (int k = 0; k < 16; ++k) _mm512_storeu_ps(to + (p0 + k) * to_stride + c0, r[k]);
-            }
-        }
-    }
-#endif
-    for (std::size_t c = 0; c < channels; ++c) {
-        const std::size_t first_pixel = c < full_channels ? full_pixels : 0;
-        for (std::size_t p = first_pixel; p < pixels; ++p) to[p * to_stride + c] = from[c * from_stride + p];
-    }
-}
-
 struct weight_gradient_outputs_tag {};
 struct weight_gradient_sums_tag {};
 struct weight_gradient_taps_tag {};
@@ -629,41 +564,6 @@ void direct_correlation(std::size_t images, const T* source, std::size_t image_s
     }
     direct_correlation_tiles<T, blocking::mr, blocking::vectors_per_row>(images, source, image_stride, offsets, taps,
                                                                         weights, channels, wide_pixels, store, scratch);
-}
-
-// out[t] = in[t] + beta * out[t] for t < count (out not read when beta == 0),
-// in whole vectors, with the tail (fewer than a vector) as one masked vector
-// on AVX-512 and value by value elsewhere: tiles are stored in pieces of a
-// row, most of them shorter than a vector or two.
-template <class T>
-inline void store_row(std::size_t count, const T* in, T* out, T beta)
-{
-    using vector = simd<T>;
-    const std::size_t vector_end = count - count % vector::size; // see detail::map in elementwise.hpp
-    std::size_t t = 0;
-    if (beta == T(0)) {
-        for (; t < vector_end; t += vector::size) vector::load_unaligned(in + t).store_unaligned(out + t);
-    } else {
-        const vector scale(beta);
-        for (; t < vector_end; t += vector::size) {
-            xsimd::fma(scale, vector::load_unaligned(out + t), vector::load_unaligned(in + t)).store_unaligned(out + t);
-        }
-    }
-    if (t == count) return;
-#if defined(__AVX512F__)
-    if constexpr (std::is_same_v<T, float>) {
-        const __mmask16 tail = static_cast<__mmask16>((1u << (count - t)) - 1);
-        __m512 values = _mm512_maskz_loadu_ps(tail, in + t);
-        if (beta != T(0)) values = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(tail, out + t), values);
-        _mm512_mask_storeu_ps(out + t, tail, values);
-        return;
-    }
-#endif
-    if (beta == T(0)) {
-        for (; t < count; ++t) out[t] = in[t];
-    } else {
-        for (; t < count; ++t) out[t] = xsimd::fma(beta, out[t], in[t]);
-    }
 }
 
 struct tap_offsets_tag {};
@@ -871,6 +771,65 @@ void backward_input_by_phases(const convolution_shape& shape, const T* grad_outp
     }
 }
 
+// Whether the forward pass and the input gradient of a shape take Winograd's
+// F(2x2, 3x3) form (winograd.hpp) instead of the direct correlation: 3x3
+// kernels with stride 1 and padding 1, between channel counts that fill at
+// least half a vector of floats on every side (a stem reading one or three
+// channels would pad them to a whole vector and gain nothing). It does 16
+// multiplications per 2x2 results and channel pair where the direct form
+// does 36, with values rounded differently: the results agree with the direct
+// form to the accumulation's rounding (tests/kernels/test_convolution.cpp).
+constexpr bool winograd_applies(const convolution_shape& shape)
+{
+    return shape.kernel == 3 && shape.stride == 1 && shape.padding == 1 && shape.in_channels >= 8 &&
+           shape.out_channels >= 8;
+}
+
+// The forward pass reads the input's channels and makes the output's; the
+// input gradient the other way round.
+template <class T>
+constexpr winograd_geometry<T> forward_winograd_geometry(const convolution_shape& shape)
+{
+    return {shape.batch, shape.in_height, shape.in_width, shape.in_channels, shape.out_channels};
+}
+
+template <class T>
+constexpr winograd_geometry<T> input_gradient_winograd_geometry(const convolution_shape& shape)
+{
+    return {shape.batch, shape.in_height, shape.in_width, shape.out_channels, shape.in_channels};
+}
+
+// output = convolution(input, weights) + beta * output through Winograd's
+// form, for a shape winograd_applies to.
+template <class T>
+void winograd_forward(const convolution_shape& shape, const T* input, const T* weights, T* output, T beta,
+                      scratch_source& scratch)
+{
+    const std::size_t in_channels = shape.in_channels;
+    winograd_correlation(
+        forward_winograd_geometry<T>(shape), input,
+        [&](std::size_t co, std::size_t ci, std::size_t kh, std::size_t kw) {
+            return weights[((co * in_channels + ci) * 3 + kh) * 3 + kw];
+        },
+        output, beta, scratch);
+}
+
+// grad_input = input gradient + beta * grad_input through Winograd's form:
+// the stride-1 correlation of grad_output with the weights flipped and their
+// channel roles exchanged, for a shape winograd_applies to.
+template <class T>
+void winograd_backward_input(const convolution_shape& shape, const T* grad_output, const T* weights, T* grad_input,
+                             T beta, scratch_source& scratch)
+{
+    const std::size_t in_channels = shape.in_channels;
+    winograd_correlation(
+        input_gradient_winograd_geometry<T>(shape), grad_output,
+        [&](std::size_t ci, std::size_t co, std::size_t kh, std::size_t kw) {
+            return weights[((co * in_channels + ci) * 3 + 2 - kh) * 3 + 2 - kw];
+        },
+        grad_input, beta, scratch);
+}
+
 } // namespace detail
 
 // The scratch each convolution kernel takes for a shape (scratch.hpp), from
@@ -880,6 +839,10 @@ constexpr scratch_demand convolution_forward_scratch(const convolution_shape& sh
 {
     scratch_demand demand;
     if (shape.batch == 0) return demand;
+    if (detail::winograd_applies(shape)) {
+        detail::ask_winograd_scratch(demand, detail::forward_winograd_geometry<T>(shape));
+        return demand;
+    }
     demand.template ask<detail::phased_input_tag, T>(detail::phased_input_count<T>(shape));
     demand.template ask<detail::tap_offsets_tag, std::size_t>(shape.patch_size());
     const std::size_t wide_pixels = shape.out_height() * detail::phase_width(shape);
@@ -893,6 +856,10 @@ constexpr scratch_demand convolution_backward_input_scratch(const convolution_sh
 {
     scratch_demand demand;
     if (shape.batch == 0) return demand;
+    if (detail::winograd_applies(shape)) {
+        detail::ask_winograd_scratch(demand, detail::input_gradient_winograd_geometry<T>(shape));
+        return demand;
+    }
     const detail::input_gradient_geometry geometry(shape);
     demand.template ask<detail::phase_source_tag, T>(geometry.source_count<T>(shape));
     demand.template ask<detail::phase_weights_tag, T>(shape.in_channels * geometry.max_taps);
@@ -949,7 +916,11 @@ void convolution_forward(const convolution_shape& shape, const T* input, const T
     validate(shape);
     if (shape.batch == 0) return;
     scratch_source source(scratch);
-    detail::forward_accumulate(shape, input, weights, output, T(0), source);
+    if (detail::winograd_applies(shape)) {
+        detail::winograd_forward(shape, input, weights, output, T(0), source);
+    } else {
+        detail::forward_accumulate(shape, input, weights, output, T(0), source);
+    }
 }
 
 // grad_input = (gradient of the forward pass with respect to its input,
@@ -967,7 +938,11 @@ void convolution_backward_input(const convolution_shape& shape, const T* grad_ou
     validate(shape);
     if (shape.batch == 0) return;
     scratch_source source(scratch);
-    detail::backward_input_by_phases(shape, grad_output, weights, grad_input, beta, source);
+    if (detail::winograd_applies(shape)) {
+        detail::winograd_backward_input(shape, grad_output, weights, grad_input, beta, source);
+    } else {
+        detail::backward_input_by_phases(shape, grad_output, weights, grad_input, beta, source);
+    }
 }
 
 // grad_weights = (gradient of the forward pass with respect to its weights,

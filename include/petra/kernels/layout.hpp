@@ -1,0 +1,115 @@
+// Moving values between layouts inside the kernels: channel rows to pixel
+// rows (the transposition the convolutions use to put channels along the
+// vectors and back), and a row's store that accumulates onto what is there.
+#pragma once
+
+#include <cstddef>
+#include <type_traits>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#include <petra/kernels/simd.hpp>
+
+namespace petra::kernels::detail {
+
+#if defined(__AVX512F__)
+// The 16 x 16 block of floats held in r (r[i] lane j is element (i, j))
+// transposed in place: afterwards r[j] lane i is element (i, j).
+inline void transpose_16x16(__m512 (&r)[16])
+{
+    // Interleave pairs of rows, then pairs of pairs within each 128-bit
+    // lane, then 128-bit lanes twice. (The masked forms with every lane
+    // selected are the plain instructions; the unmasked intrinsics pass an
+    // undefined vector that g++ 12 reports as maybe uninitialised.)
+    constexpr __mmask16 all = 0xFFFF;
+    __m512 t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_mask_unpacklo_ps(r[i], all, r[i], r[i + 1]);
+        t[i + 1] = _mm512_mask_unpackhi_ps(r[i], all, r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_mask_shuffle_ps(t[i], all, t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm512_mask_shuffle_ps(t[i], all, t[i], t[i + 2], 0xEE);
+        r[i + 2] = _mm512_mask_shuffle_ps(t[i], all, t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm512_mask_shuffle_ps(t[i], all, t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; ++i) {
+        t[i] = _mm512_mask_shuffle_f32x4(r[i], all, r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_mask_shuffle_f32x4(r[i], all, r[i], r[i + 4], 0xDD);
+        t[i + 8] = _mm512_mask_shuffle_f32x4(r[i], all, r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_mask_shuffle_f32x4(r[i], all, r[i + 8], r[i + 12], 0xDD);
+    }
+    for (int i = 0; i < 8; ++i) {
+        r[i] = _mm512_mask_shuffle_f32x4(t[i], all, t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_mask_shuffle_f32x4(t[i], all, t[i], t[i + 8], 0xDD);
+    }
+}
+#endif
+
+// to[p * to_stride + c] = from[c * from_stride + p] for c < channels and
+// p < pixels: a block of channel rows turned into pixel rows. On AVX-512,
+// float blocks of 16 x 16 go through registers (about 0.4 instructions per
+// value instead of a load and a store); the rest is copied value by value.
+template <class T>
+void transpose_channels(const T* from, std::size_t from_stride, std::size_t channels, std::size_t pixels, T* to,
+                        std::size_t to_stride)
+{
+    std::size_t full_channels = 0, full_pixels = 0;
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+        full_channels = channels - channels % 16;
+        full_pixels = pixels - pixels % 16;
+        for (std::size_t c0 = 0; c0 < full_channels; c0 += 16) {
+            for (std::size_t p0 = 0; p0 < full_pixels; p0 += 16) {
+                __m512 r[16];
+                for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(from + (c0 + i) * from_stride + p0);
+                transpose_16x16(r);
+                for (int k = 0; k < 16; ++k) _mm512_storeu_ps(to + (p0 + k) * to_stride + c0, r[k]);
+            }
+        }
+    }
+#endif
+    for (std::size_t c = 0; c < channels; ++c) {
+        const std::size_t first_pixel = c < full_channels ? full_pixels : 0;
+        for (std::size_t p = first_pixel; p < pixels; ++p) to[p * to_stride + c] = from[c * from_stride + p];
+    }
+}
+
+// out[t] = in[t] + beta * out[t] for t < count (out not read when beta == 0),
+// in whole vectors, with the tail (fewer than a vector) as one masked vector
+// on AVX-512 and value by value elsewhere: tiles are stored in pieces of a
+// row, most of them shorter than a vector or two.
+template <class T>
+inline void store_row(std::size_t count, const T* in, T* out, T beta)
+{
+    using vector = simd<T>;
+    const std::size_t vector_end = count - count % vector::size; // see detail::map in elementwise.hpp
+    std::size_t t = 0;
+    if (beta == T(0)) {
+        for (; t < vector_end; t += vector::size) vector::load_unaligned(in + t).store_unaligned(out + t);
+    } else {
+        const vector scale(beta);
+        for (; t < vector_end; t += vector::size) {
+            xsimd::fma(scale, vector::load_unaligned(out + t), vector::load_unaligned(in + t)).store_unaligned(out + t);
+        }
+    }
+    if (t == count) return;
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+        const __mmask16 tail = static_cast<__mmask16>((1u << (count - t)) - 1);
+        __m512 values = _mm512_maskz_loadu_ps(tail, in + t);
+        if (beta != T(0)) values = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(tail, out + t), values);
+        _mm512_mask_storeu_ps(out + t, tail, values);
+        return;
+    }
+#endif
+    if (beta == T(0)) {
+        for (; t < count; ++t) out[t] = in[t];
+    } else {
+        for (; t < count; ++t) out[t] = xsimd::fma(beta, out[t], in[t]);
+    }
+}
+
+} // namespace petra::kernels::detail

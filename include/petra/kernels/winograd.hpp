@@ -1,0 +1,397 @@
+// Winograd's minimal filtering F(2x2, 3x3) for the 3x3 convolutions with
+// stride 1 and padding 1 (the forward pass and the input gradient of such a
+// convolution, which is the same correlation with flipped, transposed
+// weights): each 2x2 block of results is computed from a 4x4 patch of the
+// source with 16 multiplications per channel pair instead of 36.
+//
+//   result tile = A^T [ sum over source channels of (G g G^T) .* (B^T d B) ] A
+//
+// with d the 4x4 source patch, g the 3x3 weights and
+//   B^T = | 1  0 -1  0 |   G = | 1    0    0   |   A^T = | 1  1  1  0 |
+//         | 0  1  1  0 |       | 1/2  1/2  1/2 |         | 0  1 -1 -1 |
+//         | 0 -1  1  0 |       | 1/2 -1/2  1/2 |
+//         | 0  1  0 -1 |       | 0    0    1   |
+//
+// Layout: the channels run along the vectors. An image is transposed once to
+// pixel-major order (each pixel's channels contiguous, padded with zeros to
+// whole vectors) inside a zero border; the transformed patches then form 16
+// matrices V_e (tiles x source channels) and the transformed weights 16
+// matrices U_e (source channels x result channels), and the products M_e =
+// V_e U_e are 16 small GEMMs whose micro-kernel broadcasts one element of V_e
+// against whole vectors of U_e's row. The output transform turns M's 16
+// values of a tile into its 2x2 results, still pixel-major, and one more
+// transposition returns them to NCHW. Images are taken a few at a time so
+// that V, M and U of a group stay in the core's L2 cache.
+//
+// Kernels know nothing of layers: this file is reached only through
+// kernels/convolution.hpp, which decides when the form applies.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstring>
+#include <numeric>
+#include <utility>
+
+#include <petra/kernels/gemm.hpp>
+#include <petra/kernels/layout.hpp>
+#include <petra/kernels/scratch.hpp>
+#include <petra/kernels/simd.hpp>
+
+namespace petra::kernels::detail {
+
+struct winograd_transposed_tag {};
+struct winograd_bordered_tag {};
+struct winograd_patches_tag {};
+struct winograd_weights_tag {};
+struct winograd_products_tag {};
+struct winograd_results_tag {};
+struct winograd_staged_tag {};
+
+// Register blocking of the 16 products: Rows tiles times Vectors vectors of
+// result channels. 24 accumulators fit 32 vector registers with the weight
+// vectors and the broadcast; 12 fit 16.
+template <class T>
+struct winograd_blocking {
+    static constexpr bool wide = gemm_blocking<T>::wide_register_file;
+    static constexpr std::size_t accumulators = wide ? 24 : 12;
+    static constexpr std::size_t max_vectors = wide ? 4 : 2;
+    static constexpr std::size_t rows_for(std::size_t vectors) { return accumulators / vectors; }
+};
+
+// Sizes of one call: per image and per group of images. The tiles of a
+// group are multiplied together, their count rounded up to the row counts of
+// the blocks that multiply them (rows computed and never read); a group
+// holds as many images as keep its transformed patches and products within
+// group_bytes (about half of a core's L2 cache), choosing among those counts
+// the one that wastes the smallest share of rows.
+template <class T>
+struct winograd_geometry {
+    static constexpr std::size_t width_of_vector = simd_width<T>;
+    static constexpr std::size_t group_bytes = std::size_t(512) << 10;
+
+    std::size_t batch, height, width, source_channels, result_channels;
+    std::size_t tile_rows, tile_columns, tiles;
+    std::size_t source_stride, result_stride;
+    std::size_t bordered_width, bordered_pixels;
+    std::size_t row_multiple;
+    std::size_t group_images, group_tiles;
+
+    constexpr winograd_geometry(std::size_t batch_, std::size_t height_, std::size_t width_,
+                                std::size_t source_channels_, std::size_t result_channels_)
+        : batch(batch_), height(height_), width(width_), source_channels(source_channels_),
+          result_channels(result_channels_), tile_rows((height_ + 1) / 2), tile_columns((width_ + 1) / 2),
+          tiles(tile_rows * tile_columns), source_stride(round_up(source_channels_)),
+          result_stride(round_up(result_channels_)), bordered_width(2 * tile_columns + 2),
+          bordered_pixels((2 * tile_rows + 2) * bordered_width), row_multiple(rows_multiple(result_stride)),
+          group_images(best_group(batch_, tiles, source_stride + result_stride, row_multiple)),
+          group_tiles(padded_tiles(group_images * tiles, row_multiple))
+    {
+    }
+
+    static constexpr std::size_t round_up(std::size_t channels)
+    {
+        return (channels + width_of_vector - 1) / width_of_vector * width_of_vector;
+    }
+    static constexpr std::size_t padded_tiles(std::size_t count, std::size_t multiple)
+    {
+        return (count + multiple - 1) / multiple * multiple;
+    }
+    // A multiple of the row count of every block multiply_transformed runs
+    // for this many result channels: the full passes' and the last one's.
+    static constexpr std::size_t rows_multiple(std::size_t result_stride)
+    {
+        using blocking = winograd_blocking<T>;
+        const std::size_t vectors = result_stride / width_of_vector;
+        const std::size_t full = vectors >= blocking::max_vectors ? blocking::rows_for(blocking::max_vectors) : 1;
+        const std::size_t rest = vectors % blocking::max_vectors;
+        return rest == 0 ? full : std::lcm(full, blocking::rows_for(rest));
+    }
+    static constexpr std::size_t best_group(std::size_t batch, std::size_t tiles, std::size_t channels,
+                                            std::size_t multiple)
+    {
+        const std::size_t per_tile = 16 * channels * sizeof(T);
+        std::size_t best = 1;
+        for (std::size_t images = 2; images <= batch; ++images) {
+            const std::size_t rows = padded_tiles(images * tiles, multiple);
+            if (rows * per_tile > group_bytes) break;
+            // Fewer wasted rows per image, compared without division.
+            if (rows * best < padded_tiles(best * tiles, multiple) * images) best = images;
+        }
+        return best;
+    }
+    std::size_t pixels() const { return height * width; }
+    constexpr std::size_t transposed_count() const { return height * width * source_stride; }
+    constexpr std::size_t bordered_count() const { return group_images * bordered_pixels * source_stride; }
+    // The 16 planes of V (and of M) lie a cache line further apart than
+    // their rows need: planes a multiple of 4 KiB apart would map the 16
+    // stores of a tile's transform to one set of the L1 cache.
+    constexpr std::size_t patch_plane() const { return group_tiles * source_stride + buffer_alignment / sizeof(T); }
+    constexpr std::size_t product_plane() const { return group_tiles * result_stride + buffer_alignment / sizeof(T); }
+    constexpr std::size_t patches_count() const { return 16 * patch_plane(); }
+    constexpr std::size_t weights_count() const { return 16 * source_channels * result_stride; }
+    constexpr std::size_t products_count() const { return 16 * product_plane(); }
+    constexpr std::size_t results_count() const { return height * width * result_stride; }
+    constexpr std::size_t staged_count() const { return height * width * result_channels; }
+};
+
+// The scratch winograd_correlation takes (scratch.hpp).
+template <class T>
+constexpr void ask_winograd_scratch(scratch_demand& demand, const winograd_geometry<T>& geometry)
+{
+    demand.template ask<winograd_transposed_tag, T>(geometry.transposed_count());
+    demand.template ask<winograd_bordered_tag, T>(geometry.bordered_count());
+    demand.template ask<winograd_patches_tag, T>(geometry.patches_count());
+    demand.template ask<winograd_weights_tag, T>(geometry.weights_count());
+    demand.template ask<winograd_products_tag, T>(geometry.products_count());
+    demand.template ask<winograd_results_tag, T>(geometry.results_count());
+    demand.template ask<winograd_staged_tag, T>(geometry.staged_count());
+}
+
+// U[e][s][r] = (G g G^T)[e / 4][e % 4] for the 3x3 weights g = tap(r, s, kh, kw)
+// of result channel r and source channel s; the padding channels of each row
+// are zero. A vector of result channels at a time: their 9 taps are gathered
+// into lanes, transformed together and stored as whole vectors of a row.
+template <class T, class Tap>
+void transform_weights(const winograd_geometry<T>& geometry, Tap&& tap, T* transformed)
+{
+    using vector = simd<T>;
+    constexpr std::size_t width = vector::size;
+    const std::size_t sources = geometry.source_channels, results = geometry.result_channels;
+    const std::size_t stride = geometry.result_stride;
+    const vector half(T(0.5));
+    alignas(buffer_alignment) T lanes[9][width];
+    for (std::size_t r0 = 0; r0 < stride; r0 += width) {
+        const std::size_t used = std::min(width, results - r0);
+        for (std::size_t s = 0; s < sources; ++s) {
+            for (std::size_t k = 0; k < 9; ++k) {
+                for (std::size_t lane = 0; lane < used; ++lane) lanes[k][lane] = tap(r0 + lane, s, k / 3, k % 3);
+                for (std::size_t lane = used; lane < width; ++lane) lanes[k][lane] = T(0);
+            }
+            vector g[3][3];
+            for (std::size_t k = 0; k < 9; ++k) g[k / 3][k % 3] = vector::load_aligned(lanes[k]);
+            vector rows[4][3]; // G g
+            for (std::size_t k = 0; k < 3; ++k) {
+                rows[0][k] = g[0][k];
+                rows[1][k] = half * (g[0][k] + g[1][k] + g[2][k]);
+                rows[2][k] = half * (g[0][k] - g[1][k] + g[2][k]);
+                rows[3][k] = g[2][k];
+            }
+            for (std::size_t i = 0; i < 4; ++i) { // (G g) G^T
+                T* out = transformed + (i * 4 * sources + s) * stride + r0;
+                const std::size_t plane = sources * stride;
+                rows[i][0].store_aligned(out);
+                (half * (rows[i][0] + rows[i][1] + rows[i][2])).store_aligned(out + plane);
+                (half * (rows[i][0] - rows[i][1] + rows[i][2])).store_aligned(out + 2 * plane);
+                rows[i][2].store_aligned(out + 3 * plane);
+            }
+        }
+    }
+}
+
+// The images [first, first + count) of source (NCHW) into the bordered,
+// pixel-major buffer of their group: image i's pixel (y, x) at bordered pixel
+// (y + 1) * bordered_width + x + 1, its channels contiguous. The border and
+// the padding channels are zero from the call's start and never written.
+template <class T>
+void gather_images(const winograd_geometry<T>& geometry, const T* source, std::size_t first, std::size_t count,
+                   T* transposed, T* bordered)
+{
+    const std::size_t stride = geometry.source_stride, pixels = geometry.pixels();
+    for (std::size_t i = 0; i < count; ++i) {
+        transpose_channels(source + (first + i) * geometry.source_channels * pixels, pixels,
+                           geometry.source_channels, pixels, transposed, stride);
+        T* image = bordered + i * geometry.bordered_pixels * stride;
+        for (std::size_t y = 0; y < geometry.height; ++y) {
+            std::memcpy(image + ((y + 1) * geometry.bordered_width + 1) * stride,
+                        transposed + y * geometry.width * stride, geometry.width * stride * sizeof(T));
+        }
+    }
+}
+
+// V[e][t][s] = (B^T d B)[e / 4][e % 4] for every tile t of the group's
+// `count` images (tile t of image i is t = i * tiles + ty * tile_columns + tx,
+// its patch the bordered pixels from (2 ty, 2 tx) to (2 ty + 3, 2 tx + 3)).
+template <class T>
+void transform_patches(const winograd_geometry<T>& geometry, const T* bordered, std::size_t count, T* patches)
+{
+    using vector = simd<T>;
+    const std::size_t stride = geometry.source_stride, plane = geometry.patch_plane();
+    const std::size_t row = geometry.bordered_width * stride;
+    for (std::size_t i = 0; i < count; ++i) {
+        for (std::size_t ty = 0; ty < geometry.tile_rows; ++ty) {
+            for (std::size_t tx = 0; tx < geometry.tile_columns; ++tx) {
+                const std::size_t t = (i * geometry.tile_rows + ty) * geometry.tile_columns + tx;
+                const T* patch = bordered + i * geometry.bordered_pixels * stride + 2 * ty * row + 2 * tx * stride;
+                T* out = patches + t * stride;
+                for (std::size_t c = 0; c < stride; c += vector::size) {
+                    vector d[4][4];
+                    for (std::size_t r = 0; r < 4; ++r)
+                        for (std::size_t k = 0; k < 4; ++k) d[r][k] = vector::load_aligned(patch + r * row + k * stride + c);
+                    vector b[4][4]; // B^T d
+                    for (std::size_t k = 0; k < 4; ++k) {
+                        b[0][k] = d[0][k] - d[2][k];
+                        b[1][k] = d[1][k] + d[2][k];
+                        b[2][k] = d[2][k] - d[1][k];
+                        b[3][k] = d[1][k] - d[3][k];
+                    }
+                    for (std::size_t r = 0; r < 4; ++r) { // (B^T d) B
+                        (b[r][0] - b[r][2]).store_aligned(out + (r * 4 + 0) * plane + c);
+                        (b[r][1] + b[r][2]).store_aligned(out + (r * 4 + 1) * plane + c);
+                        (b[r][2] - b[r][1]).store_aligned(out + (r * 4 + 2) * plane + c);
+                        (b[r][1] - b[r][3]).store_aligned(out + (r * 4 + 3) * plane + c);
+                    }
+                }
+            }
+        }
+    }
+}
+
+// products[t][v] = sum over s < depth of patches[t][s] * weights[s][v], for
+// Rows rows t and Vectors vectors v of result channels.
+template <class T, std::size_t Rows, std::size_t Vectors>
+inline void winograd_block_product(std::size_t depth, const T* __restrict patches, std::size_t patch_stride,
+                                   const T* __restrict weights, std::size_t weight_stride, T* __restrict products,
+                                   std::size_t product_stride)
+{
+    using vector = simd<T>;
+    vector sums[Rows][Vectors];
+#pragma GCC unroll 24
+    for (std::size_t r = 0; r < Rows; ++r) {
+#pragma GCC unroll 4
+        for (std::size_t v = 0; v < Vectors; ++v) sums[r][v] = vector(T(0));
+    }
+    for (std::size_t s = 0; s < depth; ++s) {
+        vector w[Vectors];
+#pragma GCC unroll 4
+        for (std::size_t v = 0; v < Vectors; ++v) w[v] = vector::load_aligned(weights + s * weight_stride + v * vector::size);
+#pragma GCC unroll 24
+        for (std::size_t r = 0; r < Rows; ++r) {
+            const vector value(patches[r * patch_stride + s]);
+#pragma GCC unroll 4
+            for (std::size_t v = 0; v < Vectors; ++v) sums[r][v] = xsimd::fma(value, w[v], sums[r][v]);
+        }
+    }
+#pragma GCC unroll 24
+    for (std::size_t r = 0; r < Rows; ++r) {
+#pragma GCC unroll 4
+        for (std::size_t v = 0; v < Vectors; ++v) sums[r][v].store_aligned(products + r * product_stride + v * vector::size);
+    }
+}
+
+template <class T, std::size_t Vectors>
+void winograd_vector_group_products(const winograd_geometry<T>& geometry, const T* patches, const T* weights,
+                                    std::size_t v0, T* products)
+{
+    constexpr std::size_t rows = winograd_blocking<T>::rows_for(Vectors);
+    const std::size_t width = simd_width<T>;
+    for (std::size_t e = 0; e < 16; ++e) {
+        const T* v_e = patches + e * geometry.patch_plane();
+        const T* u_e = weights + e * geometry.source_channels * geometry.result_stride + v0 * width;
+        T* m_e = products + e * geometry.product_plane() + v0 * width;
+        for (std::size_t t = 0; t < geometry.group_tiles; t += rows) {
+            winograd_block_product<T, rows, Vectors>(geometry.source_channels, v_e + t * geometry.source_stride,
+                                                     geometry.source_stride, u_e, geometry.result_stride,
+                                                     m_e + t * geometry.result_stride, geometry.result_stride);
+        }
+    }
+}
+
+// M_e = V_e U_e for the 16 e, in passes of up to max_vectors vectors of
+// result channels.
+template <class T>
+void multiply_transformed(const winograd_geometry<T>& geometry, const T* patches, const T* weights, T* products)
+{
+    constexpr std::size_t max_vectors = winograd_blocking<T>::max_vectors;
+    const std::size_t vectors = geometry.result_stride / simd_width<T>;
+    std::size_t v0 = 0;
+    for (; v0 + max_vectors <= vectors; v0 += max_vectors)
+        winograd_vector_group_products<T, max_vectors>(geometry, patches, weights, v0, products);
+    const std::size_t rest = vectors - v0;
+    [&]<std::size_t... V>(std::index_sequence<V...>) {
+        ((rest == V + 1 ? winograd_vector_group_products<T, V + 1>(geometry, patches, weights, v0, products) : void()), ...);
+    }(std::make_index_sequence<max_vectors - 1>{});
+}
+
+// The 2x2 results of every tile of the group's `count` images, A^T M A, into
+// results (pixel-major, result_stride values per pixel, one image after the
+// other); tiles past the image's edge (odd sizes) store only their inner part.
+template <class T>
+void transform_products(const winograd_geometry<T>& geometry, const T* products, std::size_t image, T* results)
+{
+    using vector = simd<T>;
+    const std::size_t stride = geometry.result_stride, plane = geometry.product_plane();
+    for (std::size_t ty = 0; ty < geometry.tile_rows; ++ty) {
+        for (std::size_t tx = 0; tx < geometry.tile_columns; ++tx) {
+            const std::size_t t = (image * geometry.tile_rows + ty) * geometry.tile_columns + tx;
+            const T* m = products + t * stride;
+            const std::size_t y = 2 * ty, x = 2 * tx;
+            const bool second_row = y + 1 < geometry.height, second_column = x + 1 < geometry.width;
+            T* out = results + (y * geometry.width + x) * stride;
+            for (std::size_t c = 0; c < stride; c += vector::size) {
+                vector a[2][4]; // A^T M
+                for (std::size_t k = 0; k < 4; ++k) {
+                    const vector m0 = vector::load_aligned(m + (0 * 4 + k) * plane + c);
+                    const vector m1 = vector::load_aligned(m + (1 * 4 + k) * plane + c);
+                    const vector m2 = vector::load_aligned(m + (2 * 4 + k) * plane + c);
+                    const vector m3 = vector::load_aligned(m + (3 * 4 + k) * plane + c);
+                    a[0][k] = m0 + m1 + m2;
+                    a[1][k] = m1 - m2 - m3;
+                }
+                (a[0][0] + a[0][1] + a[0][2]).store_aligned(out + c);
+                if (second_column) (a[0][1] - a[0][2] - a[0][3]).store_aligned(out + stride + c);
+                if (second_row) {
+                    T* below = out + geometry.width * stride;
+                    (a[1][0] + a[1][1] + a[1][2]).store_aligned(below + c);
+                    if (second_column) (a[1][1] - a[1][2] - a[1][3]).store_aligned(below + stride + c);
+                }
+            }
+        }
+    }
+}
+
+// For every image n, result channel r and pixel (y, x) of a height x width
+// image:
+//   result[n][r][y][x] = sum over source channels s and kh, kw < 3 of
+//       tap(r, s, kh, kw) * source[n][s][y + kh - 1][x + kw - 1]  (+ beta * result)
+// reading zero outside the image (3x3, stride 1, padding 1). result is not
+// read when beta == 0.
+template <class T, class Tap>
+void winograd_correlation(const winograd_geometry<T>& geometry, const T* source, Tap&& tap, T* result, T beta,
+                          scratch_source& scratch)
+{
+    T* transposed = scratch.take<winograd_transposed_tag, T>(geometry.transposed_count());
+    T* bordered = scratch.take<winograd_bordered_tag, T>(geometry.bordered_count());
+    T* patches = scratch.take<winograd_patches_tag, T>(geometry.patches_count());
+    T* weights = scratch.take<winograd_weights_tag, T>(geometry.weights_count());
+    T* products = scratch.take<winograd_products_tag, T>(geometry.products_count());
+    T* results = scratch.take<winograd_results_tag, T>(geometry.results_count());
+    T* staged = scratch.take<winograd_staged_tag, T>(geometry.staged_count());
+    // Zeros that are never overwritten: the border, the padding channels,
+    // and the rows of a group past its last tile (computed, never read; zero
+    // keeps NaN out of the registers).
+    std::fill(transposed, transposed + geometry.transposed_count(), T(0));
+    std::fill(bordered, bordered + geometry.bordered_count(), T(0));
+    std::fill(patches, patches + geometry.patches_count(), T(0));
+    transform_weights(geometry, tap, weights);
+    const std::size_t pixels = geometry.pixels(), channels = geometry.result_channels;
+    for (std::size_t first = 0; first < geometry.batch; first += geometry.group_images) {
+        const std::size_t count = std::min(geometry.group_images, geometry.batch - first);
+        gather_images(geometry, source, first, count, transposed, bordered);
+        transform_patches(geometry, bordered, count, patches);
+        multiply_transformed(geometry, patches, weights, products);
+        for (std::size_t i = 0; i < count; ++i) {
+            transform_products(geometry, products, i, results);
+            T* image = result + (first + i) * channels * pixels;
+            if (beta == T(0)) {
+                transpose_channels(results, geometry.result_stride, pixels, channels, image, pixels);
+            } else {
+                transpose_channels(results, geometry.result_stride, pixels, channels, staged, pixels);
+                store_row(channels * pixels, staged, image, beta);
+            }
+        }
+    }
+}
+
+} // namespace petra::kernels::detail
