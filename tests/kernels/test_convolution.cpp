@@ -90,15 +90,17 @@ TEST_CASE_TEMPLATE("convolution input gradient matches the reference", T, float,
     });
 }
 
-TEST_CASE_TEMPLATE("Winograd's form and the direct correlation agree, with and without accumulation", T, float,
-                   double)
+TEST_CASE_TEMPLATE("Winograd's form and the direct correlation agree on all three kernels, with and without "
+                   "accumulation",
+                   T, float, double)
 {
     using namespace petra::kernels;
     std::mt19937_64 generator(5);
     for (const convolution_shape shape : {convolution_shape{3, 16, 28, 28, 16, 3, 1, 1},
                                           convolution_shape{5, 32, 14, 14, 32, 3, 1, 1},
                                           convolution_shape{4, 64, 7, 7, 64, 3, 1, 1},
-                                          convolution_shape{2, 12, 9, 4, 40, 3, 1, 1}}) {
+                                          convolution_shape{2, 12, 9, 4, 40, 3, 1, 1},
+                                          convolution_shape{2, 72, 5, 5, 9, 3, 1, 1}}) {
         REQUIRE(detail::winograd_applies(shape));
         INFO("batch " << shape.batch << ", channels " << shape.in_channels << " -> " << shape.out_channels
                       << ", input " << shape.in_height << "x" << shape.in_width);
@@ -123,6 +125,17 @@ TEST_CASE_TEMPLATE("Winograd's form and the direct correlation agree, with and w
                                             scratch);
             petra::test::check_close(winograd_input, direct_input,
                                      petra::test::accumulation_tolerance<T>(shape.out_channels * 9 + 1));
+
+            // The weight gradient accumulates onto grad_weights scaled by
+            // beta before it (convolution_backward_weights scales first).
+            auto direct_weights = petra::test::random_vector<T>(shape.weight_count(), generator);
+            auto winograd_weights = direct_weights;
+            const detail::phased_input<T> phased = detail::prepare_input(shape, input.data(), scratch);
+            detail::weight_gradient(shape, phased, grad_output.data(), direct_weights.data(), scratch);
+            detail::winograd_weight_gradient(detail::forward_winograd_geometry<T>(shape), input.data(),
+                                             grad_output.data(), winograd_weights.data(), scratch);
+            petra::test::check_close(winograd_weights, direct_weights,
+                                     petra::test::accumulation_tolerance<T>(shape.batch * shape.output_pixels() + 1));
         }
     }
     // Narrow channels and other geometries stay direct.

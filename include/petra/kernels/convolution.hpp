@@ -771,7 +771,7 @@ void backward_input_by_phases(const convolution_shape& shape, const T* grad_outp
     }
 }
 
-// Whether the forward pass and the input gradient of a shape take Winograd's
+// Whether the forward pass and both gradients of a shape take Winograd's
 // F(2x2, 3x3) form (winograd.hpp) instead of the direct correlation: 3x3
 // kernels with stride 1 and padding 1, between channel counts that fill at
 // least half a vector of floats on every side (a stem reading one or three
@@ -882,6 +882,10 @@ constexpr scratch_demand convolution_backward_weights_scratch(const convolution_
 {
     scratch_demand demand;
     if (shape.batch == 0) return demand;
+    if (detail::winograd_applies(shape)) {
+        detail::ask_winograd_gradient_scratch(demand, detail::forward_winograd_geometry<T>(shape));
+        return demand;
+    }
     const detail::weight_gradient_layout<T> layout(shape);
     const std::size_t taps = shape.patch_size();
     demand.template ask<detail::phased_input_tag, T>(detail::phased_input_count<T>(shape));
@@ -960,6 +964,11 @@ void convolution_backward_weights(const convolution_shape& shape, const T* input
     detail::scale_in_place(grad_weights, shape.weight_count(), beta);
     if (shape.batch == 0) return;
     scratch_source source(scratch);
+    if (detail::winograd_applies(shape)) {
+        detail::winograd_weight_gradient(detail::forward_winograd_geometry<T>(shape), input, grad_output, grad_weights,
+                                         source);
+        return;
+    }
     const detail::phased_input<T> phased = detail::prepare_input(shape, input, source);
     detail::weight_gradient(shape, phased, grad_output, grad_weights, source);
 }

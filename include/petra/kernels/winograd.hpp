@@ -29,6 +29,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstring>
 #include <numeric>
@@ -48,6 +49,8 @@ struct winograd_weights_tag {};
 struct winograd_products_tag {};
 struct winograd_results_tag {};
 struct winograd_staged_tag {};
+struct winograd_gradient_tiles_tag {};
+struct winograd_gradient_sums_tag {};
 
 // Register blocking of the 16 products: Rows tiles times Vectors vectors of
 // result channels. 24 accumulators fit 32 vector registers with the weight
@@ -124,11 +127,14 @@ struct winograd_geometry {
     std::size_t pixels() const { return height * width; }
     constexpr std::size_t transposed_count() const { return height * width * source_stride; }
     constexpr std::size_t bordered_count() const { return group_images * bordered_pixels * source_stride; }
-    // The 16 planes of V (and of M) lie a cache line further apart than
-    // their rows need: planes a multiple of 4 KiB apart would map the 16
-    // stores of a tile's transform to one set of the L1 cache.
-    constexpr std::size_t patch_plane() const { return group_tiles * source_stride + buffer_alignment / sizeof(T); }
-    constexpr std::size_t product_plane() const { return group_tiles * result_stride + buffer_alignment / sizeof(T); }
+    // The 16 planes of V (and of M) lie plane_slack values further apart
+    // than their rows need: planes a multiple of 4 KiB apart would map the 16
+    // stores of a tile's transform to one set of the L1 cache. The slack is
+    // zero and also what the weight gradient's blocks of source channels read
+    // past the last row of a plane (fewer than plane_slack values).
+    static constexpr std::size_t plane_slack = 32;
+    constexpr std::size_t patch_plane() const { return group_tiles * source_stride + plane_slack; }
+    constexpr std::size_t product_plane() const { return group_tiles * result_stride + plane_slack; }
     constexpr std::size_t patches_count() const { return 16 * patch_plane(); }
     constexpr std::size_t weights_count() const { return 16 * source_channels * result_stride; }
     constexpr std::size_t products_count() const { return 16 * product_plane(); }
@@ -389,6 +395,235 @@ void winograd_correlation(const winograd_geometry<T>& geometry, const T* source,
             } else {
                 transpose_channels(results, geometry.result_stride, pixels, channels, staged, pixels);
                 store_row(channels * pixels, staged, image, beta);
+            }
+        }
+    }
+}
+
+// The weight gradient in the same form. With M = U .* V the forward
+// pass's products, results = A^T M A; so for a result gradient dY of a tile,
+// dM = A dY A^T, the gradient of U is the sum over tiles and images of
+// dM .* V, and that of the 3x3 weights g is G^T dU G. The sums over tiles are
+// 16 GEMMs dU_e += V_e^T dM_e, each accumulating a block of source channels
+// (broadcast from V's rows, where they are contiguous) times vectors of
+// result channels (from dM's rows) over every tile of a group.
+
+// Register blocking of the gradient's GEMMs: Rows source channels times
+// Vectors vectors of result channels.
+template <class T>
+struct winograd_gradient_blocking {
+    static constexpr std::size_t max_vectors = winograd_blocking<T>::max_vectors;
+    static constexpr std::size_t rows_for(std::size_t vectors) { return winograd_blocking<T>::rows_for(vectors); }
+};
+
+template <class T>
+struct winograd_gradient_sizes {
+    // Source channels of dU's planes: a multiple of every row count a pass
+    // uses (the blocking's rows_for and the powers of two below them, all of
+    // which divide twice the accumulator count), so that every block writes
+    // rows of its own plane.
+    static constexpr std::size_t sum_rows(const winograd_geometry<T>& geometry)
+    {
+        const std::size_t rows = 2 * winograd_blocking<T>::accumulators;
+        return (geometry.source_stride + rows - 1) / rows * rows;
+    }
+    static constexpr std::size_t sums_count(const winograd_geometry<T>& geometry)
+    {
+        return 16 * sum_rows(geometry) * geometry.result_stride;
+    }
+    // One image's result gradient, pixel-major, over whole tiles (the rows
+    // and columns past an odd image's edge are zero).
+    static constexpr std::size_t tiles_count(const winograd_geometry<T>& geometry)
+    {
+        return 4 * geometry.tiles * geometry.result_stride;
+    }
+};
+
+template <class T>
+constexpr void ask_winograd_gradient_scratch(scratch_demand& demand, const winograd_geometry<T>& geometry)
+{
+    demand.template ask<winograd_transposed_tag, T>(geometry.transposed_count());
+    demand.template ask<winograd_bordered_tag, T>(geometry.bordered_count());
+    demand.template ask<winograd_patches_tag, T>(geometry.patches_count());
+    demand.template ask<winograd_products_tag, T>(geometry.products_count());
+    demand.template ask<winograd_results_tag, T>(geometry.results_count());
+    demand.template ask<winograd_gradient_tiles_tag, T>(winograd_gradient_sizes<T>::tiles_count(geometry));
+    demand.template ask<winograd_gradient_sums_tag, T>(winograd_gradient_sizes<T>::sums_count(geometry));
+}
+
+// dM[e][t][r] = (A dY A^T)[e / 4][e % 4] for the tiles of image `image` of
+// the group (the image's result gradient in `tiles`, pixel-major over whole
+// tiles).
+template <class T>
+void transform_result_gradient(const winograd_geometry<T>& geometry, const T* tiles, std::size_t image,
+                               T* products)
+{
+    using vector = simd<T>;
+    const std::size_t stride = geometry.result_stride, plane = geometry.product_plane();
+    const std::size_t row = 2 * geometry.tile_columns * stride;
+    for (std::size_t ty = 0; ty < geometry.tile_rows; ++ty) {
+        for (std::size_t tx = 0; tx < geometry.tile_columns; ++tx) {
+            const std::size_t t = (image * geometry.tile_rows + ty) * geometry.tile_columns + tx;
+            const T* dy = tiles + 2 * ty * row + 2 * tx * stride;
+            T* out = products + t * stride;
+            for (std::size_t c = 0; c < stride; c += vector::size) {
+                const vector d00 = vector::load_aligned(dy + c), d01 = vector::load_aligned(dy + stride + c);
+                const vector d10 = vector::load_aligned(dy + row + c), d11 = vector::load_aligned(dy + row + stride + c);
+                // A dY: rows dY0, dY0 + dY1, dY0 - dY1, -dY1.
+                const vector rows[4][2] = {{d00, d01}, {d00 + d10, d01 + d11}, {d00 - d10, d01 - d11}, {-d10, -d11}};
+                for (std::size_t i = 0; i < 4; ++i) { // (A dY) A^T, the same on the columns
+                    (rows[i][0]).store_aligned(out + (i * 4 + 0) * plane + c);
+                    (rows[i][0] + rows[i][1]).store_aligned(out + (i * 4 + 1) * plane + c);
+                    (rows[i][0] - rows[i][1]).store_aligned(out + (i * 4 + 2) * plane + c);
+                    (-rows[i][1]).store_aligned(out + (i * 4 + 3) * plane + c);
+                }
+            }
+        }
+    }
+}
+
+// sums[s][v] += sum over t < tiles of patches[t][s] * products[t][v], for
+// Rows source channels s and Vectors vectors v of result channels.
+template <class T, std::size_t Rows, std::size_t Vectors>
+inline void winograd_block_gradient(std::size_t tiles, const T* __restrict patches, std::size_t patch_stride,
+                                    const T* __restrict products, std::size_t product_stride, T* __restrict sums,
+                                    std::size_t sum_stride)
+{
+    using vector = simd<T>;
+    vector acc[Rows][Vectors];
+#pragma GCC unroll 24
+    for (std::size_t r = 0; r < Rows; ++r) {
+#pragma GCC unroll 4
+        for (std::size_t v = 0; v < Vectors; ++v) acc[r][v] = vector::load_aligned(sums + r * sum_stride + v * vector::size);
+    }
+    for (std::size_t t = 0; t < tiles; ++t) {
+        vector w[Vectors];
+#pragma GCC unroll 4
+        for (std::size_t v = 0; v < Vectors; ++v) w[v] = vector::load_aligned(products + t * product_stride + v * vector::size);
+#pragma GCC unroll 24
+        for (std::size_t r = 0; r < Rows; ++r) {
+            const vector value(patches[t * patch_stride + r]);
+#pragma GCC unroll 4
+            for (std::size_t v = 0; v < Vectors; ++v) acc[r][v] = xsimd::fma(value, w[v], acc[r][v]);
+        }
+    }
+#pragma GCC unroll 24
+    for (std::size_t r = 0; r < Rows; ++r) {
+#pragma GCC unroll 4
+        for (std::size_t v = 0; v < Vectors; ++v) acc[r][v].store_aligned(sums + r * sum_stride + v * vector::size);
+    }
+}
+
+template <class T, std::size_t Rows, std::size_t Vectors>
+void winograd_vector_group_gradient(const winograd_geometry<T>& geometry, const T* patches, const T* products,
+                                    std::size_t v0, T* sums)
+{
+    const std::size_t width = simd_width<T>, sum_rows = winograd_gradient_sizes<T>::sum_rows(geometry);
+    for (std::size_t e = 0; e < 16; ++e) {
+        const T* v_e = patches + e * geometry.patch_plane();
+        const T* m_e = products + e * geometry.product_plane() + v0 * width;
+        T* u_e = sums + e * sum_rows * geometry.result_stride + v0 * width;
+        for (std::size_t s = 0; s < geometry.source_stride; s += Rows) {
+            winograd_block_gradient<T, Rows, Vectors>(geometry.group_tiles, v_e + s, geometry.source_stride, m_e,
+                                                      geometry.result_stride, u_e + s * geometry.result_stride,
+                                                      geometry.result_stride);
+        }
+    }
+}
+
+// The block's rows: as many as the registers hold when the last block wastes
+// at most a sixteenth of the source channels on rows that do not exist,
+// otherwise the largest power of two below (which divides whole vectors of
+// channels). Measured on the reference network's shapes: 16 rows over 16
+// channels beat 24 (a third wasted), 8 over 32 beat 12 (an eighth wasted),
+// 6 over 64 beat 4 (a thirty-second wasted, but fewer accumulators).
+template <class T, std::size_t Vectors>
+void winograd_vector_group_gradient(const winograd_geometry<T>& geometry, const T* patches, const T* products,
+                                    std::size_t v0, T* sums)
+{
+    constexpr std::size_t rows = winograd_blocking<T>::rows_for(Vectors);
+    constexpr std::size_t power_of_two = std::size_t(1) << (std::bit_width(rows) - 1);
+    const std::size_t wasted = (geometry.source_stride + rows - 1) / rows * rows - geometry.source_stride;
+    if (wasted * 16 <= geometry.source_stride) {
+        winograd_vector_group_gradient<T, rows, Vectors>(geometry, patches, products, v0, sums);
+    } else {
+        winograd_vector_group_gradient<T, power_of_two, Vectors>(geometry, patches, products, v0, sums);
+    }
+}
+
+// grad_weights[r][s][kh][kw] += (G^T dU G)[kh][kw] for the weights of result
+// channel r and source channel s (the forward pass's output and input
+// channels), summed over every image of source and result_gradient.
+template <class T>
+void winograd_weight_gradient(const winograd_geometry<T>& geometry, const T* source, const T* result_gradient,
+                              T* grad_weights, scratch_source& scratch)
+{
+    using sizes = winograd_gradient_sizes<T>;
+    T* transposed = scratch.take<winograd_transposed_tag, T>(geometry.transposed_count());
+    T* bordered = scratch.take<winograd_bordered_tag, T>(geometry.bordered_count());
+    T* patches = scratch.take<winograd_patches_tag, T>(geometry.patches_count());
+    T* products = scratch.take<winograd_products_tag, T>(geometry.products_count());
+    T* gradient = scratch.take<winograd_results_tag, T>(geometry.results_count());
+    T* tiles = scratch.take<winograd_gradient_tiles_tag, T>(sizes::tiles_count(geometry));
+    T* sums = scratch.take<winograd_gradient_sums_tag, T>(sizes::sums_count(geometry));
+    std::fill(transposed, transposed + geometry.transposed_count(), T(0));
+    std::fill(bordered, bordered + geometry.bordered_count(), T(0));
+    std::fill(patches, patches + geometry.patches_count(), T(0));
+    std::fill(products, products + geometry.products_count(), T(0));
+    std::fill(gradient, gradient + geometry.results_count(), T(0));
+    std::fill(tiles, tiles + sizes::tiles_count(geometry), T(0));
+    std::fill(sums, sums + sizes::sums_count(geometry), T(0));
+    const std::size_t pixels = geometry.pixels(), results = geometry.result_channels;
+    const std::size_t stride = geometry.result_stride, tile_row = 2 * geometry.tile_columns * stride;
+    constexpr std::size_t max_vectors = winograd_blocking<T>::max_vectors;
+    const std::size_t vectors = stride / simd_width<T>;
+    for (std::size_t first = 0; first < geometry.batch; first += geometry.group_images) {
+        const std::size_t count = std::min(geometry.group_images, geometry.batch - first);
+        gather_images(geometry, source, first, count, transposed, bordered);
+        transform_patches(geometry, bordered, count, patches);
+        for (std::size_t i = 0; i < count; ++i) {
+            // The result gradient pixel-major, each row into its tile row
+            // (the padding channels and the pixels past the edge stay zero).
+            transpose_channels(result_gradient + (first + i) * results * pixels, pixels, results, pixels, gradient,
+                               stride);
+            for (std::size_t y = 0; y < geometry.height; ++y) {
+                std::memcpy(tiles + y * tile_row, gradient + y * geometry.width * stride,
+                            geometry.width * stride * sizeof(T));
+            }
+            transform_result_gradient(geometry, tiles, i, products);
+        }
+        // Tiles past the group's last image add nothing.
+        for (std::size_t e = 0; e < 16; ++e) {
+            T* plane = products + e * geometry.product_plane();
+            std::fill(plane + count * geometry.tiles * stride, plane + geometry.group_tiles * stride, T(0));
+        }
+        std::size_t v0 = 0;
+        for (; v0 + max_vectors <= vectors; v0 += max_vectors)
+            winograd_vector_group_gradient<T, max_vectors>(geometry, patches, products, v0, sums);
+        const std::size_t rest = vectors - v0;
+        [&]<std::size_t... V>(std::index_sequence<V...>) {
+            ((rest == V + 1 ? winograd_vector_group_gradient<T, V + 1>(geometry, patches, products, v0, sums) : void()),
+             ...);
+        }(std::make_index_sequence<max_vectors - 1>{});
+    }
+    // dg = G^T dU G, G's rows (1, 0, 0), (1/2, 1/2, 1/2), (1/2, -1/2, 1/2), (0, 0, 1).
+    const std::size_t sources = geometry.source_channels, sum_rows = sizes::sum_rows(geometry);
+    const T half(0.5);
+    for (std::size_t r = 0; r < results; ++r) {
+        for (std::size_t s = 0; s < sources; ++s) {
+            T du[4][4];
+            for (std::size_t e = 0; e < 16; ++e) du[e / 4][e % 4] = sums[(e * sum_rows + s) * stride + r];
+            T columns[4][3]; // dU G
+            for (std::size_t i = 0; i < 4; ++i) {
+                columns[i][0] = du[i][0] + half * (du[i][1] + du[i][2]);
+                columns[i][1] = half * (du[i][1] - du[i][2]);
+                columns[i][2] = half * (du[i][1] + du[i][2]) + du[i][3];
+            }
+            T* g = grad_weights + (r * sources + s) * 9;
+            for (std::size_t k = 0; k < 3; ++k) { // G^T (dU G)
+                g[k] += columns[0][k] + half * (columns[1][k] + columns[2][k]);
+                g[3 + k] += half * (columns[1][k] - columns[2][k]);
+                g[6 + k] += half * (columns[1][k] + columns[2][k]) + columns[3][k];
             }
         }
     }
