@@ -82,6 +82,7 @@ struct block_profile {
     std::size_t input_values;   // activation entering the block
     std::size_t output_values;  // activation leaving it
     std::size_t kept_values;    // what its forward keeps for backward (workspace of one example)
+    std::size_t winograd_forward_flops = 0; // the part of forward_flops in Winograd's form
 
     // One pipeline tick of PETRA spends a forward, a reconstruction (the
     // inverse, or the forward again from a stored input: the same function
@@ -94,21 +95,38 @@ struct block_profile {
     // resolution take longer.
     constexpr std::size_t traffic_values() const { return input_values + output_values + kept_values; }
 
-    // FLOP-equivalents of one value of traffic: measured on the reference
-    // network (one core, AVX-512, batch 64; bench/RESULTS.md), a block's tick
-    // takes about flops / 116 GFLOP/s + 1.65 ms per million values of
-    // traffic (to within 10 to 20% per block), that is about 190 FLOPs per
-    // value.
-    static constexpr std::size_t flops_per_traffic_value = 190;
+    // The cost model's two constants, chosen against the block ticks that
+    // scripts/calibrate measured on the reference network (one core,
+    // AVX-512, batch 64; bench/RESULTS.md, "Calibrated against built-in
+    // costs"): a FLOP in Winograd's form costs 55% of a direct one (the
+    // 3x3 stride-1 convolutions run 1.5 to 2.2 times faster in it), and a
+    // value of traffic 300 FLOPs (the memory-bound passes did not get
+    // faster when the convolutions did). With them the model cuts 2 and 5
+    // stages as the measured costs do, and 3, 4 and 6 within 10% of their
+    // slowest stage.
+    static constexpr std::size_t winograd_cost_percent = 55;
+    static constexpr std::size_t flops_per_traffic_value = 300;
+
+    // FLOP-equivalents of `flops`, of which `winograd` run in Winograd's form.
+    static constexpr std::size_t priced_flops(std::size_t flops, std::size_t winograd)
+    {
+        return flops - winograd + winograd * winograd_cost_percent / 100;
+    }
 
     // What a stage spends on the block per tick, per example, in
-    // FLOP-equivalents: the partitioner balances this.
-    constexpr std::size_t tick_cost() const { return tick_flops() + flops_per_traffic_value * traffic_values(); }
+    // FLOP-equivalents: the partitioner balances this. A tick runs the
+    // forward twice (forward and reconstruction) and the backward, which
+    // runs twice the forward's Winograd FLOPs.
+    constexpr std::size_t tick_cost() const
+    {
+        return priced_flops(tick_flops(), 4 * winograd_forward_flops) + flops_per_traffic_value * traffic_values();
+    }
     // The same in the last stage, which keeps what its backward needs and
     // so spends no reconstruction: a forward and a backward.
     constexpr std::size_t last_stage_tick_cost() const
     {
-        return forward_flops + backward_flops + flops_per_traffic_value * traffic_values();
+        return priced_flops(forward_flops + backward_flops, 3 * winograd_forward_flops) +
+               flops_per_traffic_value * traffic_values();
     }
     // Bytes of the activation leaving the block, for values of Value bytes.
     constexpr std::size_t output_bytes(std::size_t value_bytes) const { return output_values * value_bytes; }
@@ -235,7 +253,8 @@ struct bound_network<binding<Output, Last, Bound...>> {
     static constexpr auto blocks = type_list<Bound...>;
     static constexpr std::array<block_profile, block_count> profile{
         block_profile{Bound::reversible, Bound::parameter_count, Bound::state_count, Bound::forward_flops,
-                      Bound::backward_flops, Bound::input::size, Bound::output::size, Bound::workspace_size(1)}...};
+                      Bound::backward_flops, Bound::input::size, Bound::output::size, Bound::workspace_size(1),
+                      winograd_forward_flops_of<Bound>()}...};
 
     static constexpr std::size_t largest_workspace(std::size_t batch)
     {

@@ -14,9 +14,11 @@
 // A block's cost is what a stage spends on it per tick (block_profile::
 // tick_cost): forward, reconstruction (or recomputation) and backward FLOPs
 // per example (the last stage reconstructs nothing: last_stage_tick_cost),
-// plus a term for the memory traffic of its memory-bound layers, without which FLOPs alone mis-balance the reference network in two
-// stages by a third (bench/RESULTS.md). Costs measured some other way go
-// through balanced_cuts directly.
+// those of Winograd-form convolutions priced lower, plus a term for the
+// memory traffic of its memory-bound layers, without which FLOPs alone
+// mis-balance the reference network in two stages by a third
+// (bench/RESULTS.md). Costs measured some other way go through
+// balanced_cuts directly.
 #pragma once
 
 #include <algorithm>

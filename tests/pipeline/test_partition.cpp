@@ -154,3 +154,24 @@ TEST_CASE("partition: stages grouped onto ranks minimise the largest group, cont
                          std::invalid_argument);
     CHECK_THROWS_AS(balanced_groups(std::vector<std::size_t>{1, 1}, 0), std::invalid_argument);
 }
+
+TEST_CASE("partition: the cost model prices the couplings' Winograd-form convolutions below their FLOPs")
+{
+    using net = reference_network<>;
+    // Only the couplings' 3x3 stride-1 convolutions between 16 or more
+    // channels take Winograd's form: not the stem (one input channel), the
+    // downsamplings (stride 2, 1x1) or the head.
+    for (std::size_t i = 0; i < net::block_count; ++i) {
+        CAPTURE(i);
+        const block_profile& block = net::profile[i];
+        CHECK((block.winograd_forward_flops > 0) == block.reversible);
+        CHECK(block.winograd_forward_flops <= block.forward_flops);
+        const std::size_t traffic = block_profile::flops_per_traffic_value * block.traffic_values();
+        if (block.reversible) {
+            CHECK(block.tick_cost() < block.tick_flops() + traffic);
+            CHECK(block.tick_cost() > block.tick_flops() / 2 + traffic);
+        } else {
+            CHECK(block.tick_cost() == block.tick_flops() + traffic);
+        }
+    }
+}

@@ -37,6 +37,7 @@ struct additive_coupling : block_kind {
         static constexpr bool reversible = true;
         static constexpr std::size_t forward_flops = function::forward_flops + half::size;
         static constexpr std::size_t backward_flops = function::backward_flops + half::size;
+        static constexpr std::size_t winograd_forward_flops = winograd_forward_flops_of<function>();
 
         // F's cache.
         static constexpr std::size_t workspace_size(std::size_t batch) { return function::cache_size(batch); }

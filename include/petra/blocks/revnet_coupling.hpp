@@ -40,6 +40,8 @@ struct revnet_coupling : block_kind {
         static constexpr bool reversible = true;
         static constexpr std::size_t forward_flops = first::forward_flops + second::forward_flops + 2 * half::size;
         static constexpr std::size_t backward_flops = first::backward_flops + second::backward_flops + 2 * half::size;
+        static constexpr std::size_t winograd_forward_flops =
+            winograd_forward_flops_of<first>() + winograd_forward_flops_of<second>();
 
         // y1 (G's input, which backward needs), F's cache, G's cache.
         static constexpr std::size_t workspace_size(std::size_t batch)

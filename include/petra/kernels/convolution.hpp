@@ -832,6 +832,10 @@ void winograd_backward_input(const convolution_shape& shape, const T* grad_outpu
 
 } // namespace detail
 
+// Whether the three kernels of a shape run in Winograd's form
+// (detail::winograd_applies): what a layer reports to the cost model.
+constexpr bool convolution_uses_winograd(const convolution_shape& shape) { return detail::winograd_applies(shape); }
+
 // The scratch each convolution kernel takes for a shape (scratch.hpp), from
 // the counts the kernels take: nothing for an empty batch.
 template <class T>

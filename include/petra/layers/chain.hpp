@@ -95,6 +95,7 @@ struct bound_chain : made_of<Bound...> {
 
     static constexpr std::size_t forward_flops = (Bound::forward_flops + ...);
     static constexpr std::size_t backward_flops = (Bound::backward_flops + ...);
+    static constexpr std::size_t winograd_forward_flops = (winograd_forward_flops_of<Bound>() + ...);
 
     // Offsets, per example, of the outputs kept between layers (layer i's
     // output at intermediate_offsets[i], for i < length - 1).

@@ -41,6 +41,11 @@ struct conv2d {
         static constexpr std::size_t cache_size(std::size_t /*batch*/) { return 0; }
         static constexpr std::size_t forward_flops = 2 * output::size * InChannels * Kernel * Kernel;
         static constexpr std::size_t backward_flops = 2 * forward_flops;
+        static constexpr std::size_t winograd_forward_flops =
+            kernels::convolution_uses_winograd({1, InChannels, Input::height, Input::width, OutChannels, Kernel, Stride,
+                                                Padding})
+                ? forward_flops
+                : 0;
 
         static constexpr kernels::convolution_shape geometry(std::size_t batch)
         {

@@ -45,6 +45,12 @@
 //                                                                               bool input_gradient);
 // (backward_scratch: what its backward takes of per-thread buffers, with or
 // without the input gradient). A layer that states neither takes none.
+//
+// Optional, for the partitioner's cost model (network.hpp, block_profile):
+//   static constexpr std::size_t winograd_forward_flops;
+// the part of forward_flops whose kernels run in Winograd's form (a 3x3
+// stride-1 convolution, kernels/winograd.hpp), which costs less time per
+// FLOP; its backward runs twice as many FLOPs in that form. Absent means 0.
 #pragma once
 
 #include <cmath>
@@ -203,6 +209,17 @@ struct parameter_free {
     {
     }
 };
+
+// A bound layer's or block's winograd_forward_flops, 0 where it states none.
+template <class Bound>
+constexpr std::size_t winograd_forward_flops_of()
+{
+    if constexpr (requires { Bound::winograd_forward_flops; }) {
+        return Bound::winograd_forward_flops;
+    } else {
+        return 0;
+    }
+}
 
 // He initialisation: the values drawn from a normal distribution of mean 0
 // and variance 2 / fan_in, the scale that keeps activations of a ReLU network
