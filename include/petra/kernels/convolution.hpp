@@ -758,10 +758,7 @@ void backward_input_by_phases(const convolution_shape& shape, const T* grad_outp
                             if (stride == 1) {
                                 store_row(count, in, out, beta);
                             } else {
-                                for (std::size_t t = 0; t < count; ++t) {
-                                    T& target = out[t * stride];
-                                    target = beta == T(0) ? in[t] : in[t] + beta * target;
-                                }
+                                store_row_stride_two(count, in, out, beta);
                             }
                         }
                     });
