@@ -2,7 +2,9 @@
 // peak"), petra's GEMM next to OpenBLAS's cblas_sgemm (one thread) on square
 // sizes and on the GEMM shapes of the reference network's convolutions, and
 // the three convolution kernels on the reference network's layers (batch
-// 64). Every benchmark reports FLOP/s as a counter.
+// 64), the couplings' also in the direct form where the library takes
+// Winograd's. Every benchmark reports FLOP/s as a counter.
+#include <algorithm>
 #include <cstddef>
 #include <random>
 #include <string>
@@ -94,7 +96,9 @@ BENCHMARK(gemm_benchmark<true>)->Name("gemm/openblas")->Apply(gemm_shapes)->Unit
 
 enum class pass { forward, backward_input, backward_weights };
 
-template <pass Pass>
+// Direct: the shape's kernels in the direct form even where the library
+// takes Winograd's (kernels/winograd.hpp), to compare the two.
+template <pass Pass, bool Direct = false>
 void convolution_benchmark(benchmark::State& state)
 {
     const convolution_shape shape{64,
@@ -110,8 +114,22 @@ void convolution_benchmark(benchmark::State& state)
     const auto grad_output = random_values(shape.output_count(), 5);
     std::vector<float> output(shape.output_count()), grad_input(shape.input_count()),
         grad_weights(shape.weight_count());
+    petra::kernels::scratch_source scratch;
+    namespace detail = petra::kernels::detail;
     for (auto _ : state) {
-        if constexpr (Pass == pass::forward) {
+        if constexpr (Direct && Pass == pass::forward) {
+            detail::forward_accumulate(shape, input.data(), weights.data(), output.data(), 0.0f, scratch);
+            benchmark::DoNotOptimize(output.data());
+        } else if constexpr (Direct && Pass == pass::backward_input) {
+            detail::backward_input_by_phases(shape, grad_output.data(), weights.data(), grad_input.data(), 0.0f,
+                                             scratch);
+            benchmark::DoNotOptimize(grad_input.data());
+        } else if constexpr (Direct) {
+            std::fill(grad_weights.begin(), grad_weights.end(), 0.0f);
+            const detail::phased_input<float> phased = detail::prepare_input(shape, input.data(), scratch);
+            detail::weight_gradient(shape, phased, grad_output.data(), grad_weights.data(), scratch);
+            benchmark::DoNotOptimize(grad_weights.data());
+        } else if constexpr (Pass == pass::forward) {
             petra::kernels::convolution_forward(shape, input.data(), weights.data(), output.data());
             benchmark::DoNotOptimize(output.data());
         } else if constexpr (Pass == pass::backward_input) {
@@ -140,6 +158,28 @@ void convolution_shapes(benchmark::internal::Benchmark* benchmark)
     benchmark->Args({32, 64, 14, 1, 2});
     benchmark->Args({1, 32, 28, 3, 1});  // stem
 }
+
+// The couplings' shapes, which take Winograd's form, in the direct one.
+void winograd_shapes(benchmark::internal::Benchmark* benchmark)
+{
+    benchmark->ArgNames({"cin", "cout", "size", "kernel", "stride"});
+    benchmark->Args({16, 16, 28, 3, 1});
+    benchmark->Args({32, 32, 14, 3, 1});
+    benchmark->Args({64, 64, 7, 3, 1});
+}
+
+BENCHMARK(convolution_benchmark<pass::forward, true>)
+    ->Name("convolution_direct/forward")
+    ->Apply(winograd_shapes)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(convolution_benchmark<pass::backward_input, true>)
+    ->Name("convolution_direct/backward_input")
+    ->Apply(winograd_shapes)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(convolution_benchmark<pass::backward_weights, true>)
+    ->Name("convolution_direct/backward_weights")
+    ->Apply(winograd_shapes)
+    ->Unit(benchmark::kMicrosecond);
 
 BENCHMARK(convolution_benchmark<pass::forward>)
     ->Name("convolution/forward")
