@@ -254,27 +254,33 @@ void transform_patches(const winograd_geometry<T>& geometry, const T* bordered, 
     }
 }
 
-// products[t][v] = sum over s < depth of patches[t][s] * weights[s][v], for
-// Rows rows t and Vectors vectors v of result channels.
-template <class T, std::size_t Rows, std::size_t Vectors>
-inline void winograd_block_product(std::size_t depth, const T* __restrict patches, std::size_t patch_stride,
-                                   const T* __restrict weights, std::size_t weight_stride, T* __restrict products,
-                                   std::size_t product_stride)
+// The micro-kernel of the 16 products and of the weight gradient's sums:
+//   out[r][v] (+)= sum over k < depth of a(r, k) * b[k * b_stride + v * W]
+// for Rows rows r and Vectors vectors v, each a(r, k) broadcast against the
+// vectors of b's row k. a(r, k) = a[r * a_stride + k] (rows a_stride
+// apart: the products, whose rows are tiles) or, with RowsAdjacent,
+// a[r + k * a_stride] (the gradient, whose rows are channels of one tile).
+// Accumulate adds to out instead of overwriting it.
+template <class T, std::size_t Rows, std::size_t Vectors, bool RowsAdjacent, bool Accumulate>
+inline void broadcast_block(std::size_t depth, const T* __restrict a, std::size_t a_stride, const T* __restrict b,
+                            std::size_t b_stride, T* __restrict out, std::size_t out_stride)
 {
     using vector = simd<T>;
     vector sums[Rows][Vectors];
 #pragma GCC unroll 24
     for (std::size_t r = 0; r < Rows; ++r) {
 #pragma GCC unroll 4
-        for (std::size_t v = 0; v < Vectors; ++v) sums[r][v] = vector(T(0));
+        for (std::size_t v = 0; v < Vectors; ++v) {
+            sums[r][v] = Accumulate ? vector::load_aligned(out + r * out_stride + v * vector::size) : vector(T(0));
+        }
     }
-    for (std::size_t s = 0; s < depth; ++s) {
+    for (std::size_t k = 0; k < depth; ++k) {
         vector w[Vectors];
 #pragma GCC unroll 4
-        for (std::size_t v = 0; v < Vectors; ++v) w[v] = vector::load_aligned(weights + s * weight_stride + v * vector::size);
+        for (std::size_t v = 0; v < Vectors; ++v) w[v] = vector::load_aligned(b + k * b_stride + v * vector::size);
 #pragma GCC unroll 24
         for (std::size_t r = 0; r < Rows; ++r) {
-            const vector value(patches[r * patch_stride + s]);
+            const vector value(RowsAdjacent ? a[r + k * a_stride] : a[r * a_stride + k]);
 #pragma GCC unroll 4
             for (std::size_t v = 0; v < Vectors; ++v) sums[r][v] = xsimd::fma(value, w[v], sums[r][v]);
         }
@@ -282,7 +288,7 @@ inline void winograd_block_product(std::size_t depth, const T* __restrict patche
 #pragma GCC unroll 24
     for (std::size_t r = 0; r < Rows; ++r) {
 #pragma GCC unroll 4
-        for (std::size_t v = 0; v < Vectors; ++v) sums[r][v].store_aligned(products + r * product_stride + v * vector::size);
+        for (std::size_t v = 0; v < Vectors; ++v) sums[r][v].store_aligned(out + r * out_stride + v * vector::size);
     }
 }
 
@@ -297,9 +303,9 @@ void winograd_vector_group_products(const winograd_geometry<T>& geometry, const 
         const T* u_e = weights + e * geometry.source_channels * geometry.result_stride + v0 * width;
         T* m_e = products + e * geometry.product_plane() + v0 * width;
         for (std::size_t t = 0; t < geometry.group_tiles; t += rows) {
-            winograd_block_product<T, rows, Vectors>(geometry.source_channels, v_e + t * geometry.source_stride,
-                                                     geometry.source_stride, u_e, geometry.result_stride,
-                                                     m_e + t * geometry.result_stride, geometry.result_stride);
+            broadcast_block<T, rows, Vectors, false, false>(
+                geometry.source_channels, v_e + t * geometry.source_stride, geometry.source_stride, u_e,
+                geometry.result_stride, m_e + t * geometry.result_stride, geometry.result_stride);
         }
     }
 }
@@ -482,38 +488,6 @@ void transform_result_gradient(const winograd_geometry<T>& geometry, const T* ti
     }
 }
 
-// sums[s][v] += sum over t < tiles of patches[t][s] * products[t][v], for
-// Rows source channels s and Vectors vectors v of result channels.
-template <class T, std::size_t Rows, std::size_t Vectors>
-inline void winograd_block_gradient(std::size_t tiles, const T* __restrict patches, std::size_t patch_stride,
-                                    const T* __restrict products, std::size_t product_stride, T* __restrict sums,
-                                    std::size_t sum_stride)
-{
-    using vector = simd<T>;
-    vector acc[Rows][Vectors];
-#pragma GCC unroll 24
-    for (std::size_t r = 0; r < Rows; ++r) {
-#pragma GCC unroll 4
-        for (std::size_t v = 0; v < Vectors; ++v) acc[r][v] = vector::load_aligned(sums + r * sum_stride + v * vector::size);
-    }
-    for (std::size_t t = 0; t < tiles; ++t) {
-        vector w[Vectors];
-#pragma GCC unroll 4
-        for (std::size_t v = 0; v < Vectors; ++v) w[v] = vector::load_aligned(products + t * product_stride + v * vector::size);
-#pragma GCC unroll 24
-        for (std::size_t r = 0; r < Rows; ++r) {
-            const vector value(patches[t * patch_stride + r]);
-#pragma GCC unroll 4
-            for (std::size_t v = 0; v < Vectors; ++v) acc[r][v] = xsimd::fma(value, w[v], acc[r][v]);
-        }
-    }
-#pragma GCC unroll 24
-    for (std::size_t r = 0; r < Rows; ++r) {
-#pragma GCC unroll 4
-        for (std::size_t v = 0; v < Vectors; ++v) acc[r][v].store_aligned(sums + r * sum_stride + v * vector::size);
-    }
-}
-
 template <class T, std::size_t Rows, std::size_t Vectors>
 void winograd_vector_group_gradient(const winograd_geometry<T>& geometry, const T* patches, const T* products,
                                     std::size_t v0, T* sums)
@@ -524,9 +498,10 @@ void winograd_vector_group_gradient(const winograd_geometry<T>& geometry, const 
         const T* m_e = products + e * geometry.product_plane() + v0 * width;
         T* u_e = sums + e * sum_rows * geometry.result_stride + v0 * width;
         for (std::size_t s = 0; s < geometry.source_stride; s += Rows) {
-            winograd_block_gradient<T, Rows, Vectors>(geometry.group_tiles, v_e + s, geometry.source_stride, m_e,
-                                                      geometry.result_stride, u_e + s * geometry.result_stride,
-                                                      geometry.result_stride);
+            // sums[s][v] += sum over the group's tiles t of V[t][s] * dM[t][v].
+            broadcast_block<T, Rows, Vectors, true, true>(geometry.group_tiles, v_e + s, geometry.source_stride, m_e,
+                                                          geometry.result_stride, u_e + s * geometry.result_stride,
+                                                          geometry.result_stride);
         }
     }
 }
