@@ -142,16 +142,25 @@ struct winograd_geometry {
     constexpr std::size_t staged_count() const { return height * width * result_channels; }
 };
 
-// The scratch winograd_correlation takes (scratch.hpp).
+// The buffers both the correlation and the weight gradient take: the
+// source transposed and bordered, V, M (or dM), and one image's results (or
+// result gradient) pixel-major.
 template <class T>
-constexpr void ask_winograd_scratch(scratch_demand& demand, const winograd_geometry<T>& geometry)
+constexpr void ask_winograd_common_scratch(scratch_demand& demand, const winograd_geometry<T>& geometry)
 {
     demand.template ask<winograd_transposed_tag, T>(geometry.transposed_count());
     demand.template ask<winograd_bordered_tag, T>(geometry.bordered_count());
     demand.template ask<winograd_patches_tag, T>(geometry.patches_count());
-    demand.template ask<winograd_weights_tag, T>(geometry.weights_count());
     demand.template ask<winograd_products_tag, T>(geometry.products_count());
     demand.template ask<winograd_results_tag, T>(geometry.results_count());
+}
+
+// The scratch winograd_correlation takes (scratch.hpp).
+template <class T>
+constexpr void ask_winograd_scratch(scratch_demand& demand, const winograd_geometry<T>& geometry)
+{
+    ask_winograd_common_scratch(demand, geometry);
+    demand.template ask<winograd_weights_tag, T>(geometry.weights_count());
     demand.template ask<winograd_staged_tag, T>(geometry.staged_count());
 }
 
@@ -448,11 +457,7 @@ struct winograd_gradient_sizes {
 template <class T>
 constexpr void ask_winograd_gradient_scratch(scratch_demand& demand, const winograd_geometry<T>& geometry)
 {
-    demand.template ask<winograd_transposed_tag, T>(geometry.transposed_count());
-    demand.template ask<winograd_bordered_tag, T>(geometry.bordered_count());
-    demand.template ask<winograd_patches_tag, T>(geometry.patches_count());
-    demand.template ask<winograd_products_tag, T>(geometry.products_count());
-    demand.template ask<winograd_results_tag, T>(geometry.results_count());
+    ask_winograd_common_scratch(demand, geometry);
     demand.template ask<winograd_gradient_tiles_tag, T>(winograd_gradient_sizes<T>::tiles_count(geometry));
     demand.template ask<winograd_gradient_sums_tag, T>(winograd_gradient_sizes<T>::sums_count(geometry));
 }
