@@ -24,8 +24,9 @@ struct image_size {
     std::size_t batch, in_channels, height, width, out_channels;
 };
 
-// The last two have more images than one chunk of the weight gradient holds
-// (it groups about a thousand output pixels), so chunk boundaries are crossed.
+// {3, 2, 28, 28, 3} and {7, 2, 14, 14, 5} have more images than one chunk of
+// the direct weight gradient holds (it groups about a thousand output
+// pixels), so chunk boundaries are crossed.
 // Those with at least 8 channels on both sides take Winograd's form for 3x3,
 // stride 1, padding 1 (kernels/winograd.hpp): odd and even image sides, and
 // channel counts that are not whole vectors; {9, 8, 7, 9, 12} has more
@@ -125,18 +126,17 @@ TEST_CASE_TEMPLATE("Winograd's form and the direct correlation agree on all thre
                                             scratch);
             petra::test::check_close(winograd_input, direct_input,
                                      petra::test::accumulation_tolerance<T>(shape.out_channels * 9 + 1));
-
-            // The weight gradient accumulates onto grad_weights scaled by
-            // beta before it (convolution_backward_weights scales first).
-            auto direct_weights = petra::test::random_vector<T>(shape.weight_count(), generator);
-            auto winograd_weights = direct_weights;
-            const detail::phased_input<T> phased = detail::prepare_input(shape, input.data(), scratch);
-            detail::weight_gradient(shape, phased, grad_output.data(), direct_weights.data(), scratch);
-            detail::winograd_weight_gradient(detail::forward_winograd_geometry<T>(shape), input.data(),
-                                             grad_output.data(), winograd_weights.data(), scratch);
-            petra::test::check_close(winograd_weights, direct_weights,
-                                     petra::test::accumulation_tolerance<T>(shape.batch * shape.output_pixels() + 1));
         }
+        // The weight gradient adds to grad_weights (convolution_backward_weights
+        // scales it by beta first).
+        auto direct_weights = petra::test::random_vector<T>(shape.weight_count(), generator);
+        auto winograd_weights = direct_weights;
+        const detail::phased_input<T> phased = detail::prepare_input(shape, input.data(), scratch);
+        detail::weight_gradient(shape, phased, grad_output.data(), direct_weights.data(), scratch);
+        detail::winograd_weight_gradient(detail::forward_winograd_geometry<T>(shape), input.data(),
+                                         grad_output.data(), winograd_weights.data(), scratch);
+        petra::test::check_close(winograd_weights, direct_weights,
+                                 petra::test::accumulation_tolerance<T>(shape.batch * shape.output_pixels() + 1));
     }
     // Narrow channels and other geometries stay direct.
     CHECK_FALSE(detail::winograd_applies({64, 1, 28, 28, 16, 3, 1, 1}));
@@ -258,10 +258,14 @@ TEST_CASE("a convolution's scratch demand is a compile-time figure, merged per b
     constexpr scratch_demand forward = convolution_forward_scratch<float>(shape);
     static_assert(forward.buffer_count() == 3);
     static_assert(forward.thread_bytes() >= 64 * 16 * 30 * 30 * sizeof(float));
-    // Winograd's form: six buffers, of one group of images at most (the
-    // transformed patches and products of a group stay under half a MiB).
+    // Winograd's form: six buffers (the input transposed and bordered, the
+    // transformed patches, weights and products, one image's results), of
+    // one group of images at most (its patches and products stay under half
+    // a MiB); the input gradient, which may accumulate, also stages one
+    // image's results.
     constexpr scratch_demand winograd = convolution_forward_scratch<float>({64, 16, 28, 28, 16, 3, 1, 1});
-    static_assert(winograd.buffer_count() == 7);
+    static_assert(winograd.buffer_count() == 6);
+    static_assert(convolution_backward_input_scratch<float>({64, 16, 28, 28, 16, 3, 1, 1}).buffer_count() == 7);
     static_assert(winograd.thread_bytes() < std::size_t(1) << 20);
     static_assert(forward.region_bytes() >= forward.thread_bytes());
     // The weight gradient reads the same phased input: one buffer, the larger

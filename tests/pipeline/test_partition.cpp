@@ -169,7 +169,6 @@ TEST_CASE("partition: the cost model prices the couplings' Winograd-form convolu
         const std::size_t traffic = block_profile::flops_per_traffic_value * block.traffic_values();
         if (block.reversible) {
             CHECK(block.tick_cost() < block.tick_flops() + traffic);
-            CHECK(block.tick_cost() > block.tick_flops() / 2 + traffic);
         } else {
             CHECK(block.tick_cost() == block.tick_flops() + traffic);
         }

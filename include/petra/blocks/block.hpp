@@ -17,6 +17,8 @@
 //   static constexpr std::size_t parameter_count, state_count;
 //   static constexpr std::size_t forward_flops;   per example
 //   static constexpr std::size_t backward_flops;  per example, the vector-Jacobian product alone
+//   static constexpr std::size_t winograd_forward_flops;  optional, as for layers (layer.hpp): the
+//                                                 part of forward_flops in Winograd's form
 //   static constexpr std::size_t workspace_size(std::size_t batch);
 //   template <class T> static void initialize(std::span<T, P>, std::span<T, S>, std::mt19937_64&);
 //   template <forward_pass Pass, class T>

@@ -43,6 +43,8 @@ struct downsample : block_kind {
             first::forward_flops + second::forward_flops + output::half::size;
         static constexpr std::size_t backward_flops =
             first::backward_flops + second::backward_flops + output::half::size;
+        static constexpr std::size_t winograd_forward_flops =
+            winograd_forward_flops_of<first>() + winograd_forward_flops_of<second>();
 
         // A gradient of one output half, then F's cache, then G's.
         static constexpr std::size_t workspace_size(std::size_t batch)

@@ -41,6 +41,7 @@ struct head : block_kind {
         static constexpr bool reversible = false;
         static constexpr std::size_t forward_flops = function::forward_flops;
         static constexpr std::size_t backward_flops = function::backward_flops;
+        static constexpr std::size_t winograd_forward_flops = winograd_forward_flops_of<function>();
 
         // The concatenated input, its gradient, then F's cache.
         static constexpr std::size_t workspace_size(std::size_t batch)

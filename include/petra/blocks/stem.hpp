@@ -33,6 +33,7 @@ struct stem : block_kind {
         static constexpr bool input_gradient_optional = true;
         static constexpr std::size_t forward_flops = function::forward_flops;
         static constexpr std::size_t backward_flops = function::backward_flops;
+        static constexpr std::size_t winograd_forward_flops = winograd_forward_flops_of<function>();
 
         // F's output (or its gradient) in NCHW, then F's cache.
         static constexpr std::size_t workspace_size(std::size_t batch)

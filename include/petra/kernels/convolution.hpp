@@ -2,6 +2,11 @@
 // 2, zero padding): forward, gradient with respect to the input and gradient
 // with respect to the weights.
 //
+// 3x3 convolutions with stride 1 and padding 1 between 8 or more channels
+// take Winograd's F(2x2, 3x3) form instead (winograd.hpp; winograd_applies
+// below); everything that follows here describes the direct form, which
+// every other shape takes.
+//
 // No im2col matrix is ever built. The input (or, for the input gradient, the
 // output gradient) is copied once with its zero border into stride x stride
 // phase planes, where every weight tap reads consecutive memory for
@@ -770,8 +775,8 @@ void backward_input_by_phases(const convolution_shape& shape, const T* grad_outp
 
 // Whether the forward pass and both gradients of a shape take Winograd's
 // F(2x2, 3x3) form (winograd.hpp) instead of the direct correlation: 3x3
-// kernels with stride 1 and padding 1, between channel counts that fill at
-// least half a vector of floats on every side (a stem reading one or three
+// kernels with stride 1 and padding 1, between at least 8 channels on
+// every side (half an AVX-512 vector of floats; a stem reading one or three
 // channels would pad them to a whole vector and gain nothing). It does 16
 // multiplications per 2x2 results and channel pair where the direct form
 // does 36, with values rounded differently: the results agree with the direct
@@ -841,7 +846,7 @@ constexpr scratch_demand convolution_forward_scratch(const convolution_shape& sh
     scratch_demand demand;
     if (shape.batch == 0) return demand;
     if (detail::winograd_applies(shape)) {
-        detail::ask_winograd_scratch(demand, detail::forward_winograd_geometry<T>(shape));
+        detail::ask_winograd_scratch(demand, detail::forward_winograd_geometry<T>(shape), false);
         return demand;
     }
     demand.template ask<detail::phased_input_tag, T>(detail::phased_input_count<T>(shape));
@@ -858,7 +863,7 @@ constexpr scratch_demand convolution_backward_input_scratch(const convolution_sh
     scratch_demand demand;
     if (shape.batch == 0) return demand;
     if (detail::winograd_applies(shape)) {
-        detail::ask_winograd_scratch(demand, detail::input_gradient_winograd_geometry<T>(shape));
+        detail::ask_winograd_scratch(demand, detail::input_gradient_winograd_geometry<T>(shape), true);
         return demand;
     }
     const detail::input_gradient_geometry geometry(shape);

@@ -21,7 +21,8 @@
 // against whole vectors of U_e's row. The output transform turns M's 16
 // values of a tile into its 2x2 results, still pixel-major, and one more
 // transposition returns them to NCHW. Images are taken a few at a time so
-// that V, M and U of a group stay in the core's L2 cache.
+// that V and M of a group stay within half of the core's L2 cache (U, the
+// same for every group, is 16 KiB to 256 KiB on the reference network).
 //
 // Kernels know nothing of layers: this file is reached only through
 // kernels/convolution.hpp, which decides when the form applies.
@@ -155,13 +156,15 @@ constexpr void ask_winograd_common_scratch(scratch_demand& demand, const winogra
     demand.template ask<winograd_results_tag, T>(geometry.results_count());
 }
 
-// The scratch winograd_correlation takes (scratch.hpp).
+// The scratch winograd_correlation takes (scratch.hpp): with accumulates
+// (a caller that may pass beta != 0), also the staging of one image's
+// results.
 template <class T>
-constexpr void ask_winograd_scratch(scratch_demand& demand, const winograd_geometry<T>& geometry)
+constexpr void ask_winograd_scratch(scratch_demand& demand, const winograd_geometry<T>& geometry, bool accumulates)
 {
     ask_winograd_common_scratch(demand, geometry);
     demand.template ask<winograd_weights_tag, T>(geometry.weights_count());
-    demand.template ask<winograd_staged_tag, T>(geometry.staged_count());
+    if (accumulates) demand.template ask<winograd_staged_tag, T>(geometry.staged_count());
 }
 
 // U[e][s][r] = (G g G^T)[e / 4][e % 4] for the 3x3 weights g = tap(r, s, kh, kw)
@@ -335,9 +338,9 @@ void multiply_transformed(const winograd_geometry<T>& geometry, const T* patches
     }(std::make_index_sequence<max_vectors - 1>{});
 }
 
-// The 2x2 results of every tile of the group's `count` images, A^T M A, into
-// results (pixel-major, result_stride values per pixel, one image after the
-// other); tiles past the image's edge (odd sizes) store only their inner part.
+// The 2x2 results of every tile of image `image` of the group, A^T M A, into
+// results (that image's pixels, pixel-major, result_stride values each);
+// tiles past the image's edge (odd sizes) store only their inner part.
 template <class T>
 void transform_products(const winograd_geometry<T>& geometry, const T* products, std::size_t image, T* results)
 {
@@ -388,7 +391,7 @@ void winograd_correlation(const winograd_geometry<T>& geometry, const T* source,
     T* weights = scratch.take<winograd_weights_tag, T>(geometry.weights_count());
     T* products = scratch.take<winograd_products_tag, T>(geometry.products_count());
     T* results = scratch.take<winograd_results_tag, T>(geometry.results_count());
-    T* staged = scratch.take<winograd_staged_tag, T>(geometry.staged_count());
+    T* staged = beta == T(0) ? nullptr : scratch.take<winograd_staged_tag, T>(geometry.staged_count());
     // Zeros that are never overwritten: the border, the padding channels,
     // and the rows of a group past its last tile (computed, never read; zero
     // keeps NaN out of the registers).
@@ -422,14 +425,6 @@ void winograd_correlation(const winograd_geometry<T>& geometry, const T* source,
 // 16 GEMMs dU_e += V_e^T dM_e, each accumulating a block of source channels
 // (broadcast from V's rows, where they are contiguous) times vectors of
 // result channels (from dM's rows) over every tile of a group.
-
-// Register blocking of the gradient's GEMMs: Rows source channels times
-// Vectors vectors of result channels.
-template <class T>
-struct winograd_gradient_blocking {
-    static constexpr std::size_t max_vectors = winograd_blocking<T>::max_vectors;
-    static constexpr std::size_t rows_for(std::size_t vectors) { return winograd_blocking<T>::rows_for(vectors); }
-};
 
 template <class T>
 struct winograd_gradient_sizes {
@@ -513,21 +508,25 @@ void winograd_vector_group_gradient(const winograd_geometry<T>& geometry, const 
 
 // The block's rows: as many as the registers hold when the last block wastes
 // at most a sixteenth of the source channels on rows that do not exist,
-// otherwise the largest power of two below (which divides whole vectors of
-// channels). Measured on the reference network's shapes: 16 rows over 16
-// channels beat 24 (a third wasted), 8 over 32 beat 12 (an eighth wasted),
-// 6 over 64 beat 4 (a thirty-second wasted, but fewer accumulators).
+// otherwise the largest power of two below if it divides the channels
+// (whole vectors of them), or else a vector's width. Measured on the
+// reference network's shapes: 16 rows over 16 channels beat 24 (a third
+// wasted), 8 over 32 beat 12 (an eighth wasted), 6 over 64 beat 4 (a
+// thirty-second wasted, but fewer accumulators).
 template <class T, std::size_t Vectors>
 void winograd_vector_group_gradient(const winograd_geometry<T>& geometry, const T* patches, const T* products,
                                     std::size_t v0, T* sums)
 {
     constexpr std::size_t rows = winograd_blocking<T>::rows_for(Vectors);
-    constexpr std::size_t power_of_two = std::size_t(1) << (std::bit_width(rows) - 1);
+    constexpr std::size_t power_of_two = std::bit_floor(rows);
+    constexpr std::size_t width = std::min(power_of_two, simd_width<T>);
     const std::size_t wasted = (geometry.source_stride + rows - 1) / rows * rows - geometry.source_stride;
     if (wasted * 16 <= geometry.source_stride) {
         winograd_vector_group_gradient<T, rows, Vectors>(geometry, patches, products, v0, sums);
-    } else {
+    } else if (geometry.source_stride % power_of_two == 0) {
         winograd_vector_group_gradient<T, power_of_two, Vectors>(geometry, patches, products, v0, sums);
+    } else {
+        winograd_vector_group_gradient<T, width, Vectors>(geometry, patches, products, v0, sums);
     }
 }
 
