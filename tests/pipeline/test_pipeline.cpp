@@ -279,6 +279,14 @@ TEST_CASE("pipeline: PETRA's gradient error is first order in the learning rate,
     const auto at_zero = petra_gradient_error<J>(0.0, 6);
     const auto small = petra_gradient_error<J>(1e-5, 6);
     const auto larger = petra_gradient_error<J>(1e-4, 6);
+    // Every block its own stage (a coupling before the downsampling, the
+    // downsampling before a coupling): at learning rate 0 every stage's
+    // gradient is still exact.
+    const auto one_block_each = petra_gradient_error<pipeline_network::block_count>(0.0, 12);
+    for (std::size_t j = 0; j < one_block_each.size(); ++j) {
+        CAPTURE(j);
+        CHECK(one_block_each[j] < 1e-5);
+    }
     for (std::size_t j = 0; j < J; ++j) {
         CAPTURE(j);
         INFO("errors at learning rates 0, 1e-5, 1e-4: " << at_zero[j] << ", " << small[j] << ", " << larger[j]);
