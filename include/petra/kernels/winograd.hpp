@@ -1,8 +1,9 @@
 // Winograd's minimal filtering F(2x2, 3x3) for the 3x3 convolutions with
-// stride 1 and padding 1 (the forward pass and the input gradient of such a
-// convolution, which is the same correlation with flipped, transposed
-// weights): each 2x2 block of results is computed from a 4x4 patch of the
-// source with 16 multiplications per channel pair instead of 36.
+// stride 1 and padding 1: the forward pass and the input gradient (the same
+// correlation with flipped, transposed weights), winograd_correlation; the
+// weight gradient, winograd_weight_gradient (further down). Each 2x2 block
+// of results is computed from a 4x4 patch of the source with 16
+// multiplications per channel pair instead of 36.
 //
 //   result tile = A^T [ sum over source channels of (G g G^T) .* (B^T d B) ] A
 //
