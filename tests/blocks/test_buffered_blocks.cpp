@@ -1,4 +1,4 @@
-// The blocks that change shape (stem, downsampling, head): their shapes, and
+// The blocks that change shape (stem, downsampling, heads): their shapes, and
 // their backward, after a forward and recomputed from the stored input,
 // against central differences in double.
 #include <cmath>
@@ -22,6 +22,7 @@ using image = shape<1, 6, 6>;
 using stem_block = layer_for<stem<chain<conv2d<1, 8, 3>, batch_norm<8>, relu>>, image>;
 using downsample_block = layer_for<downsampling<4>, stem_block::output>;
 using head_block = layer_for<classifier_head<16, 10>, downsample_block::output>;
+using normalised_head_block = layer_for<normalised_classifier_head<16, 10>, downsample_block::output>;
 
 } // namespace
 
@@ -33,6 +34,9 @@ TEST_CASE("shape-changing blocks: shapes chain from the image to the logits")
     static_assert(!stem_block::reversible && !downsample_block::reversible && !head_block::reversible);
     static_assert(downsample_block::parameter_count == (8 * 4 * 9 + 16) + (8 * 4 + 16));
     static_assert(head_block::parameter_count == 16 * 10 + 10);
+    static_assert(std::is_same_v<normalised_head_block::output, shape<10>> && !normalised_head_block::reversible);
+    static_assert(normalised_head_block::parameter_count == 2 * 16 + 16 * 10 + 10);
+    static_assert(normalised_head_block::state_count == 2 * 16);
 }
 
 TEST_CASE("halves: splitting channels in two and merging them back is exact")
@@ -49,14 +53,14 @@ TEST_CASE("halves: splitting channels in two and merging them back is exact")
 }
 
 TEST_CASE_TEMPLATE("shape-changing blocks: backward after forward matches central differences", Block, stem_block,
-                   downsample_block, head_block)
+                   downsample_block, head_block, normalised_head_block)
 {
     std::mt19937_64 generator(11);
     test::check_gradients<test::backward_after_forward<Block>>(generator, {.batch = 3});
 }
 
 TEST_CASE_TEMPLATE("shape-changing blocks: backward recomputed from the stored input matches central differences",
-                   Block, stem_block, downsample_block, head_block)
+                   Block, stem_block, downsample_block, head_block, normalised_head_block)
 {
     std::mt19937_64 generator(13);
     test::check_gradients<test::recompute_then_backward<Block>>(generator, {.batch = 3});

@@ -9,10 +9,12 @@
 #include <span>
 
 #include <petra/blocks/block.hpp>
+#include <petra/layers/batch_norm.hpp>
 #include <petra/layers/chain.hpp>
 #include <petra/layers/dense.hpp>
 #include <petra/layers/layer.hpp>
 #include <petra/layers/pooling.hpp>
+#include <petra/layers/relu.hpp>
 
 namespace petra {
 
@@ -89,5 +91,15 @@ struct head : block_kind {
 // then a dense layer to Classes logits.
 template <std::size_t Channels, std::size_t Classes>
 using classifier_head = head<chain<global_average_pool, dense<Channels, Classes>>>;
+
+// A head for a stream that nothing has normalised since the stem (a fully
+// reversible network, whose couplings only add to their input): batch
+// normalisation and ReLU before the pooling, so that the dense layer sees
+// features of unit scale whatever the depth. Without it the pooled
+// features grow with every coupling, and so do the logits and the dense
+// layer's effective step (proportional to the features' squared norm).
+template <std::size_t Channels, std::size_t Classes>
+using normalised_classifier_head =
+    head<chain<batch_norm<Channels>, relu, global_average_pool, dense<Channels, Classes>>>;
 
 } // namespace petra
