@@ -67,8 +67,8 @@ std::string alternatives(const std::array<named<Choice>, N>& names)
 }
 
 inline const char* const job_epilogue = R"(Progress goes to stderr (a bar on a terminal, plain lines otherwise). At the
-end, a short report on stderr and one line of JSON on stdout with method,
-stages, driver, ranks, accumulation, epochs, steps, batch, seed, learning_rate,
+end, a short report on stderr and one line of JSON on stdout with network,
+method, stages, driver, ranks, accumulation, epochs, steps, batch, seed, learning_rate,
 test_accuracy, test_loss, train_seconds, examples_per_second, peak_rss_bytes
 and parameter_digest (a digest of the final parameters and running
 statistics: equal digests, equal final networks).
@@ -83,8 +83,10 @@ bad data; 1 any other failure (a diverging loss, a bad checkpoint); 130 or
 inline void declare_options(CLI::App& app, job_options& options)
 {
     app.description("Trains the reference network (petra::reference_network<>, " +
-                    with_thousands(net::parameter_count) +
-                    " parameters)\non Fashion-MNIST and scores it on the 10,000 test images.\n");
+                    with_thousands(reference_net::parameter_count) +
+                    " parameters)\nor its reversible variant (petra::reversible_reference_network<>, " +
+                    with_thousands(reversible_net::parameter_count) +
+                    "\nparameters) on Fashion-MNIST and scores it on the 10,000 test images.\n");
     app.footer(job_epilogue);
     app.set_help_flag("-h,--help", "this text");
     app.get_formatter()->column_width(26);
@@ -92,6 +94,10 @@ inline void declare_options(CLI::App& app, job_options& options)
     const CLI::Validator number(number_form_error, "");
     const CLI::Validator whole_number(whole_number_form_error, "");
 
+    app.add_option("--network", options.network,
+                   alternatives(network_names) + ": the reference network, or\nits variant whose downsamplings are "
+                   "reversible\n(pixel unshuffle), so that PETRA keeps no input\nbetween stem and head")
+        ->type_name("N");
     app.add_option("--method", options.method, alternatives(method_names))->type_name("M");
     app.add_option("--stages", options.stages, "PETRA's stages: 1 to " + std::to_string(max_stages) + ", the\nnetwork's blocks")
         ->type_name("J")->check(whole_number);

@@ -42,7 +42,7 @@ inline job_data load_data(const std::string& data_dir, std::size_t batch)
     data.test_size = data.test.size();
     for (const petra::labelled_images* set : {&data.train, &data.test}) {
         if (set->images.shape()[2] != image::height || set->images.shape()[3] != image::width) {
-            throw petra::data_error(dir + ": the reference network takes " + std::to_string(image::height) + " x " +
+            throw petra::data_error(dir + ": the networks take " + std::to_string(image::height) + " x " +
                                     std::to_string(image::width) + " images.");
         }
     }

@@ -8,7 +8,6 @@
 
 #include <petra/petra.hpp>
 
-#include "model.hpp"
 
 namespace fashion {
 
@@ -35,7 +34,8 @@ inline std::string digest_text(std::uint64_t hash)
 
 // FNV-1a of the parameters' and running statistics' bytes, 16 hex digits:
 // two runs that end with equal digests ended with equal networks.
-inline std::string parameter_digest(const petra::network_parameters<net, float>& parameters)
+template <class Net>
+std::string parameter_digest(const petra::network_parameters<Net, float>& parameters)
 {
     return digest_text(digest_of(digest_of(digest_basis, parameters.values()), parameters.state()));
 }

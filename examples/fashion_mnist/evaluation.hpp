@@ -11,7 +11,6 @@
 
 #include <petra/petra.hpp>
 
-#include "model.hpp"
 
 namespace fashion {
 
@@ -23,8 +22,10 @@ struct evaluation {
     double accuracy = 0; // the fraction classified right
 };
 
-inline evaluation evaluate(const petra::network_parameters<net, float>& parameters, const petra::labelled_images& data)
+template <class Net>
+evaluation evaluate(const petra::network_parameters<Net, float>& parameters, const petra::labelled_images& data)
 {
+    using loss = typename petra::classification<Net>::loss;
     constexpr std::size_t chunk = evaluation_chunk;
     double loss_sum = 0;
     std::size_t correct = 0;
@@ -33,8 +34,8 @@ inline evaluation evaluate(const petra::network_parameters<net, float>& paramete
         const auto images = xt::view(data.images, xt::range(first, first + count));
         const xt::xtensor<float, 2> logits = petra::predict(parameters, images);
         const std::int32_t* labels = data.labels.data() + first;
-        loss_sum += double(task::loss::evaluate(count, logits.data(), labels, nullptr)) * double(count);
-        correct += task::loss::correct(count, logits.data(), labels);
+        loss_sum += double(loss::evaluate(count, logits.data(), labels, nullptr)) * double(count);
+        correct += loss::correct(count, logits.data(), labels);
     }
     return {loss_sum / double(data.size()), double(correct) / double(data.size())};
 }

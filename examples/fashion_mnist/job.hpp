@@ -1,6 +1,7 @@
-// The Fashion-MNIST job: the reference network trained with PETRA (J stages
-// on J threads, on the simulator, or on MPI ranks), exact backprop or reversible backprop, from the same data,
-// seed, optimizer and schedule, then scored on the test set. The command-line
+// The Fashion-MNIST job: the reference network or its reversible variant
+// (--network) trained with PETRA (J stages on J threads, on the simulator,
+// or on MPI ranks), exact backprop or reversible backprop, from the same
+// data, seed, optimizer and schedule, then scored on the test set. The command-line
 // front end is main.cpp; tests call run_job directly on generated data.
 //
 // Its parts, each usable alone: options.hpp (what a user asks, checked into
@@ -25,14 +26,21 @@
 
 namespace fashion {
 
-// One run of the recipe's method, by the group that compiled it.
+// One run of the recipe's method, by the group that compiled it: runs[n]
+// holds network n's groups.
 inline job_summary run_method(const job_options& options, const training_recipe& recipe, const job_data& data)
 {
     using run = job_summary (*)(const job_options&, const training_recipe&, const job_data&);
-    constexpr auto runs = []<std::size_t... G>(std::index_sequence<G...>) {
-        return std::array<run, run_groups>{&method_runs<G>::run...};
-    }(std::make_index_sequence<run_groups>{});
-    return runs[run_group(recipe)](options, recipe, data);
+    using network_runs = std::array<run, run_groups>;
+    constexpr auto groups_of = []<network_kind Network, std::size_t... G>(std::index_sequence<G...>) {
+        return network_runs{&method_runs<Network, G>::run...};
+    };
+    constexpr std::array<network_runs, network_kinds> runs{
+        groups_of.template operator()<network_kind::reference>(std::make_index_sequence<run_groups>{}),
+        groups_of.template operator()<network_kind::reversible>(std::make_index_sequence<run_groups>{})};
+    static_assert(network_kinds == 2 && std::size_t(network_kind::reversible) == 1,
+                  "runs has one row per network kind, in the enumeration's order.");
+    return runs[std::size_t(recipe.network)][run_group(recipe)](options, recipe, data);
 }
 
 // Loads the data, trains (from a checkpoint with options.resume),

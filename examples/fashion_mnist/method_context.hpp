@@ -23,9 +23,9 @@ struct method_context {
     fidelity_file& fidelity;                       // where the measurements go
 };
 
-// A method holds the network's parameters (drawn from the recipe's seed;
-// on MPI ranks, each rank only its own stages') and trains one micro-batch
-// per train() (at the position, which names it); reads_data() says whether
+// A method trains the network M::network (model.hpp), holds its parameters
+// (drawn from the recipe's seed; on MPI ranks, each rank only its own
+// stages') and trains one micro-batch per train() (at the position, which names it); reads_data() says whether
 // this process reads the micro-batches (an MPI rank that does not feed is
 // given buffers never filled); progress() is the current epoch's statistics
 // so far; end_epoch() finishes the epoch (whatever is in flight, the last
@@ -38,6 +38,7 @@ struct method_context {
 // (run_checkpoint.hpp).
 template <class M>
 concept training_method = std::constructible_from<M, const method_context&> &&
+                          petra::is_network<typename M::network>::value &&
                           requires(M& method, const micro_batch& batch, const run_position& position,
                                    const petra::labelled_images& test, std::size_t count) {
                               method.train(batch, position);

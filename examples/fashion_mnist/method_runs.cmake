@@ -1,6 +1,6 @@
 # The job's runs (method_runs.hpp) as the static library fashion_mnist_runs:
-# method_runs.cpp compiled once per group of stage counts, the groups in
-# parallel, once for both the job and its test. With MPI (OpenMPI's
+# method_runs.cpp compiled once per network and group of stage counts, the
+# groups in parallel, once for both the job and its test. With MPI (OpenMPI's
 # libopenmpi-dev) the runs include PETRA on MPI ranks (--driver mpi), and
 # the library brings MPI and PETRA_JOB_WITH_MPI to whoever links it.
 # Included by examples/ and tests/.
@@ -19,12 +19,15 @@ else()
 endif()
 
 add_library(fashion_mnist_runs STATIC)
-foreach(group RANGE 0 ${last_group})
-  add_library(fashion_mnist_runs_${group} OBJECT ${CMAKE_CURRENT_LIST_DIR}/method_runs.cpp)
-  target_compile_definitions(fashion_mnist_runs_${group} PRIVATE PETRA_JOB_RUN_GROUP=${group}
-    $<$<BOOL:${MPI_CXX_FOUND}>:PETRA_JOB_WITH_MPI>)
-  target_link_libraries(fashion_mnist_runs_${group} PRIVATE ${fashion_mnist_run_dependencies} petra_project_options)
-  target_sources(fashion_mnist_runs PRIVATE $<TARGET_OBJECTS:fashion_mnist_runs_${group}>)
+foreach(network reference reversible) # options.hpp's network_kind
+  foreach(group RANGE 0 ${last_group})
+    set(unit fashion_mnist_runs_${network}_${group})
+    add_library(${unit} OBJECT ${CMAKE_CURRENT_LIST_DIR}/method_runs.cpp)
+    target_compile_definitions(${unit} PRIVATE PETRA_JOB_NETWORK=${network} PETRA_JOB_RUN_GROUP=${group}
+      $<$<BOOL:${MPI_CXX_FOUND}>:PETRA_JOB_WITH_MPI>)
+    target_link_libraries(${unit} PRIVATE ${fashion_mnist_run_dependencies} petra_project_options)
+    target_sources(fashion_mnist_runs PRIVATE $<TARGET_OBJECTS:${unit}>)
+  endforeach()
 endforeach()
 target_link_libraries(fashion_mnist_runs PUBLIC ${fashion_mnist_run_dependencies})
 target_include_directories(fashion_mnist_runs PUBLIC ${CMAKE_CURRENT_LIST_DIR})

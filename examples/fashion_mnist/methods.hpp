@@ -1,7 +1,7 @@
-// The job's methods as types, and the visit that turns PETRA's stage count
-// into one. Only the translation units that compile the runs include this
-// (method_runs.cpp, mpi_runs.cpp): each method type instantiates a whole
-// trainer or pipeline of the reference network.
+// The job's methods as types, and the visits that turn the network and
+// PETRA's stage count into them. Only the translation unit that compiles the
+// runs includes this (method_runs.cpp): each method type instantiates a
+// whole trainer or pipeline of a network.
 #pragma once
 
 #include <cstddef>
@@ -16,14 +16,20 @@
 
 namespace fashion {
 
-using exact_backprop_method = sequential_method<petra::exact_backprop<net, float>>;
-using reversible_backprop_method = sequential_method<petra::reversible_backprop<net, float>>;
+template <class Net>
+using exact_backprop_method = sequential_method<Net, petra::exact_backprop<Net, float>>;
+template <class Net>
+using reversible_backprop_method = sequential_method<Net, petra::reversible_backprop<Net, float>>;
 // PETRA in J stages, one thread each or on the sequential simulator: the
 // same numbers (tests/job/test_fashion_job.cpp).
-template <std::size_t J>
-using petra_on_threads = petra_method<J, petra::thread_pipeline>;
-template <std::size_t J>
-using petra_on_simulator = petra_method<J, petra::sequential_pipeline>;
+template <class Net, std::size_t J>
+using petra_on_threads = petra_method<Net, J, petra::thread_pipeline>;
+template <class Net, std::size_t J>
+using petra_on_simulator = petra_method<Net, J, petra::sequential_pipeline>;
+
+// The network type of a network_kind.
+template <network_kind Kind>
+using network_of = std::conditional_t<Kind == network_kind::reference, reference_net, reversible_net>;
 
 // visit(std::integral_constant<std::size_t, J>{}) with J = stages, for a
 // stage count among First, First + Step, ... up to max_stages; another is

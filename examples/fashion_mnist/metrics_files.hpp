@@ -26,13 +26,16 @@ inline std::string fidelity_path_of(const std::string& metrics_path)
     return (csv ? metrics_path.substr(0, metrics_path.size() - 4) : metrics_path) + "-fidelity.csv";
 }
 
-// The columns that name the run, first on every row of both files.
+// The columns that name the run, first on every row of both files; the
+// network comes last on every row (network_column), so that files written
+// before it existed keep their leading columns.
 inline std::string run_columns(const training_recipe& recipe)
 {
     std::ostringstream text;
     text << name_of(recipe.method) << ',' << recipe.stages << ',' << recipe.accumulation << ',' << recipe.seed << ',';
     return text.str();
 }
+inline std::string network_column(const training_recipe& recipe) { return "," + std::string(name_of(recipe.network)); }
 
 class metrics_file {
 public:
@@ -45,8 +48,9 @@ public:
         out_.open(path, std::ios::trunc);
         if (!out_) throw std::runtime_error(path + ": cannot write the metrics file.");
         run_columns_ = run_columns(recipe);
+        network_column_ = network_column(recipe);
         out_ << "method,stages,accumulation,seed,epoch,steps,train_loss,train_accuracy,test_loss,test_accuracy,"
-                "seconds,learning_rate\n";
+                "seconds,learning_rate,network\n";
         for (const epoch_record& record : finished) write(record);
     }
 
@@ -55,13 +59,13 @@ public:
         if (!out_.is_open()) return;
         out_ << run_columns_ << record.epoch << ',' << record.steps << ',' << record.train_loss << ','
              << record.train_accuracy << ',' << record.test_loss << ',' << record.test_accuracy << ','
-             << record.seconds << ',' << record.learning_rate << '\n';
+             << record.seconds << ',' << record.learning_rate << network_column_ << '\n';
         out_.flush();
     }
 
 private:
     std::ofstream out_;
-    std::string run_columns_;
+    std::string run_columns_, network_column_;
 };
 
 class fidelity_file {
@@ -82,7 +86,7 @@ public:
     {
         for (const stage_fidelity& result : results) {
             out_ << run_columns_ << epoch << ',' << step << ',' << result.stage << ',' << result.micro_batch << ','
-                 << result.cosine << ',' << result.norm_ratio << '\n';
+                 << result.cosine << ',' << result.norm_ratio << network_column_ << '\n';
         }
         out_.flush();
     }
@@ -93,7 +97,8 @@ private:
         out_.open(path, std::ios::trunc);
         if (!out_) throw std::runtime_error(path + ": cannot write the gradient-fidelity file.");
         run_columns_ = run_columns(recipe);
-        out_ << "method,stages,accumulation,seed,epoch,step,stage,micro_batch,cosine,norm_ratio\n";
+        network_column_ = network_column(recipe);
+        out_ << "method,stages,accumulation,seed,epoch,step,stage,micro_batch,cosine,norm_ratio,network\n";
         for (const std::string& line : kept) out_ << line << '\n';
         out_.flush();
     }
@@ -114,7 +119,7 @@ private:
     }
 
     std::ofstream out_;
-    std::string run_columns_;
+    std::string run_columns_, network_column_;
 };
 
 } // namespace fashion

@@ -24,11 +24,12 @@
 
 namespace fashion {
 
-template <std::size_t Stages>
+template <class Net, std::size_t Stages>
 class mpi_method {
 public:
-    static constexpr auto cuts = petra::reference_cuts<Stages>();
-    using pipeline_type = petra::mpi_pipeline<net, cuts, petra::sgd<float>, float>;
+    using network = Net;
+    static constexpr auto cuts = cuts_of<Net, Stages>();
+    using pipeline_type = petra::mpi_pipeline<Net, cuts, petra::sgd<float>, float>;
 
     // Refuses (std::invalid_argument, on every rank) more ranks than stages.
     explicit mpi_method(const method_context& context)
@@ -76,12 +77,12 @@ public:
     template <class Records>
     std::uint64_t save_checkpoint(const std::string& path, Records&& records)
     {
-        return petra::save_mpi_checkpoint(path, net::signature, pipeline_, records);
+        return petra::save_mpi_checkpoint(path, Net::signature, pipeline_, records);
     }
     template <class Records>
     void load_checkpoint(const std::string& path, Records&& records)
     {
-        petra::load_mpi_checkpoint(path, net::signature, pipeline_, records);
+        petra::load_mpi_checkpoint(path, Net::signature, pipeline_, records);
     }
 
 private:

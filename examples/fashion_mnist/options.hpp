@@ -20,6 +20,8 @@
 
 namespace fashion {
 
+// The network trained (model.hpp): reference_net or reversible_net.
+enum class network_kind { reference, reversible };
 enum class method { petra, backprop, reversible_backprop };
 // Who runs PETRA's stages: one thread each, the sequential simulator on the
 // caller's thread, or MPI ranks (mpirun -np R, R <= J). All three compute
@@ -28,11 +30,11 @@ enum class driver { threads, simulator, mpi };
 using decay = petra::learning_rate_schedule::decay;
 
 // PETRA cuts the network into at most one stage per block (the
-// partitioner leaves no stage empty): J = 1 to the block count, 10 for the
-// reference network. On threads, J may exceed the cores: a stage waiting
-// for its neighbour sleeps on a condition variable (channel.hpp) and gives
-// its core to the others; --driver simulator runs any J on one thread.
-inline constexpr std::size_t max_stages = net::block_count;
+// partitioner leaves no stage empty): J = 1 to the block count, 10 for
+// both networks. On threads, J may exceed the cores: a stage waiting for
+// its neighbour sleeps on a condition variable (channel.hpp) and gives its
+// core to the others; --driver simulator runs any J on one thread.
+inline constexpr std::size_t max_stages = reference_net::block_count; // both networks' (model.hpp)
 
 template <class Choice>
 struct named {
@@ -40,6 +42,8 @@ struct named {
     std::string_view name;
 };
 
+inline constexpr std::array<named<network_kind>, 2> network_names{
+    {{network_kind::reference, "reference"}, {network_kind::reversible, "reversible"}}};
 inline constexpr std::array<named<method>, 3> method_names{
     {{method::petra, "petra"}, {method::backprop, "backprop"}, {method::reversible_backprop, "reversible-backprop"}}};
 inline constexpr std::array<named<driver>, 3> driver_names{
@@ -65,11 +69,13 @@ std::string_view name_in(const std::array<named<Choice>, N>& names, Choice value
     return "?";
 }
 
+inline std::string_view name_of(network_kind value) { return name_in(network_names, value); }
 inline std::string_view name_of(method value) { return name_in(method_names, value); }
 inline std::string_view name_of(decay value) { return name_in(schedule_names, value); }
 inline std::string_view name_of(driver value) { return name_in(driver_names, value); }
 
 struct job_options {
+    std::string network = "reference"; // reference | reversible
     std::string method = "petra"; // petra | backprop | reversible-backprop
     std::size_t stages = 4;       // PETRA only: 1 to max_stages
     std::string driver = "threads"; // PETRA only: threads | simulator | mpi
@@ -115,6 +121,7 @@ struct job_options {
 // What a run's numbers depend on: a checkpoint resumes only under the same
 // recipe (run_checkpoint.hpp).
 struct training_recipe {
+    network_kind network = network_kind::reference;
     fashion::method method = fashion::method::petra;
     std::size_t stages = 1; // PETRA's J; 1 for the sequential methods
     fashion::driver driver = fashion::driver::threads; // PETRA's; not part of the numbers
@@ -144,6 +151,8 @@ struct training_recipe {
 // naming the first option that is wrong.
 inline training_recipe checked_recipe(const job_options& options)
 {
+    const std::optional<network_kind> trained = choice_named(network_names, options.network);
+    if (!trained) refuse_option("--network must be reference or reversible, not '" + options.network + "'.");
     const std::optional<method> chosen = choice_named(method_names, options.method);
     if (!chosen) {
         refuse_option("--method must be petra, backprop or reversible-backprop, not '" + options.method + "'.");
@@ -179,7 +188,8 @@ inline training_recipe checked_recipe(const job_options& options)
     }
     const std::optional<decay> schedule = choice_named(schedule_names, options.schedule);
     if (!schedule) refuse_option("--schedule must be cosine, step or constant, not '" + options.schedule + "'.");
-    return {.method = *chosen,
+    return {.network = *trained,
+            .method = *chosen,
             .stages = *chosen == method::petra ? options.stages : 1,
             .driver = *runner,
             .accumulation = options.accumulation,

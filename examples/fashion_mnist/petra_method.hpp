@@ -22,19 +22,20 @@
 
 namespace fashion {
 
-template <std::size_t Stages, template <class, auto, class, class> class Pipeline = petra::thread_pipeline>
+template <class Net, std::size_t Stages, template <class, auto, class, class> class Pipeline = petra::thread_pipeline>
 class petra_method {
 public:
-    static constexpr auto cuts = petra::reference_cuts<Stages>();
+    using network = Net;
+    static constexpr auto cuts = cuts_of<Net, Stages>();
 
     explicit petra_method(const method_context& context)
-        : parameters_(net::make_parameters<float>(context.recipe.seed)),
+        : parameters_(Net::template make_parameters<float>(context.recipe.seed)),
           pipeline_(parameters_, context.recipe.optimizer(), context.schedule,
                     {.batch = context.recipe.batch, .accumulation = context.recipe.accumulation}),
           fidelity_every_(context.fidelity_every), fidelity_(context.fidelity)
     {
         if (fidelity_every_ != 0) {
-            probe_ = std::make_unique<fidelity_probe<net, cuts>>(context.recipe.batch);
+            probe_ = std::make_unique<fidelity_probe<Net, cuts>>(context.recipe.batch);
             pipeline_.set_trace([probe = probe_.get()](const petra::pipeline_event<float>& event) {
                 probe->observe(event);
             });
@@ -81,20 +82,20 @@ public:
     template <class Records>
     std::uint64_t save_checkpoint(const std::string& path, Records&& records)
     {
-        return petra::save_sharded_checkpoint(path, net::signature, pipeline_, records);
+        return petra::save_sharded_checkpoint(path, Net::signature, pipeline_, records);
     }
     template <class Records>
     void load_checkpoint(const std::string& path, Records&& records)
     {
-        petra::load_sharded_checkpoint(path, net::signature, pipeline_, records);
+        petra::load_sharded_checkpoint(path, Net::signature, pipeline_, records);
     }
 
 private:
-    petra::network_parameters<net, float> parameters_;
-    Pipeline<net, cuts, petra::sgd<float>, float> pipeline_;
+    petra::network_parameters<Net, float> parameters_;
+    Pipeline<Net, cuts, petra::sgd<float>, float> pipeline_;
     std::size_t fidelity_every_;
     fidelity_file& fidelity_;
-    std::unique_ptr<fidelity_probe<net, cuts>> probe_;
+    std::unique_ptr<fidelity_probe<Net, cuts>> probe_;
 };
 
 } // namespace fashion

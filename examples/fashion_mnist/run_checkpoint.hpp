@@ -20,7 +20,6 @@
 
 #include <petra/petra.hpp>
 
-#include "model.hpp"
 #include "options.hpp"
 #include "run_state.hpp"
 
@@ -169,9 +168,12 @@ concept sharded_checkpoint_method = requires(M& method, const std::string& path)
 
 class run_checkpoint {
 public:
-    // An empty path: no checkpoints.
-    run_checkpoint(std::string path, const training_recipe& recipe, std::size_t batches_per_epoch)
-        : path_(std::move(path)), recipe_(recipe), batches_per_epoch_(batches_per_epoch)
+    // An empty path: no checkpoints. network_signature: the trained
+    // network's (Net::signature); a checkpoint of another is refused.
+    run_checkpoint(std::string path, const training_recipe& recipe, std::size_t batches_per_epoch,
+                   std::uint64_t network_signature)
+        : path_(std::move(path)), recipe_(recipe), batches_per_epoch_(batches_per_epoch),
+          network_signature_(network_signature)
     {
     }
 
@@ -192,7 +194,7 @@ public:
         if constexpr (sharded_checkpoint_method<Method>) {
             last_bytes_ = method.save_checkpoint(path_, [&](auto& archive) { transfer_run(archive, position); });
         } else {
-            petra::checkpoint_writer out(path_, net::signature);
+            petra::checkpoint_writer out(path_, network_signature_);
             transfer_run(out, position);
             method.transfer_state(out); // the parameters first
             out.commit();
@@ -210,7 +212,7 @@ public:
         if constexpr (sharded_checkpoint_method<Method>) {
             method.load_checkpoint(path_, [&](auto& archive) { transfer_run(archive, position); });
         } else {
-            petra::checkpoint_reader in(path_, net::signature);
+            petra::checkpoint_reader in(path_, network_signature_);
             transfer_run(in, position);
             method.transfer_state(in);
             in.finish();
@@ -233,6 +235,7 @@ private:
     std::string path_;
     const training_recipe& recipe_;
     std::size_t batches_per_epoch_;
+    std::uint64_t network_signature_;
     std::size_t last_bytes_ = 0;
     double last_seconds_ = 0;
 };

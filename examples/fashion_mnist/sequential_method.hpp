@@ -16,17 +16,21 @@
 #include "digest.hpp"
 #include "evaluation.hpp"
 #include "method_context.hpp"
-#include "model.hpp"
 #include "run_state.hpp"
 
 namespace fashion {
 
-template <class Trainer>
+// Trainer: exact_backprop<Net, float> or reversible_backprop<Net, float>.
+template <class Net, class Trainer>
 class sequential_method {
 public:
+    using network = Net;
+
     explicit sequential_method(const method_context& context)
-        : parameters_(net::make_parameters<float>(context.recipe.seed)), schedule_(context.schedule), batch_(context.recipe.batch), trainer_(batch_),
-          optimizer_(context.recipe.optimizer(), net::weight_mask<float>()), gradient_(net::parameter_count, 0.0f),
+        : parameters_(Net::template make_parameters<float>(context.recipe.seed)), schedule_(context.schedule),
+          batch_(context.recipe.batch), trainer_(batch_),
+          optimizer_(context.recipe.optimizer(), Net::template weight_mask<float>()),
+          gradient_(Net::parameter_count, 0.0f),
           accumulation_(context.recipe.accumulation)
     {
     }
@@ -36,7 +40,7 @@ public:
     void train(const micro_batch& batch, const run_position& position)
     {
         const float loss = trainer_.accumulate_gradient(parameters_, batch.images, batch.labels, gradient_);
-        const std::size_t correct = task::loss::correct(batch_, trainer_.logits().data(), batch.labels.data());
+        const std::size_t correct = petra::classification<Net>::loss::correct(batch_, trainer_.logits().data(), batch.labels.data());
         petra::record_micro_batch(statistics_, {loss, correct, batch_}, [&](double value) {
             return "the loss of micro-batch " + std::to_string(position.batch) + " of epoch " +
                    std::to_string(position.epoch + 1) + " is not finite (" + std::to_string(value) +
@@ -80,7 +84,7 @@ public:
 private:
     void step() { accumulation_.step(optimizer_, parameters_.values(), std::span<float>(gradient_), schedule_); }
 
-    petra::network_parameters<net, float> parameters_;
+    petra::network_parameters<Net, float> parameters_;
     const petra::learning_rate_schedule& schedule_;
     std::size_t batch_;
     Trainer trainer_;

@@ -44,6 +44,7 @@ inline nlohmann::ordered_json summary_json(const job_summary& summary)
 {
     const training_recipe& recipe = summary.recipe;
     nlohmann::ordered_json json;
+    json["network"] = std::string(name_of(recipe.network));
     json["method"] = std::string(name_of(recipe.method));
     json["stages"] = recipe.stages;
     json["driver"] = recipe.method == method::petra ? std::string(name_of(recipe.driver)) : "none";

@@ -15,7 +15,6 @@
 #include "evaluation.hpp"
 #include "method_context.hpp"
 #include "metrics_files.hpp"
-#include "model.hpp"
 #include "options.hpp"
 #include "run_checkpoint.hpp"
 #include "run_progress.hpp"
@@ -31,7 +30,7 @@ public:
         : options_(options), recipe_(recipe), data_(data), batches_(recipe, data.train, data.train_size),
           plan_(recipe, batches_.per_epoch()), progress_(options.quiet, plan_, recipe.batch),
           method_(method_context{recipe, plan_.schedule(), options.fidelity_every, fidelity_}),
-          checkpoint_(options.checkpoint_path, recipe, plan_.batches_per_epoch())
+          checkpoint_(options.checkpoint_path, recipe, plan_.batches_per_epoch(), Method::network::signature)
     {
     }
     training_run(const training_run&) = delete; // the method holds references into the run

@@ -82,17 +82,20 @@ fashion::job_options quick(const generated_data& data, const std::string& method
 
 } // namespace
 
-TEST_CASE("fashion_mnist job: the loss falls and the test accuracy beats chance, with every method")
+TEST_CASE("fashion_mnist job: the loss falls and the test accuracy beats chance, with every method on both networks")
 {
     const generated_data data;
+    for (const std::string network : {"reference", "reversible"})
     for (const auto& run : {std::pair<std::string, std::size_t>{"backprop", 1}, {"reversible-backprop", 1},
                             {"petra", 2}}) {
         const std::string& method = run.first;
         const std::size_t stages = run.second;
+        CAPTURE(network);
         CAPTURE(method);
         auto options = quick(data, method, stages);
-        options.metrics_path = (data.dir / (method + ".csv")).string();
-        options.summary_path = (data.dir / (method + ".json")).string();
+        options.network = network;
+        options.metrics_path = (data.dir / (network + "-" + method + ".csv")).string();
+        options.summary_path = (data.dir / (network + "-" + method + ".json")).string();
         const fashion::job_summary summary = fashion::run_job(options);
         REQUIRE(summary.epochs.size() == 4);
         INFO("train loss " << summary.epochs.front().train_loss << " -> " << summary.epochs.back().train_loss
@@ -104,11 +107,16 @@ TEST_CASE("fashion_mnist job: the loss falls and the test accuracy beats chance,
         std::ifstream csv(options.metrics_path);
         std::string header, line;
         std::getline(csv, header);
+        CHECK(header.ends_with(",learning_rate,network"));
         std::size_t rows = 0;
-        while (std::getline(csv, line)) ++rows;
+        while (std::getline(csv, line)) {
+            ++rows;
+            CHECK(line.ends_with("," + network));
+        }
         CHECK(rows == 4);
         std::ifstream json(options.summary_path);
         const nlohmann::json written = nlohmann::json::parse(json);
+        CHECK(written.at("network") == network);
         CHECK(written.at("method") == method);
         CHECK(written.at("steps") == summary.steps);
         CHECK(written.at("test_accuracy").get<double>() == doctest::Approx(summary.test_accuracy).epsilon(1e-3));
@@ -128,11 +136,17 @@ TEST_CASE("fashion_mnist job: --max-steps caps the run, and bad options or data 
     options.method = "sgd";
     CHECK_THROWS_WITH_AS(fashion::run_job(options), doctest::Contains("--method must be petra"),
                          std::invalid_argument);
+    options = quick(data, "petra", 3);
+    options.network = "resnet";
+    CHECK_THROWS_WITH_AS(fashion::run_job(options),
+                         doctest::Contains("--network must be reference or reversible, not 'resnet'"),
+                         std::invalid_argument);
     // At most one stage per block: the refusal names the block count.
-    options = quick(data, "petra", fashion::net::block_count + 1);
-    CHECK(fashion::max_stages == fashion::net::block_count);
+    options = quick(data, "petra", fashion::reference_net::block_count + 1);
+    CHECK(fashion::max_stages == fashion::reference_net::block_count);
+    CHECK(fashion::max_stages == fashion::reversible_net::block_count);
     const std::string stage_range =
-        "--stages must be 1 to " + std::to_string(fashion::net::block_count) + ", the network's block count";
+        "--stages must be 1 to " + std::to_string(fashion::reference_net::block_count) + ", the network's block count";
     CHECK_THROWS_WITH_AS(fashion::run_job(options), doctest::Contains(stage_range.c_str()), std::invalid_argument);
     options.stages = 0;
     CHECK_THROWS_WITH_AS(fashion::run_job(options), doctest::Contains(stage_range.c_str()), std::invalid_argument);
@@ -151,7 +165,7 @@ TEST_CASE("fashion_mnist job: every stage count up to the block count, the same 
     // end alike: over 4 micro-batches J = 5, 6 and 7 do.)
     const generated_data data;
     std::vector<std::string> digests;
-    for (std::size_t stages = 1; stages <= fashion::net::block_count; ++stages) {
+    for (std::size_t stages = 1; stages <= fashion::reference_net::block_count; ++stages) {
         CAPTURE(stages);
         auto options = quick(data, "petra", stages);
         options.epochs = 1;
@@ -169,7 +183,7 @@ TEST_CASE("fashion_mnist job: every stage count up to the block count, the same 
 
     // Every block its own stage over an epoch's end, k = 2: stage 0 is
     // 2 (J - 1) = 18 ticks behind, and the drain finishes what is in flight.
-    auto options = quick(data, "petra", fashion::net::block_count);
+    auto options = quick(data, "petra", fashion::reference_net::block_count);
     options.epochs = 2;
     options.max_steps = 30; // 20 micro-batches per epoch
     options.accumulation = 2;
@@ -180,6 +194,36 @@ TEST_CASE("fashion_mnist job: every stage count up to the block count, the same 
     CHECK(simulator.parameter_digest == threads.parameter_digest);
     CHECK(simulator.epochs.front().train_loss == threads.epochs.front().train_loss);
     CHECK(simulator.test_accuracy == threads.test_accuracy);
+}
+
+TEST_CASE("fashion_mnist job: the reversible network, the same numbers on threads and the simulator, its own")
+{
+    // J = 3 and 10 (one stage count of each group of runs), one epoch of 20
+    // micro-batches: the drivers agree, and the network trained is not the
+    // reference network (other parameters, other digest); so is backprop's.
+    const generated_data data;
+    for (const std::size_t stages : {std::size_t(3), fashion::reversible_net::block_count}) {
+        CAPTURE(stages);
+        auto options = quick(data, "petra", stages);
+        options.epochs = 1;
+        const fashion::job_summary reference = fashion::run_job(options);
+        options.network = "reversible";
+        const fashion::job_summary threads = fashion::run_job(options);
+        options.driver = "simulator";
+        const fashion::job_summary simulator = fashion::run_job(options);
+        CHECK(threads.recipe.network == fashion::network_kind::reversible);
+        CHECK(threads.steps == 20);
+        CHECK(simulator.parameter_digest == threads.parameter_digest);
+        CHECK(simulator.test_accuracy == threads.test_accuracy);
+        CHECK(threads.parameter_digest != reference.parameter_digest);
+    }
+    auto options = quick(data, "backprop", 1);
+    options.epochs = 1;
+    const fashion::job_summary reference = fashion::run_job(options);
+    options.network = "reversible";
+    const fashion::job_summary reversible = fashion::run_job(options);
+    CHECK(reversible.recipe.network == fashion::network_kind::reversible);
+    CHECK(reversible.parameter_digest != reference.parameter_digest);
 }
 
 namespace {
@@ -200,7 +244,7 @@ std::vector<std::string> metrics_without_time(const std::string& path)
     std::vector<std::string> rows;
     for (std::string line; std::getline(csv, line);) {
         std::vector<std::string> fields = csv_fields(line);
-        REQUIRE(fields.size() == 12);
+        REQUIRE(fields.size() == 13);
         fields.erase(fields.begin() + 10); // seconds
         std::string kept;
         for (const std::string& field : fields) kept += field + ",";
@@ -289,6 +333,10 @@ TEST_CASE("fashion_mnist job: checkpoints of other options, corrupted ones and o
     other = options;
     other.method = "backprop";
     CHECK_THROWS_WITH_AS(fashion::run_job(other), doctest::Contains("--method"), std::invalid_argument);
+    other = options;
+    other.network = "reversible";
+    CHECK_THROWS_WITH_AS(fashion::run_job(other), doctest::Contains("was written for another network"),
+                         petra::checkpoint_error);
 
     // One byte changed anywhere: refused before anything is loaded.
     std::string bytes;
@@ -322,11 +370,12 @@ std::vector<fidelity_row> read_fidelity(const std::string& path)
     std::ifstream csv(path);
     std::string line;
     std::getline(csv, line);
-    CHECK(line == "method,stages,accumulation,seed,epoch,step,stage,micro_batch,cosine,norm_ratio");
+    CHECK(line == "method,stages,accumulation,seed,epoch,step,stage,micro_batch,cosine,norm_ratio,network");
     std::vector<fidelity_row> rows;
     while (std::getline(csv, line)) {
         std::vector<std::string> fields = csv_fields(line);
-        REQUIRE(fields.size() == 10);
+        REQUIRE(fields.size() == 11);
+        CHECK(fields[10] == "reference");
         rows.push_back({std::stoul(fields[4]), std::stoul(fields[5]), std::stoul(fields[6]), std::stoul(fields[7]),
                         std::stod(fields[8]), std::stod(fields[9])});
     }
