@@ -10,6 +10,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <zlib.h>
@@ -78,6 +79,15 @@ fashion::job_options quick(const generated_data& data, const std::string& method
     options.data_dir = data.dir.string();
     options.quiet = true;
     return options;
+}
+
+// The run of options on threads, then on the simulator.
+std::pair<fashion::job_summary, fashion::job_summary> on_threads_and_simulator(fashion::job_options options)
+{
+    options.driver = "threads";
+    fashion::job_summary threads = fashion::run_job(options);
+    options.driver = "simulator";
+    return {std::move(threads), fashion::run_job(options)};
 }
 
 } // namespace
@@ -169,9 +179,7 @@ TEST_CASE("fashion_mnist job: every stage count up to the block count, the same 
         CAPTURE(stages);
         auto options = quick(data, "petra", stages);
         options.epochs = 1;
-        const fashion::job_summary threads = fashion::run_job(options);
-        options.driver = "simulator";
-        const fashion::job_summary simulator = fashion::run_job(options);
+        const auto [threads, simulator] = on_threads_and_simulator(options);
         CHECK(threads.steps == 20);
         CHECK(threads.recipe.stages == stages);
         CHECK(simulator.parameter_digest == threads.parameter_digest);
@@ -187,9 +195,7 @@ TEST_CASE("fashion_mnist job: every stage count up to the block count, the same 
     options.epochs = 2;
     options.max_steps = 30; // 20 micro-batches per epoch
     options.accumulation = 2;
-    const fashion::job_summary threads = fashion::run_job(options);
-    options.driver = "simulator";
-    const fashion::job_summary simulator = fashion::run_job(options);
+    const auto [threads, simulator] = on_threads_and_simulator(options);
     CHECK(threads.epochs_run == 2);
     CHECK(simulator.parameter_digest == threads.parameter_digest);
     CHECK(simulator.epochs.front().train_loss == threads.epochs.front().train_loss);
@@ -208,9 +214,7 @@ TEST_CASE("fashion_mnist job: the reversible network, the same numbers on thread
         options.epochs = 1;
         const fashion::job_summary reference = fashion::run_job(options);
         options.network = "reversible";
-        const fashion::job_summary threads = fashion::run_job(options);
-        options.driver = "simulator";
-        const fashion::job_summary simulator = fashion::run_job(options);
+        const auto [threads, simulator] = on_threads_and_simulator(options);
         CHECK(threads.recipe.network == fashion::network_kind::reversible);
         CHECK(threads.steps == 20);
         CHECK(simulator.parameter_digest == threads.parameter_digest);
