@@ -68,9 +68,9 @@ std::string alternatives(const std::array<named<Choice>, N>& names)
 
 inline const char* const job_epilogue = R"(Progress goes to stderr (a bar on a terminal, plain lines otherwise). At the
 end, a short report on stderr and one line of JSON on stdout with network,
-method, stages, driver, ranks, accumulation, epochs, steps, batch, seed, learning_rate,
-test_accuracy, test_loss, train_seconds, examples_per_second, peak_rss_bytes
-and parameter_digest (a digest of the final parameters and running
+method, stages, driver, ranks, accumulation, epochs, steps, batch, seed,
+learning_rate, test_accuracy, test_loss, train_seconds, examples_per_second,
+peak_rss_bytes and parameter_digest (a digest of the final parameters and running
 statistics: equal digests, equal final networks).
 
 Exit status: 0 done; 2 bad options (or a resume under other options); 3

@@ -8,7 +8,6 @@
 
 #include <petra/petra.hpp>
 
-
 namespace fashion {
 
 // FNV-1a, from its offset basis, over values' bytes; chained calls hash the

@@ -11,7 +11,6 @@
 
 #include <petra/petra.hpp>
 
-
 namespace fashion {
 
 // Examples per inference batch, wherever the network runs.

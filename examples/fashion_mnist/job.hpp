@@ -1,8 +1,9 @@
 // The Fashion-MNIST job: the reference network or its reversible variant
 // (--network) trained with PETRA (J stages on J threads, on the simulator,
 // or on MPI ranks), exact backprop or reversible backprop, from the same
-// data, seed, optimizer and schedule, then scored on the test set. The command-line
-// front end is main.cpp; tests call run_job directly on generated data.
+// data, seed, optimizer and schedule, then scored on the test set. The
+// command-line front end is main.cpp; tests call run_job directly on
+// generated data.
 //
 // Its parts, each usable alone: options.hpp (what a user asks, checked into
 // a recipe), data.hpp, run_state.hpp and run_checkpoint.hpp (the plan, the

@@ -25,8 +25,8 @@ struct method_context {
 
 // A method trains the network M::network (model.hpp), holds its parameters
 // (drawn from the recipe's seed; on MPI ranks, each rank only its own
-// stages') and trains one micro-batch per train() (at the position, which names it); reads_data() says whether
-// this process reads the micro-batches (an MPI rank that does not feed is
+// stages') and trains one micro-batch per train() (at the position, which
+// names it); reads_data() says whether this process reads the micro-batches (an MPI rank that does not feed is
 // given buffers never filled); progress() is the current epoch's statistics
 // so far; end_epoch() finishes the epoch (whatever is in flight, the last
 // partial accumulation) and returns its statistics; pause() returns a guard

@@ -17,7 +17,7 @@ namespace fashion {
 
 template <network_kind Network, std::size_t Group>
 job_summary method_runs<Network, Group>::run(const job_options& options, const training_recipe& recipe,
-                                    const job_data& data)
+                                             const job_data& data)
 {
     using net = network_of<Network>;
     const auto run = [&]<class Method>(std::type_identity<Method>) {
@@ -26,7 +26,9 @@ job_summary method_runs<Network, Group>::run(const job_options& options, const t
     };
     if constexpr (Group == 0) {
         if (recipe.method == method::backprop) return run(std::type_identity<exact_backprop_method<net>>{});
-        if (recipe.method == method::reversible_backprop) return run(std::type_identity<reversible_backprop_method<net>>{});
+        if (recipe.method == method::reversible_backprop) {
+            return run(std::type_identity<reversible_backprop_method<net>>{});
+        }
     }
     constexpr std::size_t first = Group == 0 ? run_groups : Group;
     return with_stage_count<first, run_groups>(recipe.stages, [&]<std::size_t J>(std::integral_constant<std::size_t, J>) {
