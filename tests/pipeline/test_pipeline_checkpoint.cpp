@@ -481,5 +481,58 @@ TEST_CASE("pipeline checkpoint: a sound file whose state the schedule never reac
         CHECK_THROWS_WITH_AS(load_into_new_pipeline<threads<2>>(path),
                              doctest::Contains("the checkpoint is inconsistent"), std::runtime_error);
     }
+    // The last stage differentiates in the tick it forwards: between ticks
+    // it has nothing in flight, and its input FIFO has no room. A file that
+    // says otherwise is refused by the stage's count (its first record in
+    // the "stage" section; stage 1 is the section's second occurrence),
+    // before any FIFO is read. (Found by fuzz_checkpoint_reader: the FIFO
+    // of no arrays divided by its depth.)
+    {
+        auto parameters = pipeline_network::make_parameters<float>(1);
+        {
+            simulator<2> pipeline(parameters, plain_sgd, decaying_rate, {.batch = 4});
+            feed_range(pipeline, data, 0, 3);
+            checkpoint_writer out(path, pipeline_network::signature);
+            tampering_writer writer{out, "stage", 1, false, 0, 1};
+            pipeline.transfer_state(writer);
+            parameters.transfer_state(out);
+            out.commit();
+            REQUIRE(writer.tampered);
+        }
+        CHECK_THROWS_WITH_AS(load_into_new_pipeline<simulator<2>>(path),
+                             doctest::Contains("found the count 1, above the limit 0"), checkpoint_error);
+        CHECK_THROWS_WITH_AS(load_into_new_pipeline<threads<2>>(path),
+                             doctest::Contains("found the count 1, above the limit 0"), checkpoint_error);
+    }
+    std::remove(path.c_str());
+}
+
+TEST_CASE("pipeline checkpoint: a FIFO refuses to load more arrays than it holds")
+{
+    const std::string path = temporary_path("fifo");
+    {
+        array_fifo<float> saved(2, 3);
+        std::fill_n(saved.push(), 3, 1.0f);
+        std::fill_n(saved.push(), 3, 2.0f);
+        checkpoint_writer out(path, 0);
+        saved.transfer_state(out, 2);
+        out.commit();
+    }
+    {
+        array_fifo<float> roomy(2, 3);
+        checkpoint_reader in(path, 0);
+        roomy.transfer_state(in, 2);
+        in.finish();
+        CHECK(roomy.count() == 2);
+        CHECK(roomy.pop()[0] == 1.0f);
+        CHECK(roomy.pop()[2] == 2.0f);
+    }
+    for (const std::size_t depth : {std::size_t(0), std::size_t(1)}) {
+        INFO("depth " << depth);
+        array_fifo<float> small(depth, 3);
+        checkpoint_reader in(path, 0);
+        CHECK_THROWS_WITH_AS(small.transfer_state(in, 2), doctest::Contains("cannot hold 2"), std::runtime_error);
+        CHECK(small.count() == 0);
+    }
     std::remove(path.c_str());
 }

@@ -1,7 +1,8 @@
 // The FIFO a pipeline stage keeps inputs and stashed parameters in (floor
 // 7): a ring of `depth` arrays of `size` values, allocated once, pushed and
 // popped in order. A push onto a full ring or a pop from an empty one means
-// the schedule is broken: std::logic_error.
+// the schedule is broken: std::logic_error. A checkpoint that would put more
+// arrays in the ring than it holds is refused: std::runtime_error.
 #pragma once
 
 #include <cstddef>
@@ -50,6 +51,11 @@ public:
     {
         archive.expect(size_, "values per FIFO entry");
         if constexpr (Archive::loading) {
+            if (count > depth_) {
+                raise_error(error_kind::runtime_error,
+                            "pipeline checkpoint: a FIFO of " + std::to_string(depth_) + " arrays cannot hold " +
+                                std::to_string(count) + "; the checkpoint is inconsistent.");
+            }
             first_ = 0;
             count_ = count;
         } else if (count != count_) {

@@ -295,8 +295,10 @@ public:
         archive.expect(batch_, "micro-batch size");
         archive.expect(options_.input_buffer ? 1 : 0, "input buffer");
         archive.expect(options_.parameter_buffer ? 1 : 0, "parameter buffer");
-        // Every FIFO holds one array per micro-batch in flight.
-        archive.count(in_flight_, fifo_depth);
+        // Every FIFO holds one array per micro-batch in flight; the last
+        // stage differentiates what it forwards in the same tick, so between
+        // ticks it has none (its input FIFOs have no room for one).
+        archive.count(in_flight_, is_last ? 0 : fifo_depth);
         for (std::size_t i = first_block; i < end_block; ++i) {
             if (keeps_input(i)) inputs_[i - first_block].transfer_state(archive, in_flight_);
         }
