@@ -114,6 +114,9 @@ inline void declare_options(CLI::App& app, job_options& options)
         ->type_name("R")->check(number);
     app.add_option("--warmup", options.warmup_epochs, "warm-up length in epochs (linear)")
         ->type_name("E")->check(number);
+    app.add_option("--delay-rate-exponent", options.delay_rate_exponent,
+                   "PETRA: stage j's rate / (1 + its delay in steps)^P;\n0: the same rate for every stage")
+        ->type_name("P")->check(number);
     app.add_option("--schedule", options.schedule, alternatives(schedule_names) + ", after the warm-up")
         ->type_name("S");
     app.add_option("--momentum", options.momentum, "Nesterov momentum")->type_name("M")->check(number);

@@ -27,15 +27,24 @@ inline std::string fidelity_path_of(const std::string& metrics_path)
 }
 
 // The columns that name the run, first on every row of both files; the
-// network comes last on every row (network_column), so that files written
-// before it existed keep their leading columns.
+// network and the rate's recipe (peak, warm-up, delay exponent) come last on
+// every row (trailing_columns), so that files written before they existed
+// keep their leading columns and runs that differ only in their rates can
+// be told apart.
 inline std::string run_columns(const training_recipe& recipe)
 {
     std::ostringstream text;
     text << name_of(recipe.method) << ',' << recipe.stages << ',' << recipe.accumulation << ',' << recipe.seed << ',';
     return text.str();
 }
-inline std::string network_column(const training_recipe& recipe) { return "," + std::string(name_of(recipe.network)); }
+inline constexpr const char* trailing_header = "network,peak_learning_rate,warmup_epochs,delay_rate_exponent";
+inline std::string trailing_columns(const training_recipe& recipe)
+{
+    std::ostringstream text;
+    text << ',' << name_of(recipe.network) << ',' << recipe.learning_rate << ',' << recipe.warmup_epochs << ','
+         << recipe.delay_rate_exponent;
+    return text.str();
+}
 
 class metrics_file {
 public:
@@ -48,9 +57,10 @@ public:
         out_.open(path, std::ios::trunc);
         if (!out_) throw std::runtime_error(path + ": cannot write the metrics file.");
         run_columns_ = run_columns(recipe);
-        network_column_ = network_column(recipe);
+        trailing_columns_ = trailing_columns(recipe);
         out_ << "method,stages,accumulation,seed,epoch,steps,train_loss,train_accuracy,test_loss,test_accuracy,"
-                "seconds,learning_rate,network\n";
+                "seconds,learning_rate,"
+             << trailing_header << '\n';
         for (const epoch_record& record : finished) write(record);
     }
 
@@ -59,13 +69,13 @@ public:
         if (!out_.is_open()) return;
         out_ << run_columns_ << record.epoch << ',' << record.steps << ',' << record.train_loss << ','
              << record.train_accuracy << ',' << record.test_loss << ',' << record.test_accuracy << ','
-             << record.seconds << ',' << record.learning_rate << network_column_ << '\n';
+             << record.seconds << ',' << record.learning_rate << trailing_columns_ << '\n';
         out_.flush();
     }
 
 private:
     std::ofstream out_;
-    std::string run_columns_, network_column_;
+    std::string run_columns_, trailing_columns_;
 };
 
 class fidelity_file {
@@ -86,7 +96,7 @@ public:
     {
         for (const stage_fidelity& result : results) {
             out_ << run_columns_ << epoch << ',' << step << ',' << result.stage << ',' << result.micro_batch << ','
-                 << result.cosine << ',' << result.norm_ratio << network_column_ << '\n';
+                 << result.cosine << ',' << result.norm_ratio << trailing_columns_ << '\n';
         }
         out_.flush();
     }
@@ -97,8 +107,9 @@ private:
         out_.open(path, std::ios::trunc);
         if (!out_) throw std::runtime_error(path + ": cannot write the gradient-fidelity file.");
         run_columns_ = run_columns(recipe);
-        network_column_ = network_column(recipe);
-        out_ << "method,stages,accumulation,seed,epoch,step,stage,micro_batch,cosine,norm_ratio,network\n";
+        trailing_columns_ = trailing_columns(recipe);
+        out_ << "method,stages,accumulation,seed,epoch,step,stage,micro_batch,cosine,norm_ratio," << trailing_header
+             << '\n';
         for (const std::string& line : kept) out_ << line << '\n';
         out_.flush();
     }
@@ -119,7 +130,7 @@ private:
     }
 
     std::ofstream out_;
-    std::string run_columns_, network_column_;
+    std::string run_columns_, trailing_columns_;
 };
 
 } // namespace fashion

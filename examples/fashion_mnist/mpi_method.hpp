@@ -34,7 +34,7 @@ public:
     // Refuses (std::invalid_argument, on every rank) more ranks than stages.
     explicit mpi_method(const method_context& context)
         : pipeline_(MPI_COMM_WORLD, context.recipe.seed, context.recipe.optimizer(), context.schedule,
-                    {.batch = context.recipe.batch, .accumulation = context.recipe.accumulation})
+                    context.recipe.pipeline())
     {
     }
 

@@ -84,6 +84,9 @@ struct job_options {
     std::size_t batch = 64;
     double learning_rate = 0.05; // peak, after the warm-up
     double warmup_epochs = 0.5;
+    // PETRA only: stage j's rate divided by (1 + its delay in steps)^p
+    // (petra::pipeline_options::delay_rate_exponent); 0: the same rate for all.
+    double delay_rate_exponent = 0;
     std::string schedule = "cosine"; // cosine | step | constant
     double momentum = 0.9;
     double weight_decay = 5e-4;
@@ -131,11 +134,18 @@ struct training_recipe {
     std::size_t max_steps = 0; // 0: none
     double learning_rate = 0;
     double warmup_epochs = 0;
+    double delay_rate_exponent = 0; // PETRA's; 0 for the sequential methods
     decay schedule = decay::cosine;
     double momentum = 0;
     double weight_decay = 0;
     bool augment = false;
     std::uint64_t seed = 0;
+
+    // PETRA's pipeline options for the run.
+    petra::pipeline_options pipeline() const
+    {
+        return {.batch = batch, .accumulation = accumulation, .delay_rate_exponent = delay_rate_exponent};
+    }
 
     // Nesterov SGD with the run's momentum and weight decay, for every method.
     petra::sgd_options optimizer() const
@@ -168,6 +178,12 @@ inline training_recipe checked_recipe(const job_options& options)
     if (!(options.warmup_epochs >= 0) || !std::isfinite(options.warmup_epochs)) {
         refuse_option("--warmup must be a number of epochs, 0 or more.");
     }
+    if (!(options.delay_rate_exponent >= 0) || !std::isfinite(options.delay_rate_exponent)) {
+        refuse_option("--delay-rate-exponent must be a number, 0 or more.");
+    }
+    if (options.delay_rate_exponent != 0 && chosen != method::petra) {
+        refuse_option("--delay-rate-exponent scales PETRA's stages' rates: it needs --method petra.");
+    }
     if (!(options.momentum >= 0 && options.momentum < 1)) refuse_option("--momentum must be in [0, 1).");
     if (!(options.weight_decay >= 0) || !std::isfinite(options.weight_decay)) {
         refuse_option("--weight-decay must be 0 or more.");
@@ -198,6 +214,7 @@ inline training_recipe checked_recipe(const job_options& options)
             .max_steps = options.max_steps,
             .learning_rate = options.learning_rate,
             .warmup_epochs = options.warmup_epochs,
+            .delay_rate_exponent = options.delay_rate_exponent,
             .schedule = *schedule,
             .momentum = options.momentum,
             .weight_decay = options.weight_decay,

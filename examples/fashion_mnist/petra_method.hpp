@@ -31,7 +31,7 @@ public:
     explicit petra_method(const method_context& context)
         : parameters_(Net::template make_parameters<float>(context.recipe.seed)),
           pipeline_(parameters_, context.recipe.optimizer(), context.schedule,
-                    {.batch = context.recipe.batch, .accumulation = context.recipe.accumulation}),
+                    context.recipe.pipeline()),
           fidelity_every_(context.fidelity_every), fidelity_(context.fidelity)
     {
         if (fidelity_every_ != 0) {

@@ -79,6 +79,9 @@ inline void refuse_other_recipe(const training_recipe& saved, const std::string&
     if (saved.warmup_epochs != asked.warmup_epochs) {
         refuse_other_option("--warmup", saved.warmup_epochs, asked.warmup_epochs);
     }
+    if (saved.delay_rate_exponent != asked.delay_rate_exponent) {
+        refuse_other_option("--delay-rate-exponent", saved.delay_rate_exponent, asked.delay_rate_exponent);
+    }
     if (saved.momentum != asked.momentum) refuse_other_option("--momentum", saved.momentum, asked.momentum);
     if (saved.weight_decay != asked.weight_decay) {
         refuse_other_option("--weight-decay", saved.weight_decay, asked.weight_decay);
@@ -103,7 +106,8 @@ void transfer_configuration(Archive& archive, const training_recipe& recipe, std
     archive.count(saved.max_steps, petra::any_count);
     archive.count(seed, petra::any_count);
     petra::transfer_flag(archive, saved.augment);
-    std::array<double, 4> rates{saved.learning_rate, saved.warmup_epochs, saved.momentum, saved.weight_decay};
+    std::array<double, 5> rates{saved.learning_rate, saved.warmup_epochs, saved.momentum, saved.weight_decay,
+                                saved.delay_rate_exponent};
     archive.values(std::span<double>(rates));
     std::size_t saved_batches_per_epoch = batches_per_epoch;
     archive.count(saved_batches_per_epoch, petra::any_count);
@@ -113,6 +117,7 @@ void transfer_configuration(Archive& archive, const training_recipe& recipe, std
         saved.warmup_epochs = rates[1];
         saved.momentum = rates[2];
         saved.weight_decay = rates[3];
+        saved.delay_rate_exponent = rates[4];
         refuse_other_recipe(saved, method_name, schedule_name, recipe);
         if (saved_batches_per_epoch != batches_per_epoch) {
             throw std::invalid_argument("the training set gives " + std::to_string(batches_per_epoch) +

@@ -4,6 +4,7 @@
 // accuracy beat chance; the metrics file and the summary must say so. A run
 // stopped and resumed from its checkpoint ends as one that was not.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -82,6 +83,14 @@ fashion::job_options quick(const generated_data& data, const std::string& method
 }
 
 // The run of options on threads, then on the simulator.
+std::vector<std::string> csv_fields(const std::string& line)
+{
+    std::vector<std::string> fields;
+    std::stringstream split(line);
+    for (std::string field; std::getline(split, field, ',');) fields.push_back(field);
+    return fields;
+}
+
 std::pair<fashion::job_summary, fashion::job_summary> on_threads_and_simulator(fashion::job_options options)
 {
     options.driver = "threads";
@@ -117,11 +126,16 @@ TEST_CASE("fashion_mnist job: the loss falls and the test accuracy beats chance,
         std::ifstream csv(options.metrics_path);
         std::string header, line;
         std::getline(csv, header);
-        CHECK(header.ends_with(",learning_rate,network"));
+        CHECK(header.ends_with(",learning_rate,network,peak_learning_rate,warmup_epochs,delay_rate_exponent"));
         std::size_t rows = 0;
         while (std::getline(csv, line)) {
             ++rows;
-            CHECK(line.ends_with("," + network));
+            const std::vector<std::string> fields = csv_fields(line);
+            REQUIRE(fields.size() == 16);
+            CHECK(fields[12] == network);
+            CHECK(std::stod(fields[13]) == doctest::Approx(options.learning_rate));
+            CHECK(std::stod(fields[14]) == doctest::Approx(options.warmup_epochs));
+            CHECK(fields[15] == "0");
         }
         CHECK(rows == 4);
         std::ifstream json(options.summary_path);
@@ -160,9 +174,38 @@ TEST_CASE("fashion_mnist job: --max-steps caps the run, and bad options or data 
     CHECK_THROWS_WITH_AS(fashion::run_job(options), doctest::Contains(stage_range.c_str()), std::invalid_argument);
     options.stages = 0;
     CHECK_THROWS_WITH_AS(fashion::run_job(options), doctest::Contains(stage_range.c_str()), std::invalid_argument);
+    options = quick(data, "petra", 3);
+    for (const double bad : {-1.0, std::nan("")}) {
+        options.delay_rate_exponent = bad;
+        CHECK_THROWS_WITH_AS(fashion::run_job(options),
+                             doctest::Contains("--delay-rate-exponent must be a number, 0 or more"),
+                             std::invalid_argument);
+    }
+    options = quick(data, "backprop", 1);
+    options.delay_rate_exponent = 0.5;
+    CHECK_THROWS_WITH_AS(fashion::run_job(options), doctest::Contains("--delay-rate-exponent scales PETRA's stages"),
+                         std::invalid_argument);
     options = quick(data, "backprop", 1);
     options.data_dir = (data.dir / "missing").string();
     CHECK_THROWS_AS(fashion::run_job(options), petra::data_error);
+}
+
+TEST_CASE("fashion_mnist job: a delay rate exponent changes the numbers, the same on threads and the simulator")
+{
+    // J = 4, one epoch of 20 micro-batches: with p = 0.5 the stages before
+    // the last step more slowly; both drivers agree, the summary says p.
+    const generated_data data;
+    auto options = quick(data, "petra", 4);
+    options.epochs = 1;
+    const fashion::job_summary plain = fashion::run_job(options);
+    options.delay_rate_exponent = 0.5;
+    options.summary_path = (data.dir / "delay-rate.json").string();
+    const auto [threads, simulator] = on_threads_and_simulator(options);
+    CHECK(simulator.parameter_digest == threads.parameter_digest);
+    CHECK(simulator.test_accuracy == threads.test_accuracy);
+    CHECK(threads.parameter_digest != plain.parameter_digest);
+    std::ifstream json(options.summary_path);
+    CHECK(nlohmann::json::parse(json).at("delay_rate_exponent") == 0.5);
 }
 
 TEST_CASE("fashion_mnist job: every stage count up to the block count, the same numbers on threads and the simulator")
@@ -232,14 +275,6 @@ TEST_CASE("fashion_mnist job: the reversible network, the same numbers on thread
 
 namespace {
 
-std::vector<std::string> csv_fields(const std::string& line)
-{
-    std::vector<std::string> fields;
-    std::stringstream split(line);
-    for (std::string field; std::getline(split, field, ',');) fields.push_back(field);
-    return fields;
-}
-
 // The metrics of a run without the seconds column (time differs between
 // runs; everything else must not).
 std::vector<std::string> metrics_without_time(const std::string& path)
@@ -248,7 +283,7 @@ std::vector<std::string> metrics_without_time(const std::string& path)
     std::vector<std::string> rows;
     for (std::string line; std::getline(csv, line);) {
         std::vector<std::string> fields = csv_fields(line);
-        REQUIRE(fields.size() == 13);
+        REQUIRE(fields.size() == 16);
         fields.erase(fields.begin() + 10); // seconds
         std::string kept;
         for (const std::string& field : fields) kept += field + ",";
@@ -335,6 +370,12 @@ TEST_CASE("fashion_mnist job: checkpoints of other options, corrupted ones and o
     CHECK_THROWS_WITH_AS(fashion::run_job(other), doctest::Contains("--stages: the checkpoint's run used 2"),
                          std::invalid_argument);
     other = options;
+    other.delay_rate_exponent = 0.5;
+    CHECK_THROWS_WITH_AS(fashion::run_job(other),
+                         doctest::Contains("--delay-rate-exponent: the checkpoint's run used 0, this command asks for "
+                                           "0.5"),
+                         std::invalid_argument);
+    other = options;
     other.method = "backprop";
     CHECK_THROWS_WITH_AS(fashion::run_job(other), doctest::Contains("--method"), std::invalid_argument);
     other = options;
@@ -374,11 +415,12 @@ std::vector<fidelity_row> read_fidelity(const std::string& path)
     std::ifstream csv(path);
     std::string line;
     std::getline(csv, line);
-    CHECK(line == "method,stages,accumulation,seed,epoch,step,stage,micro_batch,cosine,norm_ratio,network");
+    CHECK(line == "method,stages,accumulation,seed,epoch,step,stage,micro_batch,cosine,norm_ratio,network,"
+                  "peak_learning_rate,warmup_epochs,delay_rate_exponent");
     std::vector<fidelity_row> rows;
     while (std::getline(csv, line)) {
         std::vector<std::string> fields = csv_fields(line);
-        REQUIRE(fields.size() == 11);
+        REQUIRE(fields.size() == 14);
         CHECK(fields[10] == "reference");
         rows.push_back({std::stoul(fields[4]), std::stoul(fields[5]), std::stoul(fields[6]), std::stoul(fields[7]),
                         std::stod(fields[8]), std::stod(fields[9])});

@@ -31,15 +31,18 @@ namespace {
 
 
 template <std::size_t J>
-void check_threads_equal_simulation(std::size_t accumulation, bool input_buffer, bool parameter_buffer)
+void check_threads_equal_simulation(std::size_t accumulation, bool input_buffer, bool parameter_buffer,
+                                    double delay_rate_exponent = 0)
 {
     CAPTURE(J);
     CAPTURE(accumulation);
     CAPTURE(input_buffer);
     CAPTURE(parameter_buffer);
+    CAPTURE(delay_rate_exponent);
     const test::micro_batches data(27, 4, 100 + J);
     const pipeline_options options{.batch = 4, .accumulation = accumulation, .input_buffer = input_buffer,
-                                   .parameter_buffer = parameter_buffer};
+                                   .parameter_buffer = parameter_buffer,
+                                   .delay_rate_exponent = delay_rate_exponent};
     auto simulated = pipeline_network::make_parameters<float>(3);
     auto threaded = simulated;
     std::vector<epoch_statistics> simulated_epochs, threaded_epochs;
@@ -123,6 +126,54 @@ TEST_CASE("pipeline: threads and the sequential simulator end with bit-identical
                 check_threads_equal_simulation<2>(accumulation, input_buffer, parameter_buffer);
                 check_threads_equal_simulation<3>(accumulation, input_buffer, parameter_buffer);
                 check_threads_equal_simulation<4>(accumulation, input_buffer, parameter_buffer);
+            }
+        }
+        check_threads_equal_simulation<3>(accumulation, false, false, 0.5);
+    }
+}
+
+// With delay_rate_exponent p, stage j of J steps at rate / (1 + tau_j)^p,
+// tau_j = 2 (J - 1 - j) / k optimizer steps. Plain SGD (no momentum, no
+// decay) moves the parameters by exactly rate * factor * the gradients'
+// average: the factor is read back from each stage's first step.
+TEST_CASE("pipeline: a delay rate exponent scales each stage's learning rate by 1 / (1 + its delay in steps)^p")
+{
+    constexpr std::size_t J = 3;
+    constexpr sgd_options no_momentum{.momentum = 0, .nesterov = false, .weight_decay = 0};
+    constexpr double rate = 0.02;
+    for (std::size_t accumulation : {1, 2}) {
+        for (double exponent : {0.0, 0.5, 1.0}) {
+            CAPTURE(accumulation);
+            CAPTURE(exponent);
+            const test::micro_batches data(9, 4, 31);
+            auto parameters = pipeline_network::make_parameters<float>(6);
+            // Per stage: the parameters before each step, and each step's gradient sum and count.
+            std::map<std::size_t, std::vector<std::vector<float>>> before, sums;
+            std::map<std::size_t, std::vector<std::size_t>> counts;
+            sequential_pipeline<pipeline_network, cuts_of<J>, sgd<float>> pipeline(
+                parameters, no_momentum, [](std::size_t) { return rate; },
+                {.batch = 4, .accumulation = accumulation, .delay_rate_exponent = exponent});
+            pipeline.set_trace([&](const pipeline_event<float>& event) {
+                if (event.what != pipeline_event<float>::kind::step) return;
+                before[event.stage].emplace_back(event.parameters.begin(), event.parameters.end());
+                sums[event.stage].emplace_back(event.gradient.begin(), event.gradient.end());
+                counts[event.stage].push_back(event.gradients);
+            });
+            test::train_epochs(pipeline, data, 1);
+            for (std::size_t j = 0; j < J; ++j) {
+                CAPTURE(j);
+                REQUIRE(before[j].size() >= 2);
+                const double tau = 2.0 * double(J - 1 - j) / double(accumulation);
+                const double expected = 1 / std::pow(1 + tau, exponent);
+                // Least squares: before - after = rate * factor * sum / count.
+                double moved_dot_gradient = 0, gradient_squared = 0;
+                for (std::size_t i = 0; i < before[j][0].size(); ++i) {
+                    const double average = double(sums[j][0][i]) / double(counts[j][0]);
+                    moved_dot_gradient += (double(before[j][0][i]) - double(before[j][1][i])) * average;
+                    gradient_squared += average * average;
+                }
+                REQUIRE(gradient_squared > 0);
+                CHECK(moved_dot_gradient / (rate * gradient_squared) == doctest::Approx(expected).epsilon(1e-3));
             }
         }
     }
@@ -398,7 +449,8 @@ TEST_CASE("pipeline: bad options are refused")
                     std::invalid_argument);
 }
 
-TEST_CASE("pipeline: a bad batch or accumulation is refused with one sentence, by either driver and by a stage alone")
+TEST_CASE("pipeline: a bad batch, accumulation or delay rate exponent is refused with one sentence, by either "
+          "driver and by a stage alone")
 {
     auto parameters = pipeline_network::make_parameters<float>(1);
     const char* batch = "pipeline: the batch must hold at least one example.";
@@ -415,6 +467,16 @@ TEST_CASE("pipeline: a bad batch or accumulation is refused with one sentence, b
                          accumulation, std::invalid_argument);
     CHECK_THROWS_WITH_AS((stage<pipeline_network, cuts_of<2>, 0, float>(parameters, {.batch = 0})), batch,
                          std::invalid_argument);
+    const char* exponent = "pipeline: the delay rate exponent must be a finite number, 0 or more.";
+    for (double bad : {-0.5, std::nan(""), HUGE_VAL}) {
+        CAPTURE(bad);
+        CHECK_THROWS_WITH_AS(simulator(parameters, plain_sgd, test::constant_rate,
+                                       {.batch = 4, .delay_rate_exponent = bad}),
+                             exponent, std::invalid_argument);
+        CHECK_THROWS_WITH_AS(threads(parameters, plain_sgd, test::constant_rate,
+                                     {.batch = 4, .delay_rate_exponent = bad}),
+                             exponent, std::invalid_argument);
+    }
 }
 
 namespace {

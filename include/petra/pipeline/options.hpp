@@ -1,10 +1,13 @@
 // What a pipeline's user chooses (floor 7): the micro-batch size, the
-// accumulation factor and the two buffers that turn PETRA into its
-// delayed-gradient relatives. Both drivers, each stage and each stage's
+// accumulation factor, the two buffers that turn PETRA into its
+// delayed-gradient relatives, and how much a stage's learning rate shrinks
+// with the delay of its gradients. Both drivers, each stage and each stage's
 // worker take the same options. The stage refuses a batch of 0, the worker
-// an accumulation of 0 (std::invalid_argument).
+// an accumulation of 0 and a delay_rate_exponent that is negative or not
+// finite (std::invalid_argument).
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 
 namespace petra {
@@ -14,6 +17,26 @@ struct pipeline_options {
     std::size_t accumulation = 1;  // micro-batches per optimizer step (k)
     bool input_buffer = false;     // every block keeps its input (no reconstruction)
     bool parameter_buffer = false; // weight stashing: backward uses the forward's parameters
+    // p in stage j's learning rate, rate(step) / (1 + tau_j)^p, tau_j its
+    // gradients' delay in optimizer steps (delay_in_steps). 0 (the
+    // default): every stage takes the schedule's rate as it is; larger p
+    // slows the stalest stages more. Finite and 0 or more.
+    double delay_rate_exponent = 0;
 };
+
+// Stage j of J's gradients are 2 (J - 1 - j) micro-batches old when it
+// applies them: delay_ticks / k optimizer steps.
+constexpr double delay_in_steps(std::size_t delay_ticks, std::size_t accumulation)
+{
+    return double(delay_ticks) / double(accumulation);
+}
+
+// The factor on a stage's learning rate, 1 / (1 + tau)^p: exactly
+// 1 for p = 0 or a stage without delay (the last).
+inline double delay_rate_scale(const pipeline_options& options, std::size_t delay_ticks)
+{
+    if (options.delay_rate_exponent == 0 || delay_ticks == 0) return 1;
+    return std::pow(1 + delay_in_steps(delay_ticks, options.accumulation), -options.delay_rate_exponent);
+}
 
 } // namespace petra

@@ -10,7 +10,9 @@
 //            at tick t - 1 (the last stage: the micro-batch it has just
 //            forwarded, through the loss, in the same tick);
 //   then, every k-th backward, an optimizer step on the average of the k
-//   gradients. Forward and backward of a tick use the same parameters.
+//   gradients, at the schedule's rate times delay_rate_scale (1 unless
+//   options.delay_rate_exponent is set). Forward and backward of a tick use
+//   the same parameters.
 // An epoch ends when a stage receives the end-of-epoch marker in place of a
 // micro-batch: it learns the epoch's size M, passes the marker on, and
 // finishes once it has differentiated all M micro-batches; a last partial
@@ -23,6 +25,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -35,6 +38,7 @@
 #include <petra/layers/softmax_cross_entropy_loss.hpp>
 #include <petra/pipeline/accumulation.hpp>
 #include <petra/pipeline/channel.hpp>
+#include <petra/pipeline/options.hpp>
 #include <petra/pipeline/stage.hpp>
 #include <petra/state_archive.hpp>
 
@@ -100,9 +104,8 @@ public:
                  const typename Optimizer::options& optimizer_options, std::span<const T> stage_weight_mask,
                  const pipeline_options& options, links connections, pipeline_shared<T>& shared)
         : stage_(parameters, state, options), optimizer_(optimizer_options, stage_weight_mask),
-          accumulation_(options.accumulation), links_(connections), shared_(shared),
-          logits_(logits_values(options)),
-          grad_logits_(logits_values(options))
+          accumulation_(options.accumulation), rate_scale_(checked_rate_scale(options)), links_(connections),
+          shared_(shared), logits_(logits_values(options)), grad_logits_(logits_values(options))
     {
     }
 
@@ -112,6 +115,18 @@ public:
     {
         return Stage::is_last ? options.batch * classes : 0;
     }
+
+    static double checked_rate_scale(const pipeline_options& options)
+    {
+        if (!(options.delay_rate_exponent >= 0) || !std::isfinite(options.delay_rate_exponent)) {
+            raise_error(error_kind::invalid_argument,
+                        "pipeline: the delay rate exponent must be a finite number, 0 or more.");
+        }
+        return delay_rate_scale(options, Stage::delay);
+    }
+
+    // The factor on this stage's learning rate (delay_rate_scale).
+    double rate_scale() const { return rate_scale_; }
 
     Stage& stage() { return stage_; }
     Optimizer& optimizer() { return optimizer_; }
@@ -319,7 +334,12 @@ private:
             shared_.trace({pipeline_event<T>::kind::step, index, t, last_differentiated_, accumulation_.steps(),
                            accumulation_.pending(), stage_.parameters(), stage_.gradient()});
         }
-        accumulation_.step(optimizer_, stage_.parameters(), stage_.gradient(), shared_.learning_rate);
+        if (rate_scale_ == 1) {
+            accumulation_.step(optimizer_, stage_.parameters(), stage_.gradient(), shared_.learning_rate);
+        } else {
+            accumulation_.step(optimizer_, stage_.parameters(), stage_.gradient(),
+                               [this](std::size_t s) { return shared_.learning_rate(s) * rate_scale_; });
+        }
     }
 
     void check_order(const message_header& header, std::size_t expected, const char* what) const
@@ -334,6 +354,7 @@ private:
     Stage stage_;
     Optimizer optimizer_;
     gradient_accumulation accumulation_;
+    double rate_scale_; // after accumulation_: it divides by k, checked there
     links links_;
     pipeline_shared<T>& shared_;
     kernels::aligned_vector<T> logits_;
