@@ -5,9 +5,10 @@
 //   memory NETWORK pipeline J I P   PETRA's pipeline in J stages (1, 2, 4 or
 //                                   10), I = input buffer (0/1), P =
 //                                   parameter buffer (0/1); PETRA is 0 0
-// NETWORK is `reference` (reference_network<>, cut by reference_cuts<J>,
-// as every benchmark cuts it) or `reversible` (reversible_reference_network<>,
-// whose downsamplings are invertible, cut by partition<net, J>). Both have
+// NETWORK is `reference` (reference_network<>) or `reversible`
+// (reversible_reference_network<>, whose downsamplings are invertible), each
+// cut by default_cuts<net, J> (reference_cuts<J> for the reference network,
+// as every benchmark cuts it; the cost model's for the other). Both have
 // 10 blocks: at J = 10 every block is its own stage.
 // It trains an epoch long enough to fill every FIFO, then prints one line of
 // JSON: the network, the peak RSS, the RSS before the trainer was built
@@ -53,22 +54,11 @@ static_assert(std::is_same_v<reference_net::input, reversible_net::input>,
 template <class Net>
 constexpr const char* network_name = std::is_same_v<Net, reference_net> ? "reference" : "reversible";
 
-// The cuts of Net into Stages stages (see the top of the file).
-template <class Net, std::size_t Stages>
-constexpr petra::stage_cuts<Stages> cuts_of()
-{
-    if constexpr (std::is_same_v<Net, reference_net>) {
-        return petra::reference_cuts<Stages>();
-    } else {
-        return petra::partition<Net, Stages>();
-    }
-}
-
 // At J = 10 every block is its own stage, for both networks.
 template <class Net>
 constexpr bool one_block_per_stage()
 {
-    constexpr auto cuts = cuts_of<Net, 10>();
+    constexpr auto cuts = petra::default_cuts<Net, 10>();
     for (std::size_t j = 0; j < cuts.size(); ++j) {
         if (cuts[j] != j) return false;
     }
@@ -273,10 +263,10 @@ int run(const arguments& args)
 {
     if (args.exact) return run_exact<Net>();
     switch (args.stages) {
-    case 1: return run_pipeline<Net, cuts_of<Net, 1>()>(args.input_buffer, args.parameter_buffer);
-    case 2: return run_pipeline<Net, cuts_of<Net, 2>()>(args.input_buffer, args.parameter_buffer);
-    case 4: return run_pipeline<Net, cuts_of<Net, 4>()>(args.input_buffer, args.parameter_buffer);
-    case 10: return run_pipeline<Net, cuts_of<Net, 10>()>(args.input_buffer, args.parameter_buffer);
+    case 1: return run_pipeline<Net, petra::default_cuts<Net, 1>()>(args.input_buffer, args.parameter_buffer);
+    case 2: return run_pipeline<Net, petra::default_cuts<Net, 2>()>(args.input_buffer, args.parameter_buffer);
+    case 4: return run_pipeline<Net, petra::default_cuts<Net, 4>()>(args.input_buffer, args.parameter_buffer);
+    case 10: return run_pipeline<Net, petra::default_cuts<Net, 10>()>(args.input_buffer, args.parameter_buffer);
     }
     return 2; // parse admits no other J
 }

@@ -17,10 +17,12 @@
 #include <array>
 #include <cstddef>
 #include <utility>
+#include <vector>
 
 #include "data.hpp"
 #include "method_runs.hpp"
 #include "metrics_files.hpp"
+#include "model.hpp"
 #include "options.hpp"
 #include "run_checkpoint.hpp"
 #include "summary.hpp"
@@ -44,6 +46,14 @@ inline job_summary run_method(const job_options& options, const training_recipe&
     return runs[std::size_t(recipe.network)][run_group(recipe)](options, recipe, data);
 }
 
+// The cut of the recipe's network into its stages (one stage for the
+// sequential methods), as the summary records it.
+inline std::vector<std::size_t> recipe_cuts(const training_recipe& recipe)
+{
+    return recipe.network == network_kind::reference ? cuts_at<reference_net>(recipe.stages)
+                                                     : cuts_at<reversible_net>(recipe.stages);
+}
+
 // Loads the data, trains (from a checkpoint with options.resume),
 // evaluates after every epoch, writes the metrics file and returns the
 // summary; summary.interrupted if options.stop_requested stopped it (the
@@ -57,7 +67,8 @@ inline job_summary run_job(const job_options& options)
     check_checkpoint_options(options);
     job_data data = options.loads_data ? load_data(options.data_dir, recipe.batch) : job_data{};
     if (options.share_data_sizes) options.share_data_sizes(data.train_size, data.test_size);
-    const job_summary summary = run_method(options, recipe, data);
+    job_summary summary = run_method(options, recipe, data);
+    summary.cuts = recipe_cuts(recipe);
     if (!options.summary_path.empty() && !summary.interrupted) write_summary(options.summary_path, summary);
     return summary;
 }

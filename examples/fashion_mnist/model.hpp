@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include <petra/petra.hpp>
 
@@ -25,14 +27,23 @@ static_assert(petra::classification<reversible_net>::classes == classes, "Both n
 static_assert(reversible_net::block_count == reference_net::block_count,
               "Both networks must have the same block count: --stages has one range.");
 
-// PETRA's cuts of Net into Stages stages: the reference network's those of
-// reference_cuts (calibrated on this machine when scripts/calibrate has
-// run), another network's those of the built-in cost model.
+// PETRA's cuts of Net into Stages stages: petra::default_cuts (the
+// reference network's calibrated on this machine when scripts/calibrate has
+// run, another network's from the built-in cost model).
 template <class Net, std::size_t Stages>
-constexpr petra::stage_cuts<Stages> cuts_of()
+inline constexpr petra::stage_cuts<Stages> cuts_of = petra::default_cuts<Net, Stages>();
+
+// The same at run time, stages from 1 to Net's block count: the first block
+// of each stage, then the block count.
+template <class Net>
+std::vector<std::size_t> cuts_at(std::size_t stages)
 {
-    if constexpr (std::is_same_v<Net, reference_net>) return petra::reference_cuts<Stages>();
-    else return petra::partition<Net, Stages>();
+    std::vector<std::size_t> cuts;
+    [&]<std::size_t... J>(std::index_sequence<J...>) {
+        ((J + 1 == stages ? (void)cuts.assign(cuts_of<Net, J + 1>.begin(), cuts_of<Net, J + 1>.end()) : void()),
+         ...);
+    }(std::make_index_sequence<Net::block_count>{});
+    return cuts;
 }
 
 } // namespace fashion

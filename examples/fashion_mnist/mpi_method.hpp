@@ -28,7 +28,7 @@ template <class Net, std::size_t Stages>
 class mpi_method {
 public:
     using network = Net;
-    static constexpr auto cuts = cuts_of<Net, Stages>();
+    static constexpr auto cuts = cuts_of<Net, Stages>;
     using pipeline_type = petra::mpi_pipeline<Net, cuts, petra::sgd<float>, float>;
 
     // Refuses (std::invalid_argument, on every rank) more ranks than stages.

@@ -26,7 +26,7 @@ template <class Net, std::size_t Stages, template <class, auto, class, class> cl
 class petra_method {
 public:
     using network = Net;
-    static constexpr auto cuts = cuts_of<Net, Stages>();
+    static constexpr auto cuts = cuts_of<Net, Stages>;
 
     explicit petra_method(const method_context& context)
         : parameters_(Net::template make_parameters<float>(context.recipe.seed)),

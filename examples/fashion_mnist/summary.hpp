@@ -18,6 +18,9 @@ namespace fashion {
 
 struct job_summary {
     training_recipe recipe;
+    // The first block of each stage, then the block count: PETRA's cut of
+    // the network ([0, blocks] for the sequential methods).
+    std::vector<std::size_t> cuts;
     std::size_t ranks = 1; // processes (MPI ranks) the run was spread over
     std::size_t steps = 0; // micro-batches trained
     std::size_t epochs_run = 0;
@@ -47,6 +50,7 @@ inline nlohmann::ordered_json summary_json(const job_summary& summary)
     json["network"] = std::string(name_of(recipe.network));
     json["method"] = std::string(name_of(recipe.method));
     json["stages"] = recipe.stages;
+    json["cuts"] = summary.cuts;
     json["driver"] = recipe.method == method::petra ? std::string(name_of(recipe.driver)) : "none";
     json["ranks"] = summary.ranks;
     json["accumulation"] = recipe.accumulation;

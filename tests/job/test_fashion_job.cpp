@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -141,6 +142,8 @@ TEST_CASE("fashion_mnist job: the loss falls and the test accuracy beats chance,
         std::ifstream json(options.summary_path);
         const nlohmann::json written = nlohmann::json::parse(json);
         CHECK(written.at("network") == network);
+        CHECK(written.at("cuts") == (method == "petra" ? std::vector<std::size_t>{0, summary.cuts[1], 10}
+                                                       : std::vector<std::size_t>{0, 10}));
         CHECK(written.at("method") == method);
         CHECK(written.at("steps") == summary.steps);
         CHECK(written.at("test_accuracy").get<double>() == doctest::Approx(summary.test_accuracy).epsilon(1e-3));
@@ -225,6 +228,13 @@ TEST_CASE("fashion_mnist job: every stage count up to the block count, the same 
         const auto [threads, simulator] = on_threads_and_simulator(options);
         CHECK(threads.steps == 20);
         CHECK(threads.recipe.stages == stages);
+        // The summary names the cut: J ranges of blocks, none empty, all blocks.
+        REQUIRE(threads.cuts.size() == stages + 1);
+        CHECK(threads.cuts.front() == 0);
+        CHECK(threads.cuts.back() == fashion::reference_net::block_count);
+        CHECK(std::adjacent_find(threads.cuts.begin(), threads.cuts.end(), std::greater_equal<>()) ==
+              threads.cuts.end());
+        CHECK(threads.cuts == simulator.cuts);
         CHECK(simulator.parameter_digest == threads.parameter_digest);
         CHECK(simulator.test_accuracy == threads.test_accuracy);
         digests.push_back(threads.parameter_digest);

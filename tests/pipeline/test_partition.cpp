@@ -124,6 +124,20 @@ TEST_CASE("partition: the reference network in 1 to 4 balanced stages, computed 
     CHECK(*std::max_element(totals.begin(), totals.end()) == brute_force_best(all, last, 4));
 }
 
+// default_cuts: the reference network's calibrated (or modelled) cuts, any
+// other network's from the cost model; valid for every J up to the blocks.
+TEST_CASE("partition: default_cuts is reference_cuts for the reference network, partition for another")
+{
+    using reference = reference_network<>;
+    using reversible = reversible_reference_network<>;
+    static_assert(default_cuts<reference, 2>() == reference_cuts<2>());
+    static_assert(default_cuts<reference, 4>() == reference_cuts<4>());
+    static_assert(default_cuts<reversible, 3>() == partition<reversible, 3>());
+    static_assert(valid_cuts<reference>(default_cuts<reference, 10>()));
+    static_assert(valid_cuts<reversible>(default_cuts<reversible, 10>()));
+    CHECK(default_cuts<reference, 1>() == stage_cuts<1>{0, 10});
+}
+
 // Stages grouped again onto ranks (balanced_groups): against every grouping
 // of small cost lists, and refusals of impossible rank counts.
 TEST_CASE("partition: stages grouped onto ranks minimise the largest group, contiguous and non-empty")
