@@ -68,10 +68,11 @@ std::string alternatives(const std::array<named<Choice>, N>& names)
 
 inline const char* const job_epilogue = R"(Progress goes to stderr (a bar on a terminal, plain lines otherwise). At the
 end, a short report on stderr and one line of JSON on stdout with network,
-method, stages, driver, ranks, accumulation, epochs, steps, batch, seed,
-learning_rate, test_accuracy, test_loss, train_seconds, examples_per_second,
-peak_rss_bytes and parameter_digest (a digest of the final parameters and running
-statistics: equal digests, equal final networks).
+method, stages, cuts (the first block of each stage, then the block count),
+driver, ranks, accumulation, epochs, steps, batch, seed, learning_rate,
+warmup_epochs, delay_rate_exponent, test_accuracy, test_loss, train_seconds,
+examples_per_second, peak_rss_bytes and parameter_digest (a digest of the final
+parameters and running statistics: equal digests, equal final networks).
 
 Exit status: 0 done; 2 bad options (or a resume under other options); 3
 bad data; 1 any other failure (a diverging loss, a bad checkpoint); 130 or

@@ -30,7 +30,8 @@ inline std::string fidelity_path_of(const std::string& metrics_path)
 // network and the rate's recipe (peak, warm-up, delay exponent) come last on
 // every row (trailing_columns), so that files written before they existed
 // keep their leading columns and runs that differ only in their rates can
-// be told apart.
+// be told apart. The learning_rate column is the schedule's rate at the
+// epoch's end, the last stage's; with p > 0 the others step at less.
 inline std::string run_columns(const training_recipe& recipe)
 {
     std::ostringstream text;

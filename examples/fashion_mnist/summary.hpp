@@ -75,9 +75,10 @@ inline nlohmann::ordered_json summary_json(const job_summary& summary)
 // on both.
 inline std::string summary_line(const job_summary& summary)
 {
-    // With an indent, the dump puts each field on its own line after ": ";
-    // a string never holds a raw newline (it is escaped), so every newline
-    // is a field boundary.
+    // With an indent, the dump puts each field, and each element of an
+    // array, on its own line; a string never holds a raw newline (it is
+    // escaped), so every newline follows a ',' (a space takes its place)
+    // or a bracket (dropped).
     std::string line;
     for (const char c : summary_json(summary).dump(0)) {
         if (c != '\n') line += c;

@@ -83,7 +83,7 @@ fashion::job_options quick(const generated_data& data, const std::string& method
     return options;
 }
 
-// The run of options on threads, then on the simulator.
+// The fields of one CSV row (no quoting in the job's files).
 std::vector<std::string> csv_fields(const std::string& line)
 {
     std::vector<std::string> fields;
@@ -92,6 +92,7 @@ std::vector<std::string> csv_fields(const std::string& line)
     return fields;
 }
 
+// The run of options on threads, then on the simulator.
 std::pair<fashion::job_summary, fashion::job_summary> on_threads_and_simulator(fashion::job_options options)
 {
     options.driver = "threads";
@@ -142,7 +143,10 @@ TEST_CASE("fashion_mnist job: the loss falls and the test accuracy beats chance,
         std::ifstream json(options.summary_path);
         const nlohmann::json written = nlohmann::json::parse(json);
         CHECK(written.at("network") == network);
-        CHECK(written.at("cuts") == (method == "petra" ? std::vector<std::size_t>{0, summary.cuts[1], 10}
+        // PETRA's J = 2 cut of the network trained; one stage otherwise.
+        const auto& two = network == "reference" ? fashion::cuts_of<fashion::reference_net, 2>
+                                                 : fashion::cuts_of<fashion::reversible_net, 2>;
+        CHECK(written.at("cuts") == (method == "petra" ? std::vector<std::size_t>(two.begin(), two.end())
                                                        : std::vector<std::size_t>{0, 10}));
         CHECK(written.at("method") == method);
         CHECK(written.at("steps") == summary.steps);
@@ -203,12 +207,18 @@ TEST_CASE("fashion_mnist job: a delay rate exponent changes the numbers, the sam
     const fashion::job_summary plain = fashion::run_job(options);
     options.delay_rate_exponent = 0.5;
     options.summary_path = (data.dir / "delay-rate.json").string();
+    options.metrics_path = (data.dir / "delay-rate.csv").string();
     const auto [threads, simulator] = on_threads_and_simulator(options);
     CHECK(simulator.parameter_digest == threads.parameter_digest);
     CHECK(simulator.test_accuracy == threads.test_accuracy);
     CHECK(threads.parameter_digest != plain.parameter_digest);
     std::ifstream json(options.summary_path);
     CHECK(nlohmann::json::parse(json).at("delay_rate_exponent") == 0.5);
+    std::ifstream csv(options.metrics_path);
+    std::string header, row;
+    std::getline(csv, header);
+    REQUIRE(std::getline(csv, row));
+    CHECK(csv_fields(row).back() == "0.5");
 }
 
 TEST_CASE("fashion_mnist job: every stage count up to the block count, the same numbers on threads and the simulator")
@@ -235,12 +245,18 @@ TEST_CASE("fashion_mnist job: every stage count up to the block count, the same 
         CHECK(std::adjacent_find(threads.cuts.begin(), threads.cuts.end(), std::greater_equal<>()) ==
               threads.cuts.end());
         CHECK(threads.cuts == simulator.cuts);
+        CHECK(threads.cuts == fashion::cuts_at<fashion::reference_net>(stages));
         CHECK(simulator.parameter_digest == threads.parameter_digest);
         CHECK(simulator.test_accuracy == threads.test_accuracy);
         digests.push_back(threads.parameter_digest);
     }
     std::sort(digests.begin(), digests.end());
     CHECK(std::adjacent_find(digests.begin(), digests.end()) == digests.end());
+    // cuts_at is the compile-time cut of the J asked.
+    const auto as_vector = [](const auto& cuts) { return std::vector<std::size_t>(cuts.begin(), cuts.end()); };
+    CHECK(fashion::cuts_at<fashion::reference_net>(4) == as_vector(fashion::cuts_of<fashion::reference_net, 4>));
+    CHECK(fashion::cuts_at<fashion::reversible_net>(3) == as_vector(fashion::cuts_of<fashion::reversible_net, 3>));
+    CHECK(fashion::cuts_at<fashion::reference_net>(10) == std::vector<std::size_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
 
     // Every block its own stage over an epoch's end, k = 2: stage 0 is
     // 2 (J - 1) = 18 ticks behind, and the drain finishes what is in flight.
@@ -269,6 +285,7 @@ TEST_CASE("fashion_mnist job: the reversible network, the same numbers on thread
         options.network = "reversible";
         const auto [threads, simulator] = on_threads_and_simulator(options);
         CHECK(threads.recipe.network == fashion::network_kind::reversible);
+        CHECK(threads.cuts == fashion::cuts_at<fashion::reversible_net>(stages));
         CHECK(threads.steps == 20);
         CHECK(simulator.parameter_digest == threads.parameter_digest);
         CHECK(simulator.test_accuracy == threads.test_accuracy);

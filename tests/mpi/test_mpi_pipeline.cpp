@@ -94,6 +94,7 @@ void check_every_option()
                                                  .input_buffer = input_buffer, .parameter_buffer = parameter_buffer});
             }
         }
+        check_ranks_equal_simulation<J>({.batch = 4, .accumulation = accumulation, .delay_rate_exponent = 0.5});
     }
 }
 

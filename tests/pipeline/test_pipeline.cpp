@@ -2,7 +2,8 @@
 // the sequential simulator computes, bit for bit, for J = 2, 3, 4, k = 1, 2
 // and every buffer configuration; the schedule's staleness, fill and drain;
 // with both buffers on, the gradients of delayed backprop with stashed
-// weights; a failing stage stops the whole pipeline.
+// weights; a delay rate exponent scales each stage's rate as documented; a
+// failing stage stops the whole pipeline.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -450,7 +451,7 @@ TEST_CASE("pipeline: bad options are refused")
 }
 
 TEST_CASE("pipeline: a bad batch, accumulation or delay rate exponent is refused with one sentence, by either "
-          "driver and by a stage alone")
+          "driver (a bad batch also by a stage alone)")
 {
     auto parameters = pipeline_network::make_parameters<float>(1);
     const char* batch = "pipeline: the batch must hold at least one example.";

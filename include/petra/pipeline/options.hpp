@@ -20,7 +20,8 @@ struct pipeline_options {
     // p in stage j's learning rate, rate(step) / (1 + tau_j)^p, tau_j its
     // gradients' delay in optimizer steps (delay_in_steps). 0 (the
     // default): every stage takes the schedule's rate as it is; larger p
-    // slows the stalest stages more. Finite and 0 or more.
+    // slows the stalest stages more. Finite and 0 or more. Not saved in a
+    // checkpoint: like the rate schedule, the caller's to repeat.
     double delay_rate_exponent = 0;
 };
 
