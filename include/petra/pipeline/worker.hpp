@@ -125,9 +125,6 @@ public:
         return delay_rate_scale(options, Stage::delay);
     }
 
-    // The factor on this stage's learning rate (delay_rate_scale).
-    double rate_scale() const { return rate_scale_; }
-
     Stage& stage() { return stage_; }
     Optimizer& optimizer() { return optimizer_; }
     std::size_t steps() const { return accumulation_.steps(); }
@@ -334,12 +331,9 @@ private:
             shared_.trace({pipeline_event<T>::kind::step, index, t, last_differentiated_, accumulation_.steps(),
                            accumulation_.pending(), stage_.parameters(), stage_.gradient()});
         }
-        if (rate_scale_ == 1) {
-            accumulation_.step(optimizer_, stage_.parameters(), stage_.gradient(), shared_.learning_rate);
-        } else {
-            accumulation_.step(optimizer_, stage_.parameters(), stage_.gradient(),
-                               [this](std::size_t s) { return shared_.learning_rate(s) * rate_scale_; });
-        }
+        // A factor of exactly 1 (p = 0, the last stage) leaves the rate as it is, bit for bit.
+        accumulation_.step(optimizer_, stage_.parameters(), stage_.gradient(),
+                           [this](std::size_t s) { return shared_.learning_rate(s) * rate_scale_; });
     }
 
     void check_order(const message_header& header, std::size_t expected, const char* what) const
