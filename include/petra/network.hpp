@@ -45,6 +45,7 @@
 #include <petra/state_archive.hpp>
 #include <petra/tensor_batch.hpp>
 #include <petra/layers/layer.hpp>
+#include <petra/parameter_names.hpp>
 #include <petra/shape.hpp>
 #include <petra/type_list.hpp>
 
@@ -393,6 +394,16 @@ public:
     {
         static_assert(First <= I && I < block_count, "Block I is not one of the blocks the array holds.");
         return values.template subspan<state_offsets[I] - state_offsets[First], profile[I].state_count>();
+    }
+
+    // Every parameter array and running statistic, named by the rule of
+    // parameter_names.hpp (blocks.1.f.0.weight, ...), with its place in
+    // values() or state() and its shape: a constexpr std::array<named_array, N>.
+    static constexpr const auto& parameter_names()
+    {
+        static_assert(detail::names_are_distinct(parameter_names_of<network>),
+                      "Two arrays of the network have the same name: a block's part_names repeat a name.");
+        return parameter_names_of<network>;
     }
 
     // Parameters and state initialised block after block from one generator

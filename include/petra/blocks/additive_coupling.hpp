@@ -6,9 +6,11 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <random>
 #include <span>
+#include <string_view>
 #include <type_traits>
 
 #include <petra/blocks/block.hpp>
@@ -28,6 +30,9 @@ struct additive_coupling : block_kind {
         using parts = made_of<layer_for<F, typename half_of<Input>::type>>;
         using parts::parameter_count;
         using parts::state_count;
+        using unbound = additive_coupling;
+        // The names of the parts in the names of the arrays (parameter_names.hpp).
+        static constexpr std::array<std::string_view, 1> part_names{"f"};
         using half = typename half_of<Input>::type;
         using function = layer_for<F, half>;
         static_assert(std::is_same_v<typename function::output, half>,

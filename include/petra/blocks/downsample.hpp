@@ -6,9 +6,11 @@
 // reversible: it keeps its input and recomputes from it (see block.hpp).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <random>
 #include <span>
+#include <string_view>
 #include <type_traits>
 
 #include <petra/blocks/block.hpp>
@@ -32,6 +34,9 @@ struct downsample : block_kind {
         using parts = made_of<layer_for<F, typename half_of<Input>::type>, layer_for<G, typename half_of<Input>::type>>;
         using parts::parameter_count;
         using parts::state_count;
+        using unbound = downsample;
+        // The names of the parts in the names of the arrays (parameter_names.hpp).
+        static constexpr std::array<std::string_view, 2> part_names{"f", "g"};
         using first = layer_for<F, typename half_of<Input>::type>;
         using second = layer_for<G, typename half_of<Input>::type>;
         static_assert(std::is_same_v<typename first::output, typename second::output>,

@@ -4,9 +4,11 @@
 // reversible: it keeps its input and recomputes from it (see block.hpp).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <random>
 #include <span>
+#include <string_view>
 
 #include <petra/blocks/block.hpp>
 #include <petra/layers/batch_norm.hpp>
@@ -35,6 +37,9 @@ struct head : block_kind {
         using parts = made_of<layer_for<F, concatenated_halves<Input>>>;
         using parts::parameter_count;
         using parts::state_count;
+        using unbound = head;
+        // The names of the parts in the names of the arrays (parameter_names.hpp).
+        static constexpr std::array<std::string_view, 1> part_names{"f"};
         using half = typename half_of<Input>::type;
         using whole = concatenated_halves<Input>;
         using function = layer_for<F, whole>;

@@ -65,6 +65,7 @@ struct pixel_unshuffle : block_kind {
 
     template <class Input>
     struct bind {
+        using unbound = pixel_unshuffle;
         using half = typename half_of<Input>::type;
         static_assert(half::height % 2 == 0 && half::width % 2 == 0,
                       "pixel_unshuffle: the halves' height and width must be even.");

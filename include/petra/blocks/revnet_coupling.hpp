@@ -5,9 +5,11 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <random>
 #include <span>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -28,6 +30,9 @@ struct revnet_coupling : block_kind {
         using parts = made_of<layer_for<F, typename half_of<Input>::type>, layer_for<G, typename half_of<Input>::type>>;
         using parts::parameter_count;
         using parts::state_count;
+        using unbound = revnet_coupling;
+        // The names of the parts in the names of the arrays (parameter_names.hpp).
+        static constexpr std::array<std::string_view, 2> part_names{"f", "g"};
         using half = typename half_of<Input>::type;
         using first = layer_for<F, half>;
         using second = layer_for<G, half>;

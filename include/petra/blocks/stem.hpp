@@ -3,9 +3,11 @@
 // its input and recomputes from it (see block.hpp).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <random>
 #include <span>
+#include <string_view>
 
 #include <petra/blocks/block.hpp>
 #include <petra/layers/layer.hpp>
@@ -23,6 +25,9 @@ struct stem : block_kind {
         using parts = made_of<layer_for<F, Input>>;
         using parts::parameter_count;
         using parts::state_count;
+        using unbound = stem;
+        // The names of the parts in the names of the arrays (parameter_names.hpp).
+        static constexpr std::array<std::string_view, 1> part_names{"f"};
         using function = layer_for<F, Input>;
         using whole = typename function::output;
         static_assert(whole::channels % 2 == 0, "stem: F must give an even number of channels to split in halves.");

@@ -20,15 +20,22 @@
 #include <cstddef>
 #include <random>
 #include <span>
+#include <type_traits>
 
 #include <petra/error.hpp>
 #include <petra/kernels/normalization.hpp>
 #include <petra/kernels/reduction.hpp>
 #include <petra/layers/fusion.hpp>
 #include <petra/layers/layer.hpp>
+#include <petra/layers/named_arrays.hpp>
 #include <petra/layers/relu.hpp>
 
 namespace petra {
+
+template <std::size_t Channels>
+struct batch_norm;
+template <std::size_t Channels>
+struct batch_norm_relu;
 
 namespace detail {
 
@@ -41,11 +48,19 @@ struct bound_normalization {
     static constexpr double epsilon = 1e-5;
     static constexpr double momentum = 0.1;
 
+    using unbound = std::conditional_t<WithRelu, batch_norm_relu<Channels>, batch_norm<Channels>>;
     using input = Input;
     using output = Input;
     static constexpr std::size_t pixels = Input::pixels;
     static constexpr std::size_t parameter_count = 2 * Channels;
     static constexpr std::size_t state_count = 2 * Channels;
+    static constexpr std::array<layer_array, 4> named_arrays{
+        layer_array{"weight", array_role::parameter, 1, {Channels}},
+        layer_array{"bias", array_role::parameter, 1, {Channels}},
+        layer_array{"running_mean", array_role::state, 1, {Channels}},
+        layer_array{"running_var", array_role::state, 1, {Channels}}};
+    // With the ReLU fused, the layer stands for two of the user's.
+    static constexpr std::size_t layer_span = WithRelu ? 2 : 1;
     // The batch mean and inverse standard deviation of each channel.
     static constexpr std::size_t cache_size(std::size_t /*batch*/) { return 2 * Channels; }
     static constexpr std::size_t forward_flops = (WithRelu ? 5 : 4) * Input::size;

@@ -31,6 +31,7 @@
 #include <petra/kernels/simd.hpp>
 #include <petra/layers/fusion.hpp>
 #include <petra/layers/layer.hpp>
+#include <petra/layers/named_arrays.hpp>
 #include <petra/layers/parts.hpp>
 #include <petra/type_list.hpp>
 
@@ -89,6 +90,12 @@ struct bound_chain : made_of<Bound...> {
     static constexpr auto layers = type_list<Bound...>;
     template <std::size_t I>
     using layer = type_at<I, decltype(layers)>;
+
+    // The index in the user's chain<...> of each bound layer's first layer
+    // (a fused layer stands for several, named_arrays.hpp): what the
+    // arrays' names count by.
+    static constexpr std::array<std::size_t, length + 1> layer_positions =
+        prefix_sums<length>({layer_span_of<Bound>()...});
 
     using input = typename layer<0>::input;
     using output = typename layer<length - 1>::output;

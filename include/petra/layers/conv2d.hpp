@@ -4,12 +4,14 @@
 // at stride 1). Weights are OutChannels x InChannels x Kernel x Kernel.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <random>
 #include <span>
 
 #include <petra/kernels/convolution.hpp>
 #include <petra/layers/layer.hpp>
+#include <petra/layers/named_arrays.hpp>
 
 namespace petra {
 
@@ -38,6 +40,9 @@ struct conv2d {
         static constexpr std::size_t parameter_count = OutChannels * InChannels * Kernel * Kernel;
         static constexpr std::size_t weight_count = parameter_count; // all decay
         static constexpr std::size_t state_count = 0;
+        static constexpr std::array<layer_array, 1> named_arrays{
+            layer_array{"weight", array_role::parameter, 4, {OutChannels, InChannels, Kernel, Kernel}}};
+        using unbound = conv2d;
         static constexpr std::size_t cache_size(std::size_t /*batch*/) { return 0; }
         static constexpr std::size_t forward_flops = 2 * output::size * InChannels * Kernel * Kernel;
         static constexpr std::size_t backward_flops = 2 * forward_flops;

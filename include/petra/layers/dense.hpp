@@ -5,12 +5,14 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <random>
 #include <span>
 
 #include <petra/kernels/gemm.hpp>
 #include <petra/layers/layer.hpp>
+#include <petra/layers/named_arrays.hpp>
 
 namespace petra {
 
@@ -30,6 +32,10 @@ struct dense {
         static constexpr std::size_t weight_count = Outputs * Inputs;
         static constexpr std::size_t parameter_count = weight_count + Outputs;
         static constexpr std::size_t state_count = 0;
+        static constexpr std::array<layer_array, 2> named_arrays{
+            layer_array{"weight", array_role::parameter, 2, {Outputs, Inputs}},
+            layer_array{"bias", array_role::parameter, 1, {Outputs}}};
+        using unbound = dense;
         static constexpr std::size_t cache_size(std::size_t /*batch*/) { return 0; }
         static constexpr std::size_t forward_flops = 2 * Inputs * Outputs;
         static constexpr std::size_t backward_flops = 4 * Inputs * Outputs;

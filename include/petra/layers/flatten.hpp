@@ -14,6 +14,7 @@ namespace petra {
 struct flatten {
     template <class Input>
     struct bind : parameter_free {
+        using unbound = flatten;
         using input = Input;
         using output = shape<Input::size>;
         static constexpr std::size_t forward_flops = 0;

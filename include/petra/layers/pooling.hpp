@@ -14,6 +14,7 @@ namespace petra {
 struct global_average_pool {
     template <class Input>
     struct bind : parameter_free {
+        using unbound = global_average_pool;
         using input = Input;
         using output = shape<Input::channels>;
         static constexpr std::size_t forward_flops = Input::size;

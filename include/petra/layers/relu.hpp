@@ -12,6 +12,7 @@ namespace petra {
 struct relu {
     template <class Input>
     struct bind : parameter_free {
+        using unbound = relu;
         using input = Input;
         using output = Input;
         static constexpr std::size_t forward_flops = Input::size;
