@@ -6,7 +6,8 @@ Run with the system interpreter that has the package:
     /usr/bin/python3 bench/peer/reference_network.py --threads 1 --steps 150
 
 The network is the one of include/petra/models/reference_network.hpp, block
-for block, on a state split into two halves (x, x~):
+for block (bench/peer/networks.py, whose state_dict keys are petra's array
+names), on a state split into two halves (x, x~):
   stem:        conv3x3 1 -> 32, batch norm, ReLU, split into halves of 16;
   couplings:   y = x~ + F(x), y~ = x, F = conv3x3, BN, ReLU, conv3x3, BN,
                ReLU (2 at each of 28x28, 14x14, 7x7, width kept);
@@ -42,71 +43,12 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+# The network itself, whose state_dict keys are petra's array names.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from networks import reference_network  # noqa: E402
+
 PETRA_PARAMETER_COUNT = 222058
 MEAN, DEVIATION = 0.2860, 0.3530
-
-
-def conv(cin, cout, kernel, stride=1):
-    # bias=False as in petra: the batch norm after each convolution makes a
-    # bias redundant. The peer's default (bias=True) would add 672 parameters
-    # (222,730) and a little work.
-    return nn.Conv2d(cin, cout, kernel, stride=stride, padding=kernel // 2, bias=False)
-
-
-class Stem(nn.Module):
-    def __init__(self, width):
-        super().__init__()
-        self.f = nn.Sequential(conv(1, 2 * width, 3), nn.BatchNorm2d(2 * width), nn.ReLU())
-        self.width = width
-
-    def forward(self, image):
-        value = self.f(image)
-        return value[:, :self.width], value[:, self.width:]
-
-
-class AdditiveCoupling(nn.Module):
-    def __init__(self, channels):
-        super().__init__()
-        self.f = nn.Sequential(conv(channels, channels, 3), nn.BatchNorm2d(channels), nn.ReLU(),
-                               conv(channels, channels, 3), nn.BatchNorm2d(channels), nn.ReLU())
-
-    def forward(self, halves):
-        x, x_tilde = halves
-        return x_tilde + self.f(x), x
-
-
-class Downsampling(nn.Module):
-    def __init__(self, channels):
-        super().__init__()
-        out = 2 * channels
-        self.f = nn.Sequential(conv(channels, out, 3, 2), nn.BatchNorm2d(out), nn.ReLU())
-        self.g = nn.Sequential(conv(channels, out, 1, 2), nn.BatchNorm2d(out))
-
-    def forward(self, halves):
-        x, x_tilde = halves
-        y = self.f(x)
-        return y, y + self.g(x_tilde)
-
-
-class Head(nn.Module):
-    def __init__(self, channels, classes):
-        super().__init__()
-        self.dense = nn.Linear(channels, classes)
-
-    def forward(self, halves):
-        whole = torch.cat(halves, dim=1)
-        return self.dense(whole.mean(dim=(2, 3)))
-
-
-def reference_network(width=16, blocks_per_resolution=2, classes=10):
-    blocks = [Stem(width)]
-    for resolution in range(3):
-        channels = width << resolution
-        if resolution > 0:
-            blocks.append(Downsampling(channels // 2))
-        blocks += [AdditiveCoupling(channels) for _ in range(blocks_per_resolution)]
-    blocks.append(Head(8 * width, classes))
-    return nn.Sequential(*blocks)
 
 
 def read_idx(path, header_bytes):
