@@ -7,12 +7,16 @@
 #include <atomic>
 #include <cmath>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <span>
+#include <string>
 #include <vector>
 
 #include <doctest/doctest.h>
 
+#include <petra/interchange/npz.hpp>
 #include <petra/petra.hpp>
 
 #include "counting_malloc.hpp"
@@ -82,4 +86,34 @@ TEST_CASE("predict with per-thread memory allocates only on its first call for a
     // The counter sees aligned buffers.
     const auto more = net::make_parameters<float>(3);
     CHECK(test::allocations.load() >= before + 2);
+}
+
+TEST_CASE("weights loaded from an .npz file's bytes into the caller's storage: no allocation, then predict")
+{
+    // The file, made with the heap (as a host would make it before
+    // flashing it), then read into memory.
+    auto trained = net::make_parameters<float>(4);
+    for (std::size_t i = 0; i < net::state_count; ++i) trained.state()[i] = 0.5f + float(i % 5);
+    const std::string path = "heap_free_weights.npz";
+    save_npz(path, trained);
+    std::vector<std::byte> file;
+    {
+        std::FILE* handle = std::fopen(path.c_str(), "rb");
+        REQUIRE(handle != nullptr);
+        for (int c; (c = std::fgetc(handle)) != EOF;) file.push_back(std::byte(c));
+        std::fclose(handle);
+    }
+    std::remove(path.c_str());
+
+    const network_parameters_view<net, float> parameters(values, state);
+    const std::size_t before = test::allocations.load();
+    load_npz(std::span<const std::byte>(file), parameters, "weights");
+    predict(network_parameters_view<net, const float>(parameters), batch, images.data(), logits.data(), workspace);
+    CHECK(test::allocations.load() == before);
+
+    CHECK(std::equal(values.begin(), values.end(), trained.values().begin()));
+    CHECK(std::equal(state.begin(), state.end(), trained.state().begin()));
+    std::vector<float> expected(logits.size());
+    predict(trained, batch, images.data(), expected.data());
+    CHECK(std::equal(logits.begin(), logits.end(), expected.begin()));
 }

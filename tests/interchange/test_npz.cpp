@@ -209,7 +209,7 @@ TEST_CASE("bad files are refused with one sentence naming the array, and change 
             out.add(array.name, std::span<const float>(values), array.shape());
         });
         const std::vector<float> three{1, 2, 3};
-        out.add("blocks.1.f.2.weight", std::span<const float>(three), {{3}});
+        out.add("blocks.1.f.2.weight", std::span<const float>(three), {3});
         out.commit();
         refuses(scratch("unknown.npz"), "holds an array 'blocks.1.f.2.weight' that the network does not have");
 
@@ -268,12 +268,12 @@ TEST_CASE("an archive in memory: arrays found by name, duplicates and dtypes ref
     const std::vector<double> wide{0.1, 0.2};
     {
         npz_writer out(scratch("arrays.npz"));
-        out.add("matrix", std::span<const float>(values), {{2, 3}});
-        out.add("vector", std::span<const double>(wide), {{2}});
+        out.add("matrix", std::span<const float>(values), {2, 3});
+        out.add("vector", std::span<const double>(wide), {2});
         out.add("scalar", std::span<const float>(values).first(1), {});
-        CHECK_THROWS_WITH_AS(out.add("matrix", std::span<const float>(values), {{6}}),
+        CHECK_THROWS_WITH_AS(out.add("matrix", std::span<const float>(values), {6}),
                              "npz_writer: the array 'matrix' twice.", std::invalid_argument);
-        CHECK_THROWS_AS(out.add("wrong", std::span<const float>(values), {{4}}), std::invalid_argument);
+        CHECK_THROWS_AS(out.add("wrong", std::span<const float>(values), {4}), std::invalid_argument);
         out.commit();
     }
     const std::vector<std::byte> bytes = bytes_of(scratch("arrays.npz"));

@@ -13,7 +13,7 @@
 // dated 1980-01-01 so that the same arrays give the same bytes.
 //
 //   npz_writer out("arrays.npz");
-//   out.add("logits", std::span<const float>(values), {{64, 10}});
+//   out.add("logits", std::span<const float>(values), {64, 10});
 //   out.commit();                                 // replaces the file whole
 //
 //   npz_file in("arrays.npz");                    // reads and checks it all
@@ -328,28 +328,29 @@ private:
             fail("holds '" + std::string(member) + "', which is not an .npy member");
         }
         array.name = member.substr(0, member.size() - 4);
-        const std::string name(array.name);
-        if ((flags & 1) != 0) fail("holds the array '" + name + "' encrypted");
+        // Made only for a message: a member read allocates nothing.
+        const auto name = [&] { return std::string(array.name); };
+        if ((flags & 1) != 0) fail("holds the array '" + name() + "' encrypted");
         if (method != 0) {
-            fail("holds the array '" + name + "' compressed (numpy.savez_compressed); petra reads archives "
+            fail("holds the array '" + name() + "' compressed (numpy.savez_compressed); petra reads archives "
                  "written by numpy.savez");
         }
-        if (stored_bytes != plain_bytes) fail("is corrupted (the array '" + name + "' has two sizes)");
+        if (stored_bytes != plain_bytes) fail("is corrupted (the array '" + name() + "' has two sizes)");
         if (local > directory_offset_ || directory_offset_ - local < detail::zip_local_header_bytes ||
             field(std::size_t(local), 4) != detail::zip_local_signature) {
-            fail("is corrupted (the array '" + name + "' has no sound local header)");
+            fail("is corrupted (the array '" + name() + "' has no sound local header)");
         }
         const std::size_t local_name_bytes = field(std::size_t(local) + 26, 2);
         const std::size_t local_extra_bytes = field(std::size_t(local) + 28, 2);
         const std::uint64_t data_at = local + detail::zip_local_header_bytes + local_name_bytes + local_extra_bytes;
         if (local_name_bytes != name_bytes || data_at > directory_offset_ ||
             std::memcmp(bytes_.data() + local + detail::zip_local_header_bytes, member.data(), name_bytes) != 0) {
-            fail("is corrupted (the array '" + name + "' has a local header that disagrees with the directory)");
+            fail("is corrupted (the array '" + name() + "' has a local header that disagrees with the directory)");
         }
-        if (plain_bytes > directory_offset_ - data_at) fail("is truncated (the array '" + name + "' is cut short)");
+        if (plain_bytes > directory_offset_ - data_at) fail("is truncated (the array '" + name() + "' is cut short)");
         const std::span<const std::byte> npy = bytes_.subspan(std::size_t(data_at), std::size_t(plain_bytes));
         if (verify && detail::crc32_update(0, npy.data(), npy.size()) != crc) {
-            fail("is corrupted (the array '" + name + "' does not match its checksum)");
+            fail("is corrupted (the array '" + name() + "' does not match its checksum)");
         }
         read_npy(npy, array);
         return next;
@@ -378,23 +379,23 @@ private:
 
     void read_npy(std::span<const std::byte> npy, npz_array& array) const
     {
-        const std::string name(array.name);
+        const auto name = [&] { return std::string(array.name); };
         if (npy.size() < 10 || std::memcmp(npy.data(), detail::npy_magic.data(), detail::npy_magic.size()) != 0) {
-            fail("holds '" + name + ".npy', which is not an .npy array");
+            fail("holds '" + name() + ".npy', which is not an .npy array");
         }
         const std::size_t major = std::to_integer<std::size_t>(npy[6]);
         if (major < 1 || major > 3) {
-            fail("holds the array '" + name + "' in .npy format version " + std::to_string(major) +
+            fail("holds the array '" + name() + "' in .npy format version " + std::to_string(major) +
                  "; petra reads versions 1 to 3");
         }
         const std::size_t length_bytes = major == 1 ? 2 : 4;
         const std::size_t header_at = 8 + length_bytes;
-        if (npy.size() < header_at) fail("is truncated (the array '" + name + "' has no header)");
+        if (npy.size() < header_at) fail("is truncated (the array '" + name() + "' has no header)");
         const std::uint64_t header_bytes = detail::load_little(npy.data() + 8, length_bytes);
-        if (header_bytes > npy.size() - header_at) fail("is truncated (the array '" + name + "' has no header)");
+        if (header_bytes > npy.size() - header_at) fail("is truncated (the array '" + name() + "' has no header)");
         const std::string_view header(reinterpret_cast<const char*>(npy.data() + header_at), std::size_t(header_bytes));
         const std::string problem = detail::parse_npy_dictionary(header, array);
-        if (!problem.empty()) fail("holds the array '" + name + "', which " + problem);
+        if (!problem.empty()) fail("holds the array '" + name() + "', which " + problem);
         const std::size_t data_bytes = npy.size() - header_at - std::size_t(header_bytes);
         const std::size_t element_bytes = npy_dtype_bytes(array.dtype);
         // The shape's product, refused before it can overflow.
@@ -404,7 +405,7 @@ private:
             else values *= array.extents[axis];
         }
         if (values > data_bytes / element_bytes || values * element_bytes != data_bytes) {
-            fail("holds the array '" + name + "' of shape " + shape_text(array.shape()) + " in " +
+            fail("holds the array '" + name() + "' of shape " + shape_text(array.shape()) + " in " +
                  std::to_string(data_bytes) + " bytes of values; it needs " +
                  (values > data_bytes ? std::string("more") : std::to_string(values * element_bytes)));
         }
@@ -511,9 +512,9 @@ public:
         members_.push_back(std::move(written));
     }
     template <class T>
-    void add(std::string_view name, std::span<T> values, std::initializer_list<std::size_t> shape)
+    void add(std::string_view name, std::span<const T> values, std::initializer_list<std::size_t> shape)
     {
-        add(name, std::span<const T>(values), std::span<const std::size_t>(shape.begin(), shape.size()));
+        add(name, values, std::span<const std::size_t>(shape.begin(), shape.size()));
     }
 
     // Writes the zip directory and replaces the file.
