@@ -7,7 +7,9 @@
 # Fashion-MNIST job's command line and JSON summary; MPI for PETRA's stages
 # on ranks (optional to the build, installed so that the tests labelled
 # 'mpi' run); the peer GEMM the benchmarks compare against; /usr/bin/time for
-# the compile-time figure; the real data.
+# the compile-time figure; the real data; the runtimes the interchange tests
+# (label 'interchange') exchange weights with: NumPy, PyTorch, ONNX's checker
+# and OpenCV's ONNX runtime, for the system interpreter /usr/bin/python3.
 PETRA_PACKAGES=(
   g++ clang libclang-rt-dev cmake make
   libboost-dev libxtensor-dev libxsimd-dev zlib1g-dev
@@ -17,11 +19,12 @@ PETRA_PACKAGES=(
   libopenblas-dev
   time
   dataset-fashion-mnist
+  python3-numpy python3-torch python3-onnx python3-opencv
 )
 
 # The peer petra is measured against (scripts/peer): Debian's PyTorch and
-# NumPy for the system interpreter. Installed only by scripts/peer, never by
-# the tests or the build.
+# NumPy for the system interpreter (the interchange tests need them too, so
+# the test script installs them as well).
 PETRA_PEER_PACKAGES=(python3-torch python3-numpy)
 
 # The aarch64 cross build of scripts/test: a cross compiler and qemu-user to
