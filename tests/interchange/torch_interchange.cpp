@@ -124,12 +124,12 @@ void train_and_save(const std::string& data_dir, std::size_t count, std::size_t 
 
 std::size_t count_argument(const std::string& text, std::string_view what)
 {
-    std::size_t used = 0;
-    const unsigned long long value = std::stoull(text, &used);
-    if (used != text.size() || text.empty() || text[0] == '-') {
-        throw std::invalid_argument(std::string(what) + " must be a count, not '" + text + "'.");
+    const bool digits_only =
+        !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits_only || text.size() > 9) {
+        throw std::invalid_argument(std::string(what) + " must be a count below a billion, not '" + text + "'.");
     }
-    return std::size_t(value);
+    return std::size_t(std::stoul(text));
 }
 
 template <class Network>
