@@ -21,6 +21,10 @@ For each network:
                   an array reshaped, missing or added, are refused by
                   petra's load_npz and by the converter, each with one
                   sentence naming the array, and nothing is written.
+  example:        with --imported-weights, the example program
+                  examples/imported_weights scores PyTorch's weights (the
+                  converted file) on the first test images, as PyTorch's
+                  eval-mode logits score them: the same accuracy.
 Match: max |petra - torch| / max |torch| <= 1e-5. Also checks that petra
 normalises the images as this script does (within 1e-6), and that
 torch.nn.functional.pixel_unshuffle orders channels as petra's
@@ -162,7 +166,20 @@ def torch_to_petra(arguments, name, make, images, labels, work):
     if not difference <= TOLERANCE:
         raise Failure(f"{name}: petra's logits with PyTorch's weights differ by {difference:.3g} (relative), "
                       f"over {TOLERANCE}")
+    if arguments.imported_weights:
+        check_example(arguments, name, weights, eval_logits(model, petra_images), labels)
     return weights
+
+
+def check_example(arguments, name, weights, torch_logits, labels):
+    """The example program's accuracy on PyTorch's weights is PyTorch's."""
+    printed = run([arguments.imported_weights, weights, "--network", name, "--data-dir", arguments.data_dir,
+                   "--count", COUNT]).stdout.strip()
+    correct = int(np.sum(np.argmax(torch_logits, axis=1) == labels.numpy()))
+    expected = f"test accuracy {100.0 * correct / COUNT:.2f}% on {COUNT} images"
+    if expected not in printed:
+        raise Failure(f"{name}: imported_weights printed {printed!r}; PyTorch scores its weights {expected!r}")
+    print(f"{name}: imported_weights: {printed}")
 
 
 def petra_to_torch(arguments, name, make, images, work):
@@ -240,6 +257,7 @@ def main():
     parser.add_argument("--program", required=True, help="the torch_interchange executable")
     parser.add_argument("--source", required=True, help="petra's source tree")
     parser.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    parser.add_argument("--imported-weights", help="the imported_weights example, checked on PyTorch's weights")
     arguments = parser.parse_args()
     arguments.torch_weights = os.path.join(arguments.source, "scripts", "torch_weights")
     if not os.path.exists(os.path.join(arguments.data_dir, "t10k-images-idx3-ubyte.gz")):
