@@ -4,16 +4,19 @@
 // gzip-compressed, and a one-dimensional one) and DIRECTORY/checkpoint/ (a
 // checkpoint of the fuzz pipeline saved in the middle of an epoch, with
 // kept inputs, gradient sums and messages in flight, and one saved before
-// any micro-batch).
+// any micro-batch), and DIRECTORY/npz/ (the fuzz network's weights, and an
+// archive of a float64 matrix, a float32 vector and a scalar).
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <stdexcept>
+#include <span>
 #include <string>
 #include <vector>
 
 #include <zlib.h>
 
+#include <petra/interchange/npz.hpp>
 #include <petra/train/checkpoint.hpp>
 
 #include "fuzz/fuzz_support.hpp"
@@ -66,12 +69,23 @@ int main(int argc, char** argv)
     const std::filesystem::path directory = argv[1];
     std::filesystem::create_directories(directory / "idx");
     std::filesystem::create_directories(directory / "checkpoint");
+    std::filesystem::create_directories(directory / "npz");
     const std::vector<std::uint8_t> images = idx_bytes({3, 4, 5}), labels = idx_bytes({7});
     fuzz::write_file((directory / "idx" / "images.idx").string(), images.data(), images.size());
     fuzz::write_file((directory / "idx" / "labels.idx").string(), labels.data(), labels.size());
     write_gzip((directory / "idx" / "images.idx.gz").string(), images);
     save((directory / "checkpoint" / "mid_epoch.checkpoint").string(), 3);
     save((directory / "checkpoint" / "fresh.checkpoint").string(), 0);
+    save_npz((directory / "npz" / "weights.npz").string(), fuzz::network::make_parameters<float>(/*seed=*/1));
+    {
+        npz_writer arrays((directory / "npz" / "arrays.npz").string());
+        const std::vector<double> matrix{1, 2, 3, 4, 5, 6};
+        const std::vector<float> vector{0.5f, -1.5f};
+        arrays.add("matrix", std::span<const double>(matrix), {2, 3});
+        arrays.add("vector", std::span<const float>(vector), {2});
+        arrays.add("scalar", std::span<const float>(vector).first(1), {});
+        arrays.commit();
+    }
     std::printf("make_seeds: seed corpora in %s\n", directory.c_str());
     return 0;
 }
