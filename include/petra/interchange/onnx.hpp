@@ -282,23 +282,25 @@ struct block_form {
     static constexpr bool defined = false;
 };
 
-// The checks: each names, in its template argument, the type refused.
+// The checks: each names, in its template argument, the type refused. (No
+// semicolon in the sentences: tests/compile_fail/check.cmake reads them as
+// CMake strings.)
 template <class Layer>
 struct layer_has_form {
     static constexpr bool value = layer_form<Layer>::defined;
-    static_assert(value, "export_onnx: this layer has no ONNX form; the layers that have one are conv2d, "
-                         "batch_norm, relu, global_average_pool, flatten and dense, in chains.");
+    static_assert(value, "export_onnx: this layer has no ONNX form (those that have one: conv2d, batch_norm, "
+                         "relu, global_average_pool, flatten, dense and chains of them).");
 };
 template <class Block>
 struct block_has_form {
     static constexpr bool value = block_form<Block>::defined;
-    static_assert(value, "export_onnx: this block has no ONNX form; the blocks that have one are stem, "
-                         "additive_coupling, revnet_coupling, downsample, pixel_unshuffle and head.");
+    static_assert(value, "export_onnx: this block has no ONNX form (those that have one: stem, "
+                         "additive_coupling, revnet_coupling, downsample, pixel_unshuffle and head).");
 };
 template <class Network>
 struct ends_in_one_tensor {
     static constexpr bool value = !is_halves<typename Network::output>::value;
-    static_assert(value, "export_onnx: the network ends in a pair of halves; it needs a head to give the logits.");
+    static_assert(value, "export_onnx: the network ends in a pair of halves, not in a head that gives the logits.");
 };
 
 // The type a bound layer or block was bound from, or the bound type itself
