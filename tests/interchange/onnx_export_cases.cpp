@@ -44,11 +44,13 @@ using every_kind = network<input<3, 10, 10>, stem<chain<conv2d<3, 8, 3, 1, 0>, b
                            head<chain<batch_norm<64>, relu, global_average_pool, flatten, dense<64, 5>>>>;
 
 // A head whose dense layer reads the [C, H, W] values of each example in
-// order (no pooling), behind a ReLU that is not fused, and a dense layer
-// after a dense layer.
+// order (no pooling), behind a ReLU that is not fused; then layers on the
+// dense layer's flat output: a batch norm, a 1x1 convolution and pooling
+// (which see it as 12 channels of 1 x 1), and another dense layer.
 using dense_head = network<input<2, 8, 8>, stem<chain<conv2d<2, 4>, batch_norm<4>, relu>>, pixel_unshuffle,
                            revnet_coupling<conv2d<8, 8>, chain<batch_norm<8>, relu>>,
-                           head<chain<relu, dense<16 * 4 * 4, 12>, relu, dense<12, 3>>>>;
+                           head<chain<relu, dense<16 * 4 * 4, 12>, batch_norm<12>, relu, conv2d<12, 6, 1, 1, 0>,
+                                      global_average_pool, dense<6, 3>>>>;
 
 // A .npy file (NumPy format 1.0) of little-endian float32 values.
 void write_npy(const std::filesystem::path& path, const std::vector<std::size_t>& shape, const std::vector<float>& values)

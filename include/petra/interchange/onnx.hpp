@@ -59,7 +59,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <memory>
 #include <set>
 #include <span>
 #include <string>
