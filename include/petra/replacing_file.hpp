@@ -4,9 +4,10 @@
 // file or the new one, never a mixture. Destroyed without commit() (an
 // error while writing), it removes the partial file and <path> is
 // untouched. Errors are reported with raise_error (error.hpp) as
-// runtime_error, naming the file.
+// runtime_error, naming the file and, if given, the caller ("export_onnx:
+// 'model.onnx.partial.42' cannot be written (No such file or directory).").
 //
-//   replacing_file out("weights.npz");
+//   replacing_file out("weights.npz", "save_npz");
 //   out.write(bytes, size);
 //   out.commit();
 #pragma once
@@ -19,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include <petra/error.hpp>
@@ -27,8 +29,9 @@ namespace petra {
 
 class replacing_file {
 public:
-    explicit replacing_file(std::string path)
-        : path_(std::move(path)), partial_(path_ + ".partial." + std::to_string(::getpid()))
+    explicit replacing_file(std::string path, std::string_view caller = {})
+        : path_(std::move(path)), partial_(path_ + ".partial." + std::to_string(::getpid())),
+          caller_(caller.empty() ? std::string() : std::string(caller) + ": ")
     {
         file_ = std::fopen(partial_.c_str(), "wb");
         if (file_ == nullptr) fail("cannot be written (" + std::string(std::strerror(errno)) + ")", partial_);
@@ -41,7 +44,7 @@ public:
 
     void write(const void* data, std::size_t size)
     {
-        if (file_ == nullptr) raise_error(error_kind::logic_error, "'" + path_ + "': written after commit().");
+        if (file_ == nullptr) raise_error(error_kind::logic_error, caller_ + "'" + path_ + "': written after commit().");
         if (size > 0 && std::fwrite(data, 1, size, file_) != size) fail_io();
         written_ += size;
     }
@@ -51,7 +54,7 @@ public:
     // Flushes the file to disk and renames it over path(). Once only.
     void commit()
     {
-        if (file_ == nullptr) raise_error(error_kind::logic_error, "'" + path_ + "': commit() called twice.");
+        if (file_ == nullptr) raise_error(error_kind::logic_error, caller_ + "'" + path_ + "': commit() called twice.");
         if (std::fflush(file_) != 0 || ::fsync(::fileno(file_)) != 0) fail_io();
         const int closed = std::fclose(std::exchange(file_, nullptr));
         if (closed != 0) {
@@ -87,13 +90,14 @@ private:
         discard();
         fail("could not be written (" + reason + ")", partial_);
     }
-    [[noreturn]] static void fail(const std::string& what, const std::string& path)
+    [[noreturn]] void fail(const std::string& what, const std::string& path) const
     {
-        raise_error(error_kind::runtime_error, "'" + path + "' " + what + ".");
+        raise_error(error_kind::runtime_error, caller_ + "'" + path + "' " + what + ".");
     }
 
     std::string path_;
     std::string partial_;
+    std::string caller_; // "export_onnx: ", or empty
     std::FILE* file_ = nullptr;
     std::size_t written_ = 0;
 };

@@ -470,7 +470,7 @@ private:
 // (replacing_file.hpp); without commit() the file is untouched.
 class npz_writer {
 public:
-    explicit npz_writer(std::string path) : file_(std::move(path)) {}
+    explicit npz_writer(std::string path) : file_(std::move(path), "npz_writer") {}
 
     // Adds the array `name` of the given shape (C order; values.size() must
     // be the shape's product), stored as float32 for float values and

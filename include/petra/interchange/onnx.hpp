@@ -50,11 +50,7 @@
 // head.
 #pragma once
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <bit>
-#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -83,6 +79,7 @@
 #include <petra/layers/relu.hpp>
 #include <petra/network.hpp>
 #include <petra/parameter_names.hpp>
+#include <petra/replacing_file.hpp>
 #include <petra/version.hpp>
 
 namespace petra {
@@ -616,33 +613,6 @@ struct block_form<head<F>> {
     }
 };
 
-// Writes bytes to path atomically: to "<path>.partial.<pid>", flushed to
-// disk, renamed over path (as checkpoints are, train/checkpoint.hpp).
-inline void write_file_atomically(const std::string& path, std::string_view bytes)
-{
-    const std::string partial = path + ".partial." + std::to_string(::getpid());
-    const auto fail = [&](const std::string& file) {
-        const std::string reason = std::strerror(errno);
-        std::remove(partial.c_str());
-        raise_error(error_kind::runtime_error,
-                    ("export_onnx: '" + file + "' could not be written (" + reason + ").").c_str());
-    };
-    std::FILE* file = std::fopen(partial.c_str(), "wb");
-    if (file == nullptr) fail(partial);
-    const bool written = std::fwrite(bytes.data(), 1, bytes.size(), file) == bytes.size() &&
-                         std::fflush(file) == 0 && ::fsync(::fileno(file)) == 0;
-    if (std::fclose(file) != 0 || !written) fail(partial);
-    if (std::rename(partial.c_str(), path.c_str()) != 0) fail(path);
-    // The rename itself reaches the disk with the directory.
-    const std::size_t slash = path.rfind('/');
-    const std::string directory = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-    const int descriptor = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY);
-    if (descriptor >= 0) {
-        ::fsync(descriptor);
-        ::close(descriptor);
-    }
-}
-
 } // namespace detail::onnx
 
 // The ONNX model of the network's inference graph with these parameters
@@ -656,13 +626,16 @@ std::string onnx_model_bytes(const Parameters& parameters)
     return detail::onnx::writer<Network, T>(network_parameters_view<Network, const T>(parameters)).model();
 }
 
-// Writes that model to path, atomically: a crash leaves either the old file
-// or the new one. Throws std::runtime_error naming the file if it cannot be
-// written.
+// Writes that model to path, replaced whole (replacing_file.hpp): a crash
+// leaves either the old file or the new one. Raises a runtime_error naming
+// the file if it cannot be written.
 template <network_parameters_like Parameters>
 void export_onnx(const Parameters& parameters, const std::string& path)
 {
-    detail::onnx::write_file_atomically(path, onnx_model_bytes(parameters));
+    const std::string bytes = onnx_model_bytes(parameters);
+    replacing_file file(path, "export_onnx");
+    file.write(bytes.data(), bytes.size());
+    file.commit();
 }
 
 } // namespace petra
