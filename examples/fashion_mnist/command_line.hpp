@@ -142,6 +142,16 @@ inline void declare_options(CLI::App& app, job_options& options)
         ->type_name("N")->check(whole_number);
     app.add_flag("--resume", options.resume,
                  "go on from --checkpoint PATH; the other options must\nbe those the run started with (paths aside)");
+    app.add_option("--init-weights", options.init_weights_path,
+                   "start from the weights in the .npz file PATH (named\nas petra names them; e.g. converted from "
+                   "PyTorch by\nscripts/torch_weights) instead of the seed's")
+        ->type_name("PATH");
+    app.add_option("--save-weights", options.save_weights_path,
+                   "at the end, write the weights to the .npz file PATH")
+        ->type_name("PATH");
+    app.add_option("--export-onnx", options.onnx_path,
+                   "at the end, write the inference graph to PATH (ONNX)")
+        ->type_name("PATH");
     app.add_option("--fidelity-every", options.fidelity_every,
                    "PETRA: every N micro-batches, compare the gradient\neach stage computes with the true (backprop) "
                    "gradient\nat the same parameters; cosine and norm ratio per\nstage go to <metrics>-fidelity.csv "

@@ -35,7 +35,10 @@ struct method_context {
 // parameter_digest() of the whole network. Its checkpoint: all it holds
 // between calls, through transfer_state(archive) (parameters first) or, for
 // one shard per stage, save_checkpoint and load_checkpoint
-// (run_checkpoint.hpp).
+// (run_checkpoint.hpp). A method that holds the whole network in one
+// process may also offer parameters(), the network_parameters, read or
+// written under pause(): the weights files (--init-weights, --save-weights,
+// --export-onnx) need it.
 template <class M>
 concept training_method = std::constructible_from<M, const method_context&> &&
                           petra::is_network<typename M::network>::value &&

@@ -114,6 +114,14 @@ struct job_options {
     // row per stage in the fidelity file, next to the metrics file
     // (fidelity_path_of). 0: never.
     std::size_t fidelity_every = 0;
+    // Weights files (the whole network in one process, so not with --driver
+    // mpi): init_weights_path, an .npz file the run starts from instead of
+    // the seed's parameters (a fresh run only: a resumed run goes on from
+    // its checkpoint); save_weights_path (.npz) and onnx_path (the inference
+    // graph, ONNX) written at the end of a finished run. Empty: none.
+    std::string init_weights_path;
+    std::string save_weights_path;
+    std::string onnx_path;
     // Under MPI (set by the front end): whether this process reads the data
     // files (the rank that feeds), and how the data's sizes reach the ranks
     // that do not (a broadcast from the one that does).
@@ -201,6 +209,16 @@ inline training_recipe checked_recipe(const job_options& options)
     }
     if (options.fidelity_every != 0 && *runner == driver::mpi) {
         refuse_option("--fidelity-every needs the whole network in one process: not with --driver mpi.");
+    }
+    const bool weights_files =
+        !options.init_weights_path.empty() || !options.save_weights_path.empty() || !options.onnx_path.empty();
+    if (weights_files && *runner == driver::mpi) {
+        refuse_option("--init-weights, --save-weights and --export-onnx need the whole network in one process: not "
+                      "with --driver mpi.");
+    }
+    if (!options.init_weights_path.empty() && options.resume) {
+        refuse_option("--init-weights starts a run from weights; a resumed run goes on from its checkpoint: leave "
+                      "it out with --resume.");
     }
     const std::optional<decay> schedule = choice_named(schedule_names, options.schedule);
     if (!schedule) refuse_option("--schedule must be cosine, step or constant, not '" + options.schedule + "'.");

@@ -71,6 +71,9 @@ public:
     {
         return fashion::evaluate(parameters_, test);
     }
+    // The whole network's parameters, to be read or written only under
+    // pause().
+    petra::network_parameters<Net, float>& parameters() { return parameters_; }
     std::string digest()
     {
         const auto paused = pipeline_.pause();

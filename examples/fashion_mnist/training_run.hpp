@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <string>
 
+#include <petra/interchange/npz.hpp>
+#include <petra/interchange/onnx.hpp>
 #include <petra/petra.hpp>
 #include <petra/train/progress.hpp>
 
@@ -42,9 +44,11 @@ public:
     job_summary run()
     {
         if (options_.resume) resume();
+        else load_initial_weights();
         open_files();
         clock_.restart();
         const bool finished = train();
+        if (finished) write_weights();
         return summary(finished);
     }
 
@@ -53,6 +57,26 @@ private:
     {
         checkpoint_.load(position_, method_);
         progress_.resumed(position_, checkpoint_.path());
+    }
+
+    // --init-weights (checked_recipe refuses it where the method holds no
+    // whole network, as on MPI ranks).
+    void load_initial_weights()
+    {
+        if constexpr (requires { method_.parameters(); }) {
+            if (options_.init_weights_path.empty()) return;
+            const auto paused = method_.pause();
+            petra::load_npz(options_.init_weights_path, method_.parameters());
+        }
+    }
+    // --save-weights and --export-onnx, at the end.
+    void write_weights()
+    {
+        if constexpr (requires { method_.parameters(); }) {
+            const auto paused = method_.pause();
+            if (!options_.save_weights_path.empty()) petra::save_npz(options_.save_weights_path, method_.parameters());
+            if (!options_.onnx_path.empty()) petra::export_onnx(method_.parameters(), options_.onnx_path);
+        }
     }
 
     // Rewritten from the position: a resumed run's files hold what its

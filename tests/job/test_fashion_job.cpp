@@ -20,6 +20,9 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <petra/interchange/npz.hpp>
+
+#include "digest.hpp"
 #include "job.hpp"
 
 namespace {
@@ -195,6 +198,62 @@ TEST_CASE("fashion_mnist job: --max-steps caps the run, and bad options or data 
     options = quick(data, "backprop", 1);
     options.data_dir = (data.dir / "missing").string();
     CHECK_THROWS_AS(fashion::run_job(options), petra::data_error);
+}
+
+TEST_CASE("fashion_mnist job: --save-weights writes the run's weights, --init-weights starts from them, --export-onnx")
+{
+    const generated_data data;
+    const std::string weights = (data.dir / "weights.npz").string(), again = (data.dir / "again.npz").string(),
+                      graph = (data.dir / "model.onnx").string();
+    for (const auto& [method, stages] : {std::pair<std::string, std::size_t>{"petra", 3}, {"backprop", 1}}) {
+        INFO(method);
+        auto options = quick(data, method, stages);
+        options.max_steps = 10;
+        options.save_weights_path = weights;
+        options.onnx_path = graph;
+        const auto trained = fashion::run_job(options);
+        // The file holds the run's final parameters and running statistics.
+        auto loaded = fashion::reference_net::make_parameters<float>(99);
+        petra::load_npz(weights, loaded);
+        CHECK(fashion::parameter_digest(loaded) == trained.parameter_digest);
+        CHECK(std::filesystem::file_size(graph) > 4 * fashion::reference_net::parameter_count);
+
+        // Started from them at a rate far too small to move a weight: the
+        // weights end as they began (the running statistics move, as every
+        // training pass moves them), not as the seed's would.
+        options = quick(data, method, stages);
+        options.max_steps = 3;
+        options.seed = 7;
+        options.init_weights_path = weights;
+        options.save_weights_path = again;
+        options.learning_rate = 1e-30;
+        options.momentum = 0;
+        options.weight_decay = 0;
+        fashion::run_job(options);
+        auto after = fashion::reference_net::make_parameters<float>(98);
+        petra::load_npz(again, after);
+        std::size_t moved = 0;
+        for (std::size_t i = 0; i < fashion::reference_net::parameter_count; ++i) {
+            const float before = loaded.values()[i];
+            moved += std::abs(after.values()[i] - before) > 1e-6f * std::abs(before) + 1e-20f;
+        }
+        CHECK(moved == 0);
+        CHECK_FALSE(std::equal(after.state().begin(), after.state().end(), loaded.state().begin()));
+    }
+
+    auto options = quick(data, "petra", 2);
+    options.init_weights_path = (data.dir / "absent.npz").string();
+    CHECK_THROWS_WITH_AS(fashion::run_job(options), doctest::Contains("absent.npz' cannot be opened"),
+                         std::runtime_error);
+    options.checkpoint_path = (data.dir / "run.checkpoint").string();
+    options.resume = true;
+    CHECK_THROWS_WITH_AS(fashion::run_job(options), doctest::Contains("--init-weights starts a run from weights"),
+                         std::invalid_argument);
+    options = quick(data, "petra", 2);
+    options.driver = "mpi";
+    options.save_weights_path = weights;
+    CHECK_THROWS_WITH_AS(fashion::run_job(options), doctest::Contains("need the whole network in one process"),
+                         std::invalid_argument);
 }
 
 TEST_CASE("fashion_mnist job: a delay rate exponent changes the numbers, the same on threads and the simulator")
