@@ -8,9 +8,15 @@
 //   fence), after a #line directive so that a compiler's messages name the
 //   markdown file and its lines;
 // - any block that is neither is refused with a message naming its line.
+// Shell blocks (```sh fences) after a line that ends "(the readme test runs
+// these commands):" are written to <output>/readme_line_<N>.sh, to be run
+// in order from a directory where scripts/, bench/ and build/ stand for the
+// source tree's and the build tree's (run.cmake); other shell blocks are
+// illustrations and are left alone.
 // Then writes <output>/CMakeLists.txt, one target per program against an
-// installed petra (find_package, petra::petra) with warnings as errors, and
-// <output>/programs.txt, the targets one a line.
+// installed petra (find_package, petra::petra) with warnings as errors,
+// <output>/programs.txt, the targets one a line, and <output>/commands.txt,
+// the shell scripts one a line.
 //
 // Usage: readme_extract MARKDOWN OUTPUT_DIRECTORY SOURCE_DIRECTORY
 // (excerpts are looked up from SOURCE_DIRECTORY). Exit status 0 when every
@@ -30,6 +36,7 @@ struct code_block {
     std::size_t fence_line = 0;      // 1-based line of the opening fence
     std::vector<std::string> lines;  // without the fence's indentation
     std::string preceding;           // the last non-blank line before the fence
+    bool shell = false;              // a ```sh block, else C++
 };
 
 std::vector<std::string> read_lines(const std::filesystem::path& path)
@@ -48,23 +55,26 @@ std::size_t indentation(const std::string& line)
 
 bool blank(const std::string& line) { return line.find_first_not_of(" \t") == std::string::npos; }
 
-// The C++ blocks of a markdown file; other fenced blocks are skipped.
-std::vector<code_block> cpp_blocks(const std::vector<std::string>& lines, std::vector<std::string>& problems,
+// The C++ and shell blocks of a markdown file; other fenced blocks are
+// skipped.
+std::vector<code_block> code_blocks(const std::vector<std::string>& lines, std::vector<std::string>& problems,
                                    const std::string& name)
 {
     static const std::regex cpp_fence(R"(^( *)```\s*(cpp|c\+\+|cxx|cc|hpp|C\+\+)\s*$)");
+    static const std::regex shell_fence(R"(^( *)```\s*(sh|bash|shell)\s*$)");
     static const std::regex any_fence(R"(^( *)```.*$)");
     std::vector<code_block> blocks;
     std::string last_text;
     for (std::size_t i = 0; i < lines.size(); ++i) {
         std::smatch match;
         const bool is_cpp = std::regex_match(lines[i], match, cpp_fence);
-        if (!is_cpp && !std::regex_match(lines[i], match, any_fence)) {
+        const bool is_shell = !is_cpp && std::regex_match(lines[i], match, shell_fence);
+        if (!is_cpp && !is_shell && !std::regex_match(lines[i], match, any_fence)) {
             if (!blank(lines[i])) last_text = lines[i];
             continue;
         }
         const std::size_t indent = std::size_t(match[1].length());
-        code_block block{i + 1, {}, last_text};
+        code_block block{i + 1, {}, last_text, is_shell};
         std::size_t j = i + 1;
         for (; j < lines.size(); ++j) {
             const std::string& line = lines[j];
@@ -72,11 +82,18 @@ std::vector<code_block> cpp_blocks(const std::vector<std::string>& lines, std::v
             block.lines.push_back(line.substr(std::min(indent, indentation(line))));
         }
         if (j == lines.size()) problems.push_back(name + ":" + std::to_string(i + 1) + ": this fence is never closed.");
-        if (is_cpp) blocks.push_back(block);
+        if (is_cpp || is_shell) blocks.push_back(block);
         last_text.clear();
         i = j;
     }
     return blocks;
+}
+
+// Whether the line before a shell block says the readme test runs it.
+bool runs_in_test(const std::string& preceding)
+{
+    static const std::regex marker(R"(\(the readme test runs these commands\):\s*$)");
+    return std::regex_search(preceding, marker);
 }
 
 bool contains_main(const code_block& block)
@@ -117,9 +134,18 @@ bool uses_benchmark(const code_block& block)
     });
 }
 
-void write_project(const std::vector<std::string>& targets, const std::vector<std::string>& benchmark_targets,
-                   const std::filesystem::path& directory)
+void write_commands(const code_block& block, const std::filesystem::path& markdown, const std::filesystem::path& to)
 {
+    std::ofstream out(to);
+    out << "# " << markdown.string() << ", line " << block.fence_line + 1 << " on\n";
+    for (const std::string& line : block.lines) out << line << '\n';
+}
+
+void write_project(const std::vector<std::string>& targets, const std::vector<std::string>& benchmark_targets,
+                   const std::vector<std::string>& scripts, const std::filesystem::path& directory)
+{
+    std::ofstream commands(directory / "commands.txt");
+    for (const std::string& script : scripts) commands << script << '\n';
     std::ofstream cmake(directory / "CMakeLists.txt");
     cmake << "# Generated by readme_extract: the README's complete programs, built as a user's project would.\n"
              "cmake_minimum_required(VERSION 3.25)\n"
@@ -156,13 +182,21 @@ int main(int argc, char** argv)
     }
     const std::string name = markdown.filename().string();
     std::vector<std::string> problems;
-    const std::vector<code_block> blocks = cpp_blocks(lines, problems, name);
+    const std::vector<code_block> blocks = code_blocks(lines, problems, name);
     std::filesystem::create_directories(output);
 
-    std::vector<std::string> targets, benchmark_targets;
-    std::size_t excerpts = 0;
+    std::vector<std::string> targets, benchmark_targets, scripts;
+    std::size_t excerpts = 0, cpp_count = 0;
     for (const code_block& block : blocks) {
         const std::string at = name + ":" + std::to_string(block.fence_line) + ": ";
+        if (block.shell) {
+            if (runs_in_test(block.preceding)) {
+                scripts.push_back("readme_line_" + std::to_string(block.fence_line) + ".sh");
+                write_commands(block, markdown, output / scripts.back());
+            }
+            continue;
+        }
+        ++cpp_count;
         const std::string file = excerpt_source(block.preceding);
         if (file.empty() && contains_main(block)) {
             const std::string target = "readme_line_" + std::to_string(block.fence_line);
@@ -181,9 +215,9 @@ int main(int argc, char** argv)
             ++excerpts;
         }
     }
-    write_project(targets, benchmark_targets, output);
+    write_project(targets, benchmark_targets, scripts, output);
     for (const std::string& problem : problems) std::fprintf(stderr, "%s\n", problem.c_str());
-    std::printf("%s: %zu C++ blocks, %zu complete programs, %zu checked excerpts\n", name.c_str(), blocks.size(),
-                targets.size(), excerpts);
+    std::printf("%s: %zu C++ blocks, %zu complete programs, %zu checked excerpts, %zu shell blocks run\n",
+                name.c_str(), cpp_count, targets.size(), excerpts, scripts.size());
     return problems.empty() ? 0 : 1;
 }

@@ -3,9 +3,16 @@
 # project would, with -Wall -Wextra -Wpedantic -Werror) and run; each must
 # exit with 0. Its excerpts must match the files they name (the extractor
 # checks them, and refuses any C++ block that is neither).
-# Invoked by ctest with PETRA_SOURCE_DIR, WORK_DIR, GENERATOR, CXX_COMPILER,
-# EXTRACT (the readme_extract program), JOBS and CXX_FLAGS.
-foreach(variable PETRA_SOURCE_DIR WORK_DIR GENERATOR CXX_COMPILER EXTRACT JOBS)
+# Its shell blocks marked "(the readme test runs these commands):" run too,
+# in order, with bash (-e: the first failing command fails the test), in a
+# directory where scripts/ and bench/ are the source tree's and build/ is
+# the build tree's (its examples built), as they are for a user at the top
+# of a checkout built into build/. They use /usr/bin/python3 with NumPy,
+# PyTorch, ONNX and OpenCV (scripts/test installs them); without those, they
+# are reported skipped.
+# Invoked by ctest with PETRA_SOURCE_DIR, BUILD_DIR, WORK_DIR, GENERATOR,
+# CXX_COMPILER, EXTRACT (the readme_extract program), JOBS and CXX_FLAGS.
+foreach(variable PETRA_SOURCE_DIR BUILD_DIR WORK_DIR GENERATOR CXX_COMPILER EXTRACT JOBS)
   if(NOT DEFINED ${variable})
     message(FATAL_ERROR "run.cmake needs -D${variable}=...")
   endif()
@@ -63,3 +70,29 @@ foreach(target IN LISTS targets)
   endif()
   message(STATUS "README.md line ${line}: ok\n${output}")
 endforeach()
+
+# 5. The shell blocks, in order, from one directory standing for the top of
+# a checkout.
+file(STRINGS ${programs}/commands.txt scripts)
+if(scripts)
+  execute_process(COMMAND /usr/bin/python3 -c "import numpy, torch, onnx, cv2"
+    RESULT_VARIABLE python_result OUTPUT_QUIET ERROR_QUIET)
+  if(NOT python_result EQUAL 0)
+    message(STATUS "README.md's shell blocks: skipped (/usr/bin/python3 lacks numpy, torch, onnx or cv2)")
+    return()
+  endif()
+  set(top ${WORK_DIR}/checkout)
+  file(MAKE_DIRECTORY ${top})
+  file(CREATE_LINK ${PETRA_SOURCE_DIR}/scripts ${top}/scripts SYMBOLIC)
+  file(CREATE_LINK ${PETRA_SOURCE_DIR}/bench ${top}/bench SYMBOLIC)
+  file(CREATE_LINK ${BUILD_DIR} ${top}/build SYMBOLIC)
+  foreach(script IN LISTS scripts)
+    string(REGEX REPLACE "^readme_line_([0-9]+)\\.sh$" "\\1" line ${script})
+    execute_process(COMMAND bash -e -o pipefail ${programs}/${script} WORKING_DIRECTORY ${top} TIMEOUT 300
+      RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
+    if(NOT result EQUAL 0)
+      message(FATAL_ERROR "The commands at README.md line ${line} failed (${result}):\n${output}")
+    endif()
+    message(STATUS "README.md line ${line} (commands): ok\n${output}")
+  endforeach()
+endif()
