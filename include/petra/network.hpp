@@ -184,12 +184,6 @@ struct consecutive_blocks {
     static_assert(value, "A block cannot take the output of the block before it: their shapes do not match.");
 };
 
-template <class Block, class Bound>
-struct block_contract {
-    static constexpr bool value = bound_block<Bound>;
-    static_assert(value, "This block does not follow the block contract stated in blocks/block.hpp.");
-};
-
 // Whether Block can follow Last (void: Block comes first), instantiating the
 // one check that names the pair.
 template <class Last, class Block, class Output>
@@ -219,7 +213,7 @@ inline constexpr auto bind_next_block = []<class Output, class Last, class... Bo
         return binding<no_output, Block, Bound...>{};
     } else if constexpr (!link_fits<Last, Block, Output>()) {
         return binding<no_output, Block, Bound...>{};
-    } else if constexpr (!block_contract<Block, layer_for<Block, Output>>::value) {
+    } else if constexpr (!block_contract<Block, Output>::value) {
         return binding<no_output, Block, Bound...>{};
     } else {
         using bound = layer_for<Block, Output>;

@@ -1,4 +1,4 @@
-// expected: This block does not follow the block contract stated in blocks/block.hpp.
+// expected: This block says it is reversible but has no inverse the block contract (blocks/block.hpp) can call: inverse(parameters, state, y, x, workspace).
 // A user's block that says it is reversible but has no inverse.
 #include <cstddef>
 #include <random>

@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include <petra/blocks/block.hpp>
+#include <petra/layers/contract.hpp>
 #include <petra/kernels/elementwise.hpp>
 #include <petra/layers/layer.hpp>
 
@@ -25,16 +26,16 @@ struct additive_coupling : block_kind {
     static constexpr bool accepts = halves_accepted_by<Input, F>();
 
     template <class Input>
-    struct bind : made_of<layer_for<F, typename half_of<Input>::type>> {
+    struct bind : made_of<checked_layer_for<F, typename half_of<Input>::type>> {
         // The parts, their parameters and state end to end (made_of).
-        using parts = made_of<layer_for<F, typename half_of<Input>::type>>;
+        using parts = made_of<checked_layer_for<F, typename half_of<Input>::type>>;
         using parts::parameter_count;
         using parts::state_count;
         using unbound = additive_coupling;
         // The names of the parts in the names of the arrays (parameter_names.hpp).
         static constexpr std::array<std::string_view, 1> part_names{"f"};
         using half = typename half_of<Input>::type;
-        using function = layer_for<F, half>;
+        using function = checked_layer_for<F, half>;
         static_assert(std::is_same_v<typename function::output, half>,
                       "additive_coupling: F must give an output of the same shape as its input.");
         using input = Input;

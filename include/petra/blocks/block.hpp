@@ -157,31 +157,138 @@ void merge_halves(const_batch<T, halves<Half>> pair, batch_view<T, concatenated_
     }
 }
 
-// The contract above, checked with float values. The network states it of
-// every block it binds, so that a user's block that breaks it stops the
-// compiler with one sentence (see network.hpp).
+// The requirements of the block contract above, in the order they are
+// checked: the network checks each block it binds, and reports the first
+// one a block fails in one sentence (block_contract).
+enum class block_requirement {
+    met,
+    binds,
+    shapes,
+    reversible,
+    parameter_count,
+    state_count,
+    forward_flops,
+    backward_flops,
+    workspace_size,
+    initialize,
+    forward,
+    backward,
+    inverse,
+};
+
+namespace detail {
+
+template <class Value>
+concept a_block_size = std::convertible_to<Value, std::size_t>;
+
+// The first requirement a bound block B fails, or met.
 template <class B>
-concept bound_block =
-    an_example_shape<typename B::input> && an_example_shape<typename B::output> &&
-    requires(std::span<float, B::parameter_count> parameters, std::span<float, B::state_count> state,
-             batch_view<float, typename B::input> x, batch_view<float, typename B::output> y,
-             std::span<float> workspace, std::mt19937_64& generator) {
-        { B::reversible } -> std::convertible_to<bool>;
-        { B::parameter_count } -> std::convertible_to<std::size_t>;
-        { B::state_count } -> std::convertible_to<std::size_t>;
-        { B::forward_flops } -> std::convertible_to<std::size_t>;
-        { B::backward_flops } -> std::convertible_to<std::size_t>;
-        { B::workspace_size(std::size_t{1}) } -> std::convertible_to<std::size_t>;
-        B::initialize(parameters, state, generator);
-        B::forward(pass::training, parameters, state, x, y, workspace);
-        B::forward(pass::recomputation, parameters, state, x, y, workspace);
-        B::forward(pass::inference, parameters, state, x, y, workspace);
-        B::backward(parameters, x, y, x, parameters, workspace);
-    } && (!B::reversible || requires(std::span<float, B::parameter_count> parameters,
-                                     std::span<float, B::state_count> state, batch_view<float, typename B::input> x,
-                                     batch_view<float, typename B::output> y, std::span<float> workspace) {
-        B::inverse(parameters, state, y, x, workspace);
-    });
+constexpr block_requirement first_unmet_requirement_of_block()
+{
+    if constexpr (!requires { typename B::input; typename B::output; }) {
+        return block_requirement::shapes;
+    } else if constexpr (!an_example_shape<typename B::input> || !an_example_shape<typename B::output>) {
+        return block_requirement::shapes;
+    } else if constexpr (!requires { requires std::convertible_to<decltype(B::reversible), bool>; }) {
+        return block_requirement::reversible;
+    } else if constexpr (!requires { requires a_block_size<decltype(B::parameter_count)>; }) {
+        return block_requirement::parameter_count;
+    } else if constexpr (!requires { requires a_block_size<decltype(B::state_count)>; }) {
+        return block_requirement::state_count;
+    } else if constexpr (!requires { requires a_block_size<decltype(B::forward_flops)>; }) {
+        return block_requirement::forward_flops;
+    } else if constexpr (!requires { requires a_block_size<decltype(B::backward_flops)>; }) {
+        return block_requirement::backward_flops;
+    } else if constexpr (!requires { { B::workspace_size(std::size_t{1}) } -> a_block_size; }) {
+        return block_requirement::workspace_size;
+    } else if constexpr (!requires(std::span<float, B::parameter_count> parameters,
+                                   std::span<float, B::state_count> state, std::mt19937_64& generator) {
+                             B::initialize(parameters, state, generator);
+                         }) {
+        return block_requirement::initialize;
+    } else if constexpr (!requires(std::span<float, B::parameter_count> parameters,
+                                   std::span<float, B::state_count> state, batch_view<float, typename B::input> x,
+                                   batch_view<float, typename B::output> y, std::span<float> workspace) {
+                             B::forward(pass::training, parameters, state, x, y, workspace);
+                             B::forward(pass::recomputation, parameters, state, x, y, workspace);
+                             B::forward(pass::inference, parameters, state, x, y, workspace);
+                         }) {
+        return block_requirement::forward;
+    } else if constexpr (!requires(std::span<float, B::parameter_count> parameters,
+                                   batch_view<float, typename B::input> x, batch_view<float, typename B::output> y,
+                                   std::span<float> workspace) { B::backward(parameters, x, y, x, parameters, workspace); }) {
+        return block_requirement::backward;
+    } else if constexpr (B::reversible &&
+                         !requires(std::span<float, B::parameter_count> parameters,
+                                   std::span<float, B::state_count> state, batch_view<float, typename B::input> x,
+                                   batch_view<float, typename B::output> y, std::span<float> workspace) {
+                             B::inverse(parameters, state, y, x, workspace);
+                         }) {
+        return block_requirement::inverse;
+    } else {
+        return block_requirement::met;
+    }
+}
+
+} // namespace detail
+
+// The contract, as a concept of bound blocks (checked with float values).
+template <class B>
+concept bound_block = detail::first_unmet_requirement_of_block<B>() == block_requirement::met;
+
+// The first requirement Block, bound to Input, fails, or met.
+template <class Block, class Input>
+constexpr block_requirement first_unmet_block_requirement()
+{
+    if constexpr (!requires { typename Block::template bind<Input>; }) {
+        return block_requirement::binds;
+    } else {
+        return detail::first_unmet_requirement_of_block<typename Block::template bind<Input>>();
+    }
+}
+
+// The check, with one sentence per requirement: only the first one Block
+// fails is reported. Its template arguments name the block and its input.
+template <class Block, class Input, block_requirement Unmet = first_unmet_block_requirement<Block, Input>()>
+struct block_contract {
+    static constexpr bool value = Unmet == block_requirement::met;
+    static_assert(Unmet != block_requirement::binds,
+                  "This block has no member template bind<Input>: the block contract (blocks/block.hpp) binds "
+                  "every block to the shape of its input.");
+    static_assert(Unmet != block_requirement::shapes,
+                  "This block's bind<Input> gives no input and output shapes: the block contract (blocks/block.hpp) "
+                  "asks for using input and using output, each a shape or a pair of halves.");
+    static_assert(Unmet != block_requirement::reversible,
+                  "This block does not say whether it is reversible: the block contract (blocks/block.hpp) asks for "
+                  "static constexpr bool reversible.");
+    static_assert(Unmet != block_requirement::parameter_count,
+                  "This block states no parameter_count: the block contract (blocks/block.hpp) asks for static "
+                  "constexpr std::size_t parameter_count.");
+    static_assert(Unmet != block_requirement::state_count,
+                  "This block states no state_count: the block contract (blocks/block.hpp) asks for static "
+                  "constexpr std::size_t state_count.");
+    static_assert(Unmet != block_requirement::forward_flops,
+                  "This block states no forward_flops: the block contract (blocks/block.hpp) asks for static "
+                  "constexpr std::size_t forward_flops.");
+    static_assert(Unmet != block_requirement::backward_flops,
+                  "This block states no backward_flops: the block contract (blocks/block.hpp) asks for static "
+                  "constexpr std::size_t backward_flops.");
+    static_assert(Unmet != block_requirement::workspace_size,
+                  "This block states no workspace_size(batch): the block contract (blocks/block.hpp) asks for "
+                  "static constexpr std::size_t workspace_size(std::size_t batch).");
+    static_assert(Unmet != block_requirement::initialize,
+                  "This block's initialize cannot be called as the block contract (blocks/block.hpp) calls it: "
+                  "initialize(std::span<T, parameter_count>, std::span<T, state_count>, std::mt19937_64&).");
+    static_assert(Unmet != block_requirement::forward,
+                  "This block's forward cannot be called as the block contract (blocks/block.hpp) calls it: "
+                  "forward(pass, parameters, state, x, y, workspace), x and y batch views, for every pass.");
+    static_assert(Unmet != block_requirement::backward,
+                  "This block's backward cannot be called as the block contract (blocks/block.hpp) calls it: "
+                  "backward(parameters, x, grad_y, grad_x, grad_parameters, workspace), in that order.");
+    static_assert(Unmet != block_requirement::inverse,
+                  "This block says it is reversible but has no inverse the block contract (blocks/block.hpp) can "
+                  "call: inverse(parameters, state, y, x, workspace).");
+};
 
 // The fused reconstruct-and-backward of a reversible block, generated from its
 // inverse and backward: from the output y and its gradient, writes the

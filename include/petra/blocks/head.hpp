@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include <petra/blocks/block.hpp>
+#include <petra/layers/contract.hpp>
 #include <petra/layers/batch_norm.hpp>
 #include <petra/layers/chain.hpp>
 #include <petra/layers/dense.hpp>
@@ -32,9 +33,9 @@ struct head : block_kind {
     }();
 
     template <class Input>
-    struct bind : made_of<layer_for<F, concatenated_halves<Input>>> {
+    struct bind : made_of<checked_layer_for<F, concatenated_halves<Input>>> {
         // The parts, their parameters and state end to end (made_of).
-        using parts = made_of<layer_for<F, concatenated_halves<Input>>>;
+        using parts = made_of<checked_layer_for<F, concatenated_halves<Input>>>;
         using parts::parameter_count;
         using parts::state_count;
         using unbound = head;
@@ -42,7 +43,7 @@ struct head : block_kind {
         static constexpr std::array<std::string_view, 1> part_names{"f"};
         using half = typename half_of<Input>::type;
         using whole = concatenated_halves<Input>;
-        using function = layer_for<F, whole>;
+        using function = checked_layer_for<F, whole>;
         using input = Input;
         using output = typename function::output;
         static constexpr bool reversible = false;

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include <petra/blocks/block.hpp>
+#include <petra/layers/contract.hpp>
 #include <petra/kernels/elementwise.hpp>
 #include <petra/layers/layer.hpp>
 
@@ -25,17 +26,19 @@ struct revnet_coupling : block_kind {
     static constexpr bool accepts = halves_accepted_by<Input, F, G>();
 
     template <class Input>
-    struct bind : made_of<layer_for<F, typename half_of<Input>::type>, layer_for<G, typename half_of<Input>::type>> {
+    struct bind : made_of<checked_layer_for<F, typename half_of<Input>::type>,
+                          checked_layer_for<G, typename half_of<Input>::type>> {
         // The parts, their parameters and state end to end (made_of).
-        using parts = made_of<layer_for<F, typename half_of<Input>::type>, layer_for<G, typename half_of<Input>::type>>;
+        using parts = made_of<checked_layer_for<F, typename half_of<Input>::type>,
+                              checked_layer_for<G, typename half_of<Input>::type>>;
         using parts::parameter_count;
         using parts::state_count;
         using unbound = revnet_coupling;
         // The names of the parts in the names of the arrays (parameter_names.hpp).
         static constexpr std::array<std::string_view, 2> part_names{"f", "g"};
         using half = typename half_of<Input>::type;
-        using first = layer_for<F, half>;
-        using second = layer_for<G, half>;
+        using first = checked_layer_for<F, half>;
+        using second = checked_layer_for<G, half>;
         static_assert(std::is_same_v<typename first::output, half>,
                       "revnet_coupling: F must give an output of the same shape as its input.");
         static_assert(std::is_same_v<typename second::output, half>,

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include <petra/blocks/block.hpp>
+#include <petra/layers/contract.hpp>
 #include <petra/layers/layer.hpp>
 
 namespace petra {
@@ -20,15 +21,15 @@ struct stem : block_kind {
     static constexpr bool accepts = layer_accepts<F, Input>();
 
     template <class Input>
-    struct bind : made_of<layer_for<F, Input>> {
+    struct bind : made_of<checked_layer_for<F, Input>> {
         // The parts, their parameters and state end to end (made_of).
-        using parts = made_of<layer_for<F, Input>>;
+        using parts = made_of<checked_layer_for<F, Input>>;
         using parts::parameter_count;
         using parts::state_count;
         using unbound = stem;
         // The names of the parts in the names of the arrays (parameter_names.hpp).
         static constexpr std::array<std::string_view, 1> part_names{"f"};
-        using function = layer_for<F, Input>;
+        using function = checked_layer_for<F, Input>;
         using whole = typename function::output;
         static_assert(whole::channels % 2 == 0, "stem: F must give an even number of channels to split in halves.");
         using input = Input;

@@ -29,6 +29,7 @@
 
 #include <petra/batch_view.hpp>
 #include <petra/kernels/simd.hpp>
+#include <petra/layers/contract.hpp>
 #include <petra/layers/fusion.hpp>
 #include <petra/layers/layer.hpp>
 #include <petra/layers/named_arrays.hpp>
@@ -38,15 +39,6 @@
 namespace petra {
 
 namespace detail {
-
-
-// The check that names, in its template arguments, a layer that breaks the
-// contract of layer.hpp.
-template <class Layer, class Bound>
-struct layer_contract {
-    static constexpr bool value = bound_layer<Bound>;
-    static_assert(value, "This layer does not follow the layer contract stated in layers/layer.hpp.");
-};
 
 // The state of the fold that binds a chain's layers: the output so far and
 // the bound layers; after a layer that breaks the contract nothing more is
@@ -59,8 +51,8 @@ inline constexpr auto bind_next_layer = []<bool Valid, class Output, class... Bo
     if constexpr (!Valid) {
         return chain_binding<false, Output, Bound...>{};
     } else {
-        using bound = layer_for<Layer, Output>;
-        if constexpr (layer_contract<Layer, bound>::value) {
+        if constexpr (layer_contract<Layer, Output>::value) {
+            using bound = layer_for<Layer, Output>;
             return chain_binding<true, typename bound::output, Bound..., bound>{};
         } else {
             return chain_binding<false, Output, Bound...>{};
@@ -225,26 +217,6 @@ private:
     };
 };
 
-// What a chain with a layer that breaks the contract binds to: a layer that
-// does nothing, so that nothing else is reported.
-template <class Input, class Output>
-struct broken_chain : parameter_free {
-    using input = Input;
-    using output = Output;
-    static constexpr std::size_t forward_flops = 0;
-    static constexpr std::size_t backward_flops = 0;
-    template <forward_pass Pass, class T>
-    static void forward(Pass, parameters_view<T, 0>, statistics_view<Pass, T, 0>, const_batch<T, input>,
-                        batch_view<T, output>, std::span<T>)
-    {
-    }
-    template <class T>
-    static void backward(parameters_view<T, 0>, const_batch<T, input>, const_batch<T, output>, batch_view<T, input>,
-                         std::span<T, 0>, std::span<T>)
-    {
-    }
-};
-
 template <class Input, class Binding>
 struct bound_chain_of;
 template <class Input, class Output, class... Bound>
@@ -253,7 +225,7 @@ struct bound_chain_of<Input, chain_binding<true, Output, Bound...>> {
 };
 template <class Input, class Output, class... Bound>
 struct bound_chain_of<Input, chain_binding<false, Output, Bound...>> {
-    using type = broken_chain<Input, Output>;
+    using type = broken_layer<Input, Output>; // contract.hpp: nothing more is reported
 };
 
 // Whether each layer accepts the output of the one before, the first Input.

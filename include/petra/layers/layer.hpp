@@ -28,6 +28,22 @@
 // reads (x, grad_y), what it writes (y, grad_x, grad_parameters), and last its
 // scratch (cache, workspace). The batch size is the views'.
 //
+// Every door a layer enters by checks this contract (layers/contract.hpp: a
+// chain's layers, every block's functions) and names, in one sentence, the
+// first requirement a layer fails.
+//
+// Layout and calls. A batch of N examples of shape<C, H, W> is N * C * H * W
+// values in NCHW order (example, channel, row, column), contiguous; in a
+// bound layer Input::channels is C, Input::pixels is H * W and Input::size
+// C * H * W (shape.hpp). x and y never alias, nor do grad_y and grad_x: a
+// layer may write its output before it has read all of its input. A chain
+// places its layers' parameters end to end in the order written, and their
+// state likewise (layers/parts.hpp); a fused pair (fusion.hpp) keeps the
+// pair's layout. `accepts<Input>`, where a layer states it, is asked before
+// the layer is bound (by a chain of its layers, and by a network of the
+// blocks it binds), so that a shape that does not fit is reported with the
+// network's sentence rather than by the layer's own static_assert.
+//
 // backward receives the x and cache of the forward call it differentiates,
 // and consumes the cache (it may overwrite it: a chain keeps its backward
 // scratch there); it overwrites grad_x and ADDS to grad_parameters, so that
@@ -134,27 +150,6 @@ constexpr bool layer_accepts()
         return true;
     }
 }
-
-// The contract above, checked with float values. A chain states it of every
-// layer it binds, so that a user's layer that breaks it stops the compiler
-// with one sentence (see chain.hpp).
-template <class B>
-concept bound_layer =
-    a_shape<typename B::input> && a_shape<typename B::output> &&
-    requires(std::span<float, B::parameter_count> parameters, std::span<float, B::state_count> state,
-             batch_view<float, typename B::input> x, batch_view<float, typename B::output> y, std::span<float> cache,
-             std::mt19937_64& generator) {
-        { B::parameter_count } -> std::convertible_to<std::size_t>;
-        { B::state_count } -> std::convertible_to<std::size_t>;
-        { B::cache_size(std::size_t{1}) } -> std::convertible_to<std::size_t>;
-        { B::forward_flops } -> std::convertible_to<std::size_t>;
-        { B::backward_flops } -> std::convertible_to<std::size_t>;
-        B::initialize(parameters, state, generator);
-        B::forward(pass::training, parameters, state, x, y, cache);
-        B::forward(pass::recomputation, parameters, state, x, y, cache);
-        B::forward(pass::inference, parameters, state, x, y, cache);
-        B::backward(parameters, x, y, x, parameters, cache);
-    };
 
 // The kernel scratch of Bound's forward, and of its backward, for a batch
 // (see the top of the file): what it states, or nothing. Bound is a bound
