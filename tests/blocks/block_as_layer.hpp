@@ -1,7 +1,7 @@
 // A block seen through the layer contract, so that the layers' gradient check
 // (layers/gradient_check.hpp) applies to it: flat shapes, the block's counts,
 // initialisation and forward, its workspace (and room for more) passed as the
-// layer cache. Three ways to run the block's backward, one adapter each:
+// layer workspace. Three ways to run the block's backward, one adapter each:
 //   backward_after_forward: backward with what forward left in the workspace
 //                           (exact backprop);
 //   recompute_then_backward: recompute_backward from the stored input, on a
@@ -43,11 +43,11 @@ struct block_as_layer_base {
 
     template <petra::forward_pass Pass, class T>
     static void forward(Pass mode, petra::parameters_view<T, parameter_count> parameters,
-                        petra::statistics_view<Pass, T, state_count> state, petra::const_batch<T, input> x,
-                        petra::batch_view<T, output> y, std::span<T> cache)
+                        petra::state_view<Pass, T, state_count> state, petra::const_batch<T, input> x,
+                        petra::batch_view<T, output> y, std::span<T> workspace)
     {
         Block::forward(mode, parameters, state, x.template as<typename Block::input>(),
-                       y.template as<typename Block::output>(), cache);
+                       y.template as<typename Block::output>(), workspace);
     }
 
 protected:
@@ -69,25 +69,25 @@ protected:
 template <class Block>
 struct backward_after_forward : block_as_layer_base<Block> {
     using base = block_as_layer_base<Block>;
-    static constexpr std::size_t cache_size(std::size_t batch) { return Block::workspace_size(batch); }
+    static constexpr std::size_t workspace_size(std::size_t batch) { return Block::workspace_size(batch); }
 
     template <class T>
     static void backward(petra::parameters_view<T, base::parameter_count> parameters,
                          petra::const_batch<T, typename base::input> x,
                          petra::const_batch<T, typename base::output> grad_y,
                          petra::batch_view<T, typename base::input> grad_x,
-                         std::span<T, base::parameter_count> grad_parameters, std::span<T> cache)
+                         std::span<T, base::parameter_count> grad_parameters, std::span<T> workspace)
     {
         Block::backward(parameters, x.template as<typename Block::input>(),
                         grad_y.template as<typename Block::output>(), grad_x.template as<typename Block::input>(),
-                        grad_parameters, cache);
+                        grad_parameters, workspace);
     }
 };
 
 template <class Block>
 struct recompute_then_backward : block_as_layer_base<Block> {
     using base = block_as_layer_base<Block>;
-    static constexpr std::size_t cache_size(std::size_t batch)
+    static constexpr std::size_t workspace_size(std::size_t batch)
     {
         return Block::workspace_size(batch) + batch * Block::output::size;
     }
@@ -97,23 +97,23 @@ struct recompute_then_backward : block_as_layer_base<Block> {
                          petra::const_batch<T, typename base::input> x,
                          petra::const_batch<T, typename base::output> grad_y,
                          petra::batch_view<T, typename base::input> grad_x,
-                         std::span<T, base::parameter_count> grad_parameters, std::span<T> cache)
+                         std::span<T, base::parameter_count> grad_parameters, std::span<T> workspace)
     {
-        base::poison(cache);
+        base::poison(workspace);
         const std::size_t batch = x.batch();
         recompute_backward<Block>(parameters, base::template unused_statistics<T>(),
                                   x.template as<typename Block::input>(), grad_y.template as<typename Block::output>(),
                                   grad_x.template as<typename Block::input>(), grad_parameters,
-                                  cache.first(Block::workspace_size(batch)),
+                                  workspace.first(Block::workspace_size(batch)),
                                   petra::batch_view<T, typename Block::output>(
-                                      cache.data() + Block::workspace_size(batch), batch));
+                                      workspace.data() + Block::workspace_size(batch), batch));
     }
 };
 
 template <class Block>
 struct reconstruct_then_backward : block_as_layer_base<Block> {
     using base = block_as_layer_base<Block>;
-    static constexpr std::size_t cache_size(std::size_t batch)
+    static constexpr std::size_t workspace_size(std::size_t batch)
     {
         return Block::workspace_size(batch) + 2 * batch * Block::output::size;
     }
@@ -123,10 +123,10 @@ struct reconstruct_then_backward : block_as_layer_base<Block> {
                          petra::const_batch<T, typename base::input> x,
                          petra::const_batch<T, typename base::output> grad_y,
                          petra::batch_view<T, typename base::input> grad_x,
-                         std::span<T, base::parameter_count> grad_parameters, std::span<T> cache)
+                         std::span<T, base::parameter_count> grad_parameters, std::span<T> workspace)
     {
         const std::size_t batch = x.batch();
-        const std::span<T> workspace = cache.first(Block::workspace_size(batch));
+        const std::span<T> workspace = workspace.first(Block::workspace_size(batch));
         const petra::batch_view<T, typename Block::output> y(workspace.data() + workspace.size(), batch);
         const petra::batch_view<T, typename Block::input> reconstructed(y.data() + y.size(), batch);
         const auto block_x = x.template as<typename Block::input>();

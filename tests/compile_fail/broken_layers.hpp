@@ -20,7 +20,7 @@ struct scale_base {
     using output = Input;
     static constexpr std::size_t parameter_count = Input::channels;
     static constexpr std::size_t state_count = 0;
-    static constexpr std::size_t cache_size(std::size_t) { return 0; }
+    static constexpr std::size_t workspace_size(std::size_t) { return 0; }
     static constexpr std::size_t forward_flops = Input::size;
 
     template <class T>
@@ -36,14 +36,14 @@ void scale_forward(std::span<const T, Input::channels> scale, const T* x, T* y, 
     for (std::size_t i = 0; i < size; ++i) y[i] = scale[(i / Input::pixels) % Input::channels] * x[i];
 }
 
-// backward(x, grad_y, grad_x, parameters, grad_parameters, cache): the
+// backward(x, grad_y, grad_x, parameters, grad_parameters, workspace): the
 // parameters after the batches, not first.
 struct swapped_backward {
     template <class Input>
     struct bind : scale_base<Input> {
         static constexpr std::size_t backward_flops = 2 * Input::size;
         template <forward_pass Pass, class T>
-        static void forward(Pass, parameters_view<T, Input::channels> scale, statistics_view<Pass, T, 0>,
+        static void forward(Pass, parameters_view<T, Input::channels> scale, state_view<Pass, T, 0>,
                             const_batch<T, Input> x, batch_view<T, Input> y, std::span<T>)
         {
             scale_forward<Input>(scale, x.data(), y.data(), x.size());
@@ -62,7 +62,7 @@ struct span_batches {
     struct bind : scale_base<Input> {
         static constexpr std::size_t backward_flops = 2 * Input::size;
         template <forward_pass Pass, class T>
-        static void forward(Pass, parameters_view<T, Input::channels> scale, statistics_view<Pass, T, 0>,
+        static void forward(Pass, parameters_view<T, Input::channels> scale, state_view<Pass, T, 0>,
                             std::span<const T> x, std::span<T> y, std::span<T>)
         {
             scale_forward<Input>(scale, x.data(), y.data(), x.size());
@@ -80,7 +80,7 @@ struct no_backward_flops {
     template <class Input>
     struct bind : scale_base<Input> {
         template <forward_pass Pass, class T>
-        static void forward(Pass, parameters_view<T, Input::channels> scale, statistics_view<Pass, T, 0>,
+        static void forward(Pass, parameters_view<T, Input::channels> scale, state_view<Pass, T, 0>,
                             const_batch<T, Input> x, batch_view<T, Input> y, std::span<T>)
         {
             scale_forward<Input>(scale, x.data(), y.data(), x.size());

@@ -1,4 +1,4 @@
-// expected: This layer's backward cannot be called as the layer contract (layers/layer.hpp) calls it: backward(parameters, x, grad_y, grad_x, grad_parameters, cache), in that order, x, grad_y and grad_x batch views.
+// expected: This layer's backward cannot be called as the layer contract (layers/layer.hpp) calls it: backward(parameters, x, grad_y, grad_x, grad_parameters, workspace), in that order, x, grad_y and grad_x batch views.
 // A user's layer whose backward takes the parameters after the batches, as a downsampling's G.
 #include "broken_layers.hpp"
 

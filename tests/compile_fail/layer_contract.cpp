@@ -1,4 +1,4 @@
-// expected: This layer's forward cannot be called as the layer contract (layers/layer.hpp) calls it: forward(pass, parameters, state, x, y, cache), x and y batch views, for every pass.
+// expected: This layer's forward cannot be called as the layer contract (layers/layer.hpp) calls it: forward(pass, parameters, state, x, y, workspace), x and y batch views, for every pass.
 // A user's layer written against raw pointers and a batch size, not the views
 // and the argument order of layers/layer.hpp.
 #include <cstddef>

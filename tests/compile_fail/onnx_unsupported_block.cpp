@@ -31,7 +31,7 @@ struct scaling : block_kind {
         {
         }
         template <forward_pass Pass, class T>
-        static void forward(Pass, parameters_view<T, 0>, statistics_view<Pass, T, 0>, const_batch<T, input> x,
+        static void forward(Pass, parameters_view<T, 0>, state_view<Pass, T, 0>, const_batch<T, input> x,
                             batch_view<T, output> y, std::span<T>)
         {
             for (std::size_t i = 0; i < x.size(); ++i) y.data()[i] = 2 * x.data()[i];

@@ -17,7 +17,7 @@ struct channel_gain {
         using output = Input;
         static constexpr std::size_t parameter_count = Input::channels;
         static constexpr std::size_t state_count = 0;
-        static constexpr std::size_t cache_size(std::size_t) { return 0; }
+        static constexpr std::size_t workspace_size(std::size_t) { return 0; }
         static constexpr std::size_t forward_flops = Input::size;
         static constexpr std::size_t backward_flops = 2 * Input::size;
 
@@ -27,7 +27,7 @@ struct channel_gain {
             for (T& g : gain) g = T(1);
         }
         template <forward_pass Pass, class T>
-        static void forward(Pass, parameters_view<T, parameter_count> gain, statistics_view<Pass, T, 0>,
+        static void forward(Pass, parameters_view<T, parameter_count> gain, state_view<Pass, T, 0>,
                             const_batch<T, input> x, batch_view<T, output> y, std::span<T>)
         {
             for (std::size_t i = 0; i < x.size(); ++i) {

@@ -64,9 +64,9 @@ void check_gradients(std::mt19937_64& generator, const gradient_check_options& o
     std::vector<double> direction(batch * output::size);
     for (double& value : direction) value = uniform(generator);
 
-    std::vector<double> y(batch * output::size), cache(Bound::cache_size(batch) + 1);
+    std::vector<double> y(batch * output::size), workspace(Bound::workspace_size(batch) + 1);
     auto objective = [&](const std::vector<double>& at_x, const std::vector<double>& at_parameters) {
-        std::vector<double> scratch_cache(Bound::cache_size(batch) + 1), out(y.size());
+        std::vector<double> scratch_cache(Bound::workspace_size(batch) + 1), out(y.size());
         Bound::forward(petra::pass::recomputation, span_of<Bound::parameter_count>(at_parameters), span_of<Bound::state_count>(state),
                        batch_of<input>(at_x, batch), batch_of<output>(out, batch), std::span<double>(scratch_cache));
         double sum = 0.0;
@@ -75,11 +75,11 @@ void check_gradients(std::mt19937_64& generator, const gradient_check_options& o
     };
 
     Bound::forward(petra::pass::training, span_of<Bound::parameter_count>(parameters), span_of<Bound::state_count>(state),
-                   batch_of<input>(x, batch), batch_of<output>(y, batch), std::span<double>(cache));
+                   batch_of<input>(x, batch), batch_of<output>(y, batch), std::span<double>(workspace));
     std::vector<double> grad_x(x.size(), std::nan("")), grad_parameters(parameters.size(), 0.0);
     Bound::backward(span_of<Bound::parameter_count>(parameters), batch_of<input>(x, batch),
                     batch_of<output>(direction, batch), batch_of<input>(grad_x, batch),
-                    span_of<Bound::parameter_count>(grad_parameters), std::span<double>(cache));
+                    span_of<Bound::parameter_count>(grad_parameters), std::span<double>(workspace));
 
     auto numeric = [&](std::vector<double> values, bool of_parameters) {
         std::vector<double> derivative(values.size());

@@ -64,7 +64,7 @@ TEST_CASE("batch_norm: only training passes move the running statistics")
 {
     using layer = layer_for<batch_norm<2>, shape<2, 3, 3>>;
     std::mt19937_64 generator(5);
-    std::vector<float> parameters(layer::parameter_count), state(layer::state_count), cache(layer::cache_size(4));
+    std::vector<float> parameters(layer::parameter_count), state(layer::state_count), workspace(layer::workspace_size(4));
     layer::initialize(test::span_of<layer::parameter_count>(parameters), test::span_of<layer::state_count>(state),
                       generator);
     std::vector<float> x(4 * 18), y(x.size());
@@ -73,12 +73,12 @@ TEST_CASE("batch_norm: only training passes move the running statistics")
     const auto forward = [&](auto mode) {
         layer::forward(mode, test::span_of<layer::parameter_count>(parameters), test::span_of<layer::state_count>(state),
                        test::batch_of<layer::input>(x, 4), test::batch_of<layer::output>(y, 4),
-                       std::span<float>(cache));
+                       std::span<float>(workspace));
     };
     // Only a training pass gets the statistics as writable, by type.
-    static_assert(std::is_same_v<statistics_view<pass::recomputation_t, float, 4>, std::span<const float, 4>>);
-    static_assert(std::is_same_v<statistics_view<pass::inference_t, float, 4>, std::span<const float, 4>>);
-    static_assert(std::is_same_v<statistics_view<pass::training_t, float, 4>, std::span<float, 4>>);
+    static_assert(std::is_same_v<state_view<pass::recomputation_t, float, 4>, std::span<const float, 4>>);
+    static_assert(std::is_same_v<state_view<pass::inference_t, float, 4>, std::span<const float, 4>>);
+    static_assert(std::is_same_v<state_view<pass::training_t, float, 4>, std::span<float, 4>>);
 
     const auto initial = state;
     forward(pass::recomputation);
@@ -103,7 +103,7 @@ TEST_CASE("batch_norm: training normalises each channel of the batch")
 {
     using layer = layer_for<batch_norm<3>, shape<3, 2, 2>>;
     std::mt19937_64 generator(6);
-    std::vector<double> parameters(layer::parameter_count), state(layer::state_count), cache(layer::cache_size(5));
+    std::vector<double> parameters(layer::parameter_count), state(layer::state_count), workspace(layer::workspace_size(5));
     layer::initialize(test::span_of<layer::parameter_count>(parameters), test::span_of<layer::state_count>(state),
                       generator);
     std::vector<double> x(5 * 12), y(x.size());
@@ -111,7 +111,7 @@ TEST_CASE("batch_norm: training normalises each channel of the batch")
     for (double& value : x) value = values(generator);
     layer::forward(pass::training, test::span_of<layer::parameter_count>(parameters),
                    test::span_of<layer::state_count>(state), test::batch_of<layer::input>(x, 5),
-                   test::batch_of<layer::output>(y, 5), std::span<double>(cache));
+                   test::batch_of<layer::output>(y, 5), std::span<double>(workspace));
     for (std::size_t c = 0; c < 3; ++c) {
         double sum = 0.0, squares = 0.0;
         for (std::size_t n = 0; n < 5; ++n)
@@ -191,16 +191,16 @@ TEST_CASE("chain: forward equals the layers applied one by one")
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
     for (float& value : x) value = uniform(generator);
 
-    std::vector<float> y(batch * bound::output::size), cache(bound::cache_size(batch));
+    std::vector<float> y(batch * bound::output::size), workspace(bound::workspace_size(batch));
     auto chained_state = state;
     bound::forward(pass::training, test::span_of<bound::parameter_count>(parameters),
                    test::span_of<bound::state_count>(chained_state), test::batch_of<bound::input>(x, batch),
-                   test::batch_of<bound::output>(y, batch), std::span<float>(cache));
+                   test::batch_of<bound::output>(y, batch), std::span<float>(workspace));
 
-    std::vector<float> a(batch * first::output::size), b(a.size()), c(b.size()), bn_cache(second::cache_size(batch));
+    std::vector<float> a(batch * first::output::size), b(a.size()), c(b.size()), bn_cache(second::workspace_size(batch));
     auto manual_state = state;
     const std::span<const float> all(parameters);
-    // conv2d and relu have no state or cache to pass.
+    // conv2d and relu have no state or workspace to pass.
     first::forward(pass::training, all.first<first::parameter_count>(), std::span<float, 0>(),
                    test::batch_of<first::input>(x, batch), test::batch_of<first::output>(a, batch), {});
     second::forward(pass::training, all.subspan<first::parameter_count, second::parameter_count>(),
@@ -242,16 +242,16 @@ void check_skipped_input_gradient()
     std::vector<double> y(grad_y.size()), grad_x(x.size());
     std::vector<double> with(Bound::parameter_count, 0.0), without(Bound::parameter_count, 0.0);
     for (std::vector<double>* gradient : {&with, &without}) {
-        std::vector<double> cache(Bound::cache_size(batch));
+        std::vector<double> workspace(Bound::workspace_size(batch));
         const auto parameter_values = test::span_of<Bound::parameter_count>(std::as_const(parameters));
         Bound::forward(pass::training, parameter_values, test::span_of<Bound::state_count>(state),
                        test::batch_of<typename Bound::input>(x, batch), test::batch_of<typename Bound::output>(y, batch),
-                       std::span<double>(cache));
+                       std::span<double>(workspace));
         Bound::backward(parameter_values, test::batch_of<typename Bound::input>(x, batch),
                         test::batch_of<typename Bound::output>(grad_y, batch),
                         gradient == &with ? test::batch_of<typename Bound::input>(grad_x, batch)
                                           : batch_view<double, typename Bound::input>{},
-                        test::span_of<Bound::parameter_count>(*gradient), std::span<double>(cache));
+                        test::span_of<Bound::parameter_count>(*gradient), std::span<double>(workspace));
     }
     CHECK(with == without);
 }
@@ -300,9 +300,9 @@ TEST_CASE_TEMPLATE("fusion: batch_norm_relu computes batch_norm then relu, forwa
     const auto values = test::span_of<fused::parameter_count>(std::as_const(parameters));
 
     // batch_norm, then relu, one after the other.
-    std::vector<T> y(x.size()), z(x.size()), cache(normalisation::cache_size(batch));
+    std::vector<T> y(x.size()), z(x.size()), workspace(normalisation::workspace_size(batch));
     normalisation::forward(pass::training, values, test::span_of<normalisation::state_count>(state),
-                           test::batch_of<input>(x, batch), test::batch_of<input>(y, batch), std::span<T>(cache));
+                           test::batch_of<input>(x, batch), test::batch_of<input>(y, batch), std::span<T>(workspace));
     rectifier::forward(pass::training, std::span<const T, 0>(), std::span<T, 0>(), test::batch_of<input>(std::as_const(y), batch),
                        test::batch_of<input>(z, batch), {});
     std::vector<T> grad_y(x.size()), grad_x(x.size()), grad_parameters(fused::parameter_count, T(0));
@@ -310,10 +310,10 @@ TEST_CASE_TEMPLATE("fusion: batch_norm_relu computes batch_norm then relu, forwa
                         test::batch_of<input>(grad_z, batch), test::batch_of<input>(grad_y, batch), std::span<T, 0>(), {});
     normalisation::backward(values, test::batch_of<input>(x, batch), test::batch_of<input>(std::as_const(grad_y), batch),
                             test::batch_of<input>(grad_x, batch), test::span_of<fused::parameter_count>(grad_parameters),
-                            std::span<T>(cache));
+                            std::span<T>(workspace));
 
     // The fused layer.
-    std::vector<T> fused_z(x.size()), fused_cache(fused::cache_size(batch)), fused_grad_x(x.size()),
+    std::vector<T> fused_z(x.size()), fused_cache(fused::workspace_size(batch)), fused_grad_x(x.size()),
         fused_grad_parameters(fused::parameter_count, T(0));
     fused::forward(pass::training, values, test::span_of<fused::state_count>(fused_state),
                    test::batch_of<input>(x, batch), test::batch_of<input>(fused_z, batch), std::span<T>(fused_cache));

@@ -45,12 +45,12 @@ struct additive_coupling : block_kind {
         static constexpr std::size_t backward_flops = function::backward_flops + half::size;
         static constexpr std::size_t winograd_forward_flops = winograd_forward_flops_of<function>();
 
-        // F's cache.
-        static constexpr std::size_t workspace_size(std::size_t batch) { return function::cache_size(batch); }
+        // F's workspace.
+        static constexpr std::size_t workspace_size(std::size_t batch) { return function::workspace_size(batch); }
 
         template <forward_pass Pass, class T>
         static void forward(Pass mode, parameters_view<T, parameter_count> parameters,
-                            statistics_view<Pass, T, state_count> state, const_batch<T, input> x,
+                            state_view<Pass, T, state_count> state, const_batch<T, input> x,
                             batch_view<T, output> y, std::span<T> workspace)
         {
             // y = x~ + F(x), F written straight into the first output half.
@@ -61,7 +61,7 @@ struct additive_coupling : block_kind {
 
         template <class T>
         static void inverse(parameters_view<T, parameter_count> parameters,
-                            statistics_view<pass::recomputation_t, T, state_count> state, const_batch<T, output> y,
+                            state_view<pass::recomputation_t, T, state_count> state, const_batch<T, output> y,
                             batch_view<T, input> x, std::span<T> workspace)
         {
             copy_batch<T>(y.second_half(), x.first_half());

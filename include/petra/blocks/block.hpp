@@ -22,7 +22,7 @@
 //   static constexpr std::size_t workspace_size(std::size_t batch);
 //   template <class T> static void initialize(std::span<T, P>, std::span<T, S>, std::mt19937_64&);
 //   template <forward_pass Pass, class T>
-//   static void forward(Pass, parameters_view<T, P> parameters, statistics_view<Pass, T, S> state,
+//   static void forward(Pass, parameters_view<T, P> parameters, state_view<Pass, T, S> state,
 //                       const_batch<T, input> x, batch_view<T, output> y, std::span<T> workspace);
 //   template <class T>
 //   static void backward(parameters_view<T, P> parameters, const_batch<T, input> x,
@@ -38,7 +38,7 @@
 // its input: a coupling keeps the shape, pixel_unshuffle moves pixels into
 // channels) also provides
 //   template <class T>
-//   static void inverse(parameters_view<T, P> parameters, statistics_view<pass::recomputation_t, T, S> state,
+//   static void inverse(parameters_view<T, P> parameters, state_view<pass::recomputation_t, T, S> state,
 //                       const_batch<T, output> y, batch_view<T, input> x, std::span<T> workspace);
 // which reconstructs x from y with the parameters it is given (a
 // recomputation pass: the running statistics are only read) and leaves in
@@ -296,7 +296,7 @@ struct block_contract {
 // parameter gradient to grad_parameters, with the parameters it is given.
 template <class Block, class T>
 void reconstruct_backward(parameters_view<T, Block::parameter_count> parameters,
-                          statistics_view<pass::recomputation_t, T, Block::state_count> state,
+                          state_view<pass::recomputation_t, T, Block::state_count> state,
                           const_batch<T, typename Block::output> y, const_batch<T, typename Block::output> grad_y,
                           batch_view<T, typename Block::input> x, batch_view<T, typename Block::input> grad_x,
                           std::span<T, Block::parameter_count> grad_parameters, std::span<T> workspace)
@@ -311,7 +311,7 @@ void reconstruct_backward(parameters_view<T, Block::parameter_count> parameters,
 // recomputed_y (then unused), then backward.
 template <class Block, class T>
 void recompute_backward(parameters_view<T, Block::parameter_count> parameters,
-                        statistics_view<pass::recomputation_t, T, Block::state_count> state,
+                        state_view<pass::recomputation_t, T, Block::state_count> state,
                         const_batch<T, typename Block::input> x, const_batch<T, typename Block::output> grad_y,
                         batch_view<T, typename Block::input> grad_x,
                         std::span<T, Block::parameter_count> grad_parameters, std::span<T> workspace,

@@ -54,23 +54,23 @@ struct downsample : block_kind {
         static constexpr std::size_t winograd_forward_flops =
             winograd_forward_flops_of<first>() + winograd_forward_flops_of<second>();
 
-        // A gradient of one output half, then F's cache, then G's.
+        // A gradient of one output half, then F's workspace, then G's.
         static constexpr std::size_t workspace_size(std::size_t batch)
         {
-            return batch * output::half::size + first::cache_size(batch) + second::cache_size(batch);
+            return batch * output::half::size + first::workspace_size(batch) + second::workspace_size(batch);
         }
 
         template <forward_pass Pass, class T>
         static void forward(Pass mode, parameters_view<T, parameter_count> parameters,
-                            statistics_view<Pass, T, state_count> state, const_batch<T, input> x,
+                            state_view<Pass, T, state_count> state, const_batch<T, input> x,
                             batch_view<T, output> y, std::span<T> workspace)
         {
             const workspace_layout<T> at{workspace, x.batch()};
             first::forward(mode, parts::template parameters_of<0>(parameters),
-                           parts::template state_of<0>(state), x.first_half(), y.first_half(), at.first_cache());
+                           parts::template state_of<0>(state), x.first_half(), y.first_half(), at.first_workspace());
             second::forward(mode, parts::template parameters_of<1>(parameters),
                             parts::template state_of<1>(state), x.second_half(), y.second_half(),
-                            at.second_cache());
+                            at.second_workspace());
             kernels::add(y.second_half().size(), y.second_half().data(), y.first_half().data(),
                          y.second_half().data());
         }
@@ -86,10 +86,10 @@ struct downsample : block_kind {
             kernels::add(gradient.size(), grad_y.first_half().data(), grad_y.second_half().data(), gradient.data());
             first::backward(parts::template parameters_of<0>(parameters), x.first_half(), gradient,
                             grad_x.first_half(), parts::template parameters_of<0>(grad_parameters),
-                            at.first_cache());
+                            at.first_workspace());
             second::backward(parts::template parameters_of<1>(parameters), x.second_half(),
                              grad_y.second_half(), grad_x.second_half(),
-                             parts::template parameters_of<1>(grad_parameters), at.second_cache());
+                             parts::template parameters_of<1>(grad_parameters), at.second_workspace());
         }
 
     private:
@@ -98,13 +98,13 @@ struct downsample : block_kind {
             std::span<T> all;
             std::size_t batch;
             batch_view<T, typename output::half> gradient() const { return {all.data(), batch}; }
-            std::span<T> first_cache() const
+            std::span<T> first_workspace() const
             {
-                return all.subspan(batch * output::half::size, first::cache_size(batch));
+                return all.subspan(batch * output::half::size, first::workspace_size(batch));
             }
-            std::span<T> second_cache() const
+            std::span<T> second_workspace() const
             {
-                return all.subspan(batch * output::half::size + first::cache_size(batch), second::cache_size(batch));
+                return all.subspan(batch * output::half::size + first::workspace_size(batch), second::workspace_size(batch));
             }
         };
     };

@@ -51,20 +51,20 @@ struct head : block_kind {
         static constexpr std::size_t backward_flops = function::backward_flops;
         static constexpr std::size_t winograd_forward_flops = winograd_forward_flops_of<function>();
 
-        // The concatenated input, its gradient, then F's cache.
+        // The concatenated input, its gradient, then F's workspace.
         static constexpr std::size_t workspace_size(std::size_t batch)
         {
-            return 2 * batch * whole::size + function::cache_size(batch);
+            return 2 * batch * whole::size + function::workspace_size(batch);
         }
 
         template <forward_pass Pass, class T>
         static void forward(Pass mode, parameters_view<T, parameter_count> parameters,
-                            statistics_view<Pass, T, state_count> state, const_batch<T, input> x,
+                            state_view<Pass, T, state_count> state, const_batch<T, input> x,
                             batch_view<T, output> y, std::span<T> workspace)
         {
             const workspace_layout<T> at{workspace, x.batch()};
             merge_halves<half>(x, at.concatenated());
-            function::forward(mode, parameters, state, at.concatenated(), y, at.function_cache());
+            function::forward(mode, parameters, state, at.concatenated(), y, at.function_workspace());
         }
 
         template <class T>
@@ -74,7 +74,7 @@ struct head : block_kind {
         {
             const workspace_layout<T> at{workspace, x.batch()};
             function::backward(parameters, at.concatenated(), grad_y, at.gradient(), grad_parameters,
-                               at.function_cache());
+                               at.function_workspace());
             split_into_halves<half>(at.gradient(), grad_x);
         }
 
@@ -85,9 +85,9 @@ struct head : block_kind {
             std::size_t batch;
             batch_view<T, whole> concatenated() const { return {all.data(), batch}; }
             batch_view<T, whole> gradient() const { return {all.data() + batch * whole::size, batch}; }
-            std::span<T> function_cache() const
+            std::span<T> function_workspace() const
             {
-                return all.subspan(2 * batch * whole::size, function::cache_size(batch));
+                return all.subspan(2 * batch * whole::size, function::workspace_size(batch));
             }
         };
     };

@@ -86,7 +86,7 @@ struct pixel_unshuffle : block_kind {
         // Both halves at once: stored half-major, they are 2 x batch
         // ordinary images of the half's shape.
         template <forward_pass Pass, class T>
-        static void forward(Pass, parameters_view<T, 0>, statistics_view<Pass, T, 0>, const_batch<T, input> x,
+        static void forward(Pass, parameters_view<T, 0>, state_view<Pass, T, 0>, const_batch<T, input> x,
                             batch_view<T, output> y, std::span<T>)
         {
             detail::pixel_shuffle_images<true, half::channels, half::height, half::width>(2 * x.batch(), x.data(),
@@ -94,7 +94,7 @@ struct pixel_unshuffle : block_kind {
         }
 
         template <class T>
-        static void inverse(parameters_view<T, 0>, statistics_view<pass::recomputation_t, T, 0>,
+        static void inverse(parameters_view<T, 0>, state_view<pass::recomputation_t, T, 0>,
                             const_batch<T, output> y, batch_view<T, input> x, std::span<T>)
         {
             detail::pixel_shuffle_images<false, half::channels, half::height, half::width>(2 * x.batch(), y.data(),

@@ -51,25 +51,25 @@ struct revnet_coupling : block_kind {
         static constexpr std::size_t winograd_forward_flops =
             winograd_forward_flops_of<first>() + winograd_forward_flops_of<second>();
 
-        // y1 (G's input, which backward needs), F's cache, G's cache.
+        // y1 (G's input, which backward needs), F's workspace, G's workspace.
         static constexpr std::size_t workspace_size(std::size_t batch)
         {
-            return batch * half::size + first::cache_size(batch) + second::cache_size(batch);
+            return batch * half::size + first::workspace_size(batch) + second::workspace_size(batch);
         }
 
         template <forward_pass Pass, class T>
         static void forward(Pass mode, parameters_view<T, parameter_count> parameters,
-                            statistics_view<Pass, T, state_count> state, const_batch<T, input> x,
+                            state_view<Pass, T, state_count> state, const_batch<T, input> x,
                             batch_view<T, output> y, std::span<T> workspace)
         {
             const workspace_layout<T> at{workspace, x.batch()};
             const auto [x1, x2] = std::pair(x.first_half(), x.second_half());
             const auto [y1, y2] = std::pair(y.first_half(), y.second_half());
             first::forward(mode, parts::template parameters_of<0>(parameters),
-                           parts::template state_of<0>(state), x2, y1, at.first_cache());
+                           parts::template state_of<0>(state), x2, y1, at.first_workspace());
             kernels::add(y1.size(), y1.data(), x1.data(), y1.data()); // y1 = x1 + F(x2)
             second::forward(mode, parts::template parameters_of<1>(parameters),
-                            parts::template state_of<1>(state), y1, y2, at.second_cache());
+                            parts::template state_of<1>(state), y1, y2, at.second_workspace());
             kernels::add(y2.size(), y2.data(), x2.data(), y2.data()); // y2 = x2 + G(y1)
             copy_batch<T>(y1, at.first_output());
         }
@@ -78,17 +78,17 @@ struct revnet_coupling : block_kind {
         // is subtracted from.
         template <class T>
         static void inverse(parameters_view<T, parameter_count> parameters,
-                            statistics_view<pass::recomputation_t, T, state_count> state, const_batch<T, output> y,
+                            state_view<pass::recomputation_t, T, state_count> state, const_batch<T, output> y,
                             batch_view<T, input> x, std::span<T> workspace)
         {
             const workspace_layout<T> at{workspace, x.batch()};
             const auto [x1, x2] = std::pair(x.first_half(), x.second_half());
             const auto [y1, y2] = std::pair(y.first_half(), y.second_half());
             second::forward(pass::recomputation, parts::template parameters_of<1>(parameters),
-                            parts::template state_of<1>(state), y1, x2, at.second_cache());
+                            parts::template state_of<1>(state), y1, x2, at.second_workspace());
             kernels::subtract(x2.size(), y2.data(), x2.data(), x2.data()); // x2 = y2 - G(y1)
             first::forward(pass::recomputation, parts::template parameters_of<0>(parameters),
-                           parts::template state_of<0>(state), x2, x1, at.first_cache());
+                           parts::template state_of<0>(state), x2, x1, at.first_workspace());
             kernels::subtract(x1.size(), y1.data(), x1.data(), x1.data()); // x1 = y1 - F(x2)
             copy_batch<T>(y1, at.first_output());
         }
@@ -104,10 +104,10 @@ struct revnet_coupling : block_kind {
             const auto [g1, g2] = std::pair(grad_y.first_half(), grad_y.second_half());
             const auto [grad_x1, grad_x2] = std::pair(grad_x.first_half(), grad_x.second_half());
             second::backward(parts::template parameters_of<1>(parameters), at.first_output(), g2, grad_x1,
-                             parts::template parameters_of<1>(grad_parameters), at.second_cache());
+                             parts::template parameters_of<1>(grad_parameters), at.second_workspace());
             kernels::add(grad_x1.size(), grad_x1.data(), g1.data(), grad_x1.data());
             first::backward(parts::template parameters_of<0>(parameters), x.second_half(), grad_x1, grad_x2,
-                            parts::template parameters_of<0>(grad_parameters), at.first_cache());
+                            parts::template parameters_of<0>(grad_parameters), at.first_workspace());
             kernels::add(grad_x2.size(), grad_x2.data(), g2.data(), grad_x2.data());
         }
 
@@ -117,10 +117,10 @@ struct revnet_coupling : block_kind {
             std::span<T> all;
             std::size_t batch;
             batch_view<T, half> first_output() const { return {all.data(), batch}; }
-            std::span<T> first_cache() const { return all.subspan(batch * half::size, first::cache_size(batch)); }
-            std::span<T> second_cache() const
+            std::span<T> first_workspace() const { return all.subspan(batch * half::size, first::workspace_size(batch)); }
+            std::span<T> second_workspace() const
             {
-                return all.subspan(batch * half::size + first::cache_size(batch), second::cache_size(batch));
+                return all.subspan(batch * half::size + first::workspace_size(batch), second::workspace_size(batch));
             }
         };
     };

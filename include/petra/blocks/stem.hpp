@@ -41,19 +41,19 @@ struct stem : block_kind {
         static constexpr std::size_t backward_flops = function::backward_flops;
         static constexpr std::size_t winograd_forward_flops = winograd_forward_flops_of<function>();
 
-        // F's output (or its gradient) in NCHW, then F's cache.
+        // F's output (or its gradient) in NCHW, then F's workspace.
         static constexpr std::size_t workspace_size(std::size_t batch)
         {
-            return batch * whole::size + function::cache_size(batch);
+            return batch * whole::size + function::workspace_size(batch);
         }
 
         template <forward_pass Pass, class T>
         static void forward(Pass mode, parameters_view<T, parameter_count> parameters,
-                            statistics_view<Pass, T, state_count> state, const_batch<T, input> x,
+                            state_view<Pass, T, state_count> state, const_batch<T, input> x,
                             batch_view<T, output> y, std::span<T> workspace)
         {
             const batch_view<T, whole> value(workspace.data(), x.batch());
-            function::forward(mode, parameters, state, x, value, function_cache(workspace, x.batch()));
+            function::forward(mode, parameters, state, x, value, function_workspace(workspace, x.batch()));
             split_into_halves<half>(value, y);
         }
 
@@ -65,16 +65,16 @@ struct stem : block_kind {
             // Where forward kept F's output, no longer needed.
             const batch_view<T, whole> gradient(workspace.data(), x.batch());
             merge_halves<half>(grad_y, gradient);
-            function::backward(parameters, x, gradient, grad_x, grad_parameters, function_cache(workspace, x.batch()));
+            function::backward(parameters, x, gradient, grad_x, grad_parameters, function_workspace(workspace, x.batch()));
         }
 
     private:
         using half = typename output::half;
 
         template <class T>
-        static std::span<T> function_cache(std::span<T> workspace, std::size_t batch)
+        static std::span<T> function_workspace(std::span<T> workspace, std::size_t batch)
         {
-            return workspace.subspan(batch * whole::size, function::cache_size(batch));
+            return workspace.subspan(batch * whole::size, function::workspace_size(batch));
         }
     };
 };

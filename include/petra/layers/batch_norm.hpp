@@ -62,7 +62,7 @@ struct bound_normalization {
     // With the ReLU fused, the layer stands for two of the user's.
     static constexpr std::size_t layer_span = WithRelu ? 2 : 1;
     // The batch mean and inverse standard deviation of each channel.
-    static constexpr std::size_t cache_size(std::size_t /*batch*/) { return 2 * Channels; }
+    static constexpr std::size_t workspace_size(std::size_t /*batch*/) { return 2 * Channels; }
     static constexpr std::size_t forward_flops = (WithRelu ? 5 : 4) * Input::size;
     static constexpr std::size_t backward_flops = (WithRelu ? 9 : 8) * Input::size;
 
@@ -79,12 +79,12 @@ struct bound_normalization {
 
     template <forward_pass Pass, class T>
     static void forward(Pass, parameters_view<T, parameter_count> parameters,
-                        statistics_view<Pass, T, state_count> state, const_batch<T, input> x, batch_view<T, output> y,
-                        std::span<T> cache)
+                        state_view<Pass, T, state_count> state, const_batch<T, input> x, batch_view<T, output> y,
+                        std::span<T> workspace)
     {
         const std::size_t batch = x.batch();
-        T* mean = cache.data();
-        T* inverse_deviation = cache.data() + Channels;
+        T* mean = workspace.data();
+        T* inverse_deviation = workspace.data() + Channels;
         if constexpr (Pass::uses_running_statistics) {
             for (std::size_t c = 0; c < Channels; ++c) {
                 mean[c] = state[c];
@@ -106,7 +106,7 @@ struct bound_normalization {
             }
             for (std::size_t c = 0; c < Channels; ++c) inverse_deviation[c] = T(1) / std::sqrt(variance[c] + T(epsilon));
         }
-        const affine<T> map(parameters, cache);
+        const affine<T> map(parameters, workspace);
         if constexpr (WithRelu) {
             kernels::channel_affine_relu(batch, Channels, pixels, x.data(), map.scale.data(), map.shift.data(), y.data());
         } else {
@@ -121,20 +121,20 @@ struct bound_normalization {
     //   grad_x = gamma * inverse_deviation / count
     //            * (count * grad_y - sum grad_y - x_hat * sum grad_y * x_hat),
     // where, WithRelu, grad_y is the gradient behind the ReLU: zero where the
-    // normalised value (recomputed from x and the cache, as forward computed
+    // normalised value (recomputed from x and the workspace, as forward computed
     // it) is not positive.
     template <class T>
     static void backward(parameters_view<T, parameter_count> parameters, const_batch<T, input> x,
                          const_batch<T, output> grad_y, batch_view<T, input> grad_x,
-                         std::span<T, parameter_count> grad_parameters, std::span<T> cache)
+                         std::span<T, parameter_count> grad_parameters, std::span<T> workspace)
     {
         const std::size_t batch = x.batch();
         const T* gamma = parameters.data();
-        const T* mean = cache.data();
-        const T* inverse_deviation = cache.data() + Channels;
+        const T* mean = workspace.data();
+        const T* inverse_deviation = workspace.data() + Channels;
         const T count = static_cast<T>(batch * pixels);
         std::array<T, Channels> sum_grad, sum_grad_deviation;
-        [[maybe_unused]] const affine<T> map(parameters, cache);
+        [[maybe_unused]] const affine<T> map(parameters, workspace);
         if constexpr (WithRelu) {
             kernels::channel_relu_gradient_sums(batch, Channels, pixels, grad_y.data(), x.data(), mean,
                                                 map.scale.data(), map.shift.data(), sum_grad.data(),
@@ -173,12 +173,12 @@ private:
     struct affine {
         std::array<T, Channels> scale, shift;
 
-        affine(std::span<const T, parameter_count> parameters, std::span<const T> cache)
+        affine(std::span<const T, parameter_count> parameters, std::span<const T> workspace)
         {
             const T* gamma = parameters.data();
             const T* beta = parameters.data() + Channels;
-            const T* mean = cache.data();
-            const T* inverse_deviation = cache.data() + Channels;
+            const T* mean = workspace.data();
+            const T* inverse_deviation = workspace.data() + Channels;
             for (std::size_t c = 0; c < Channels; ++c) {
                 scale[c] = gamma[c] * inverse_deviation[c];
                 shift[c] = beta[c] - scale[c] * mean[c];

@@ -11,7 +11,7 @@
 // form a type list (type_list.hpp), bound by one left fold.
 //
 // Cache of a bound chain for a batch (the memory forward leaves to backward):
-// the outputs of every layer but the last, then each layer's own cache: what
+// the outputs of every layer but the last, then each layer's own workspace: what
 // exact backprop must store, nothing more. The gradients between layers live
 // only during backward, in two buffers of per-thread scratch (one pair per
 // chain type, grown once to the largest batch, so a steady state allocates
@@ -104,9 +104,9 @@ struct bound_chain : made_of<Bound...> {
     static constexpr std::size_t largest_intermediate =
         length == 1 ? 0 : *std::max_element(output_sizes.begin(), output_sizes.end() - 1);
 
-    static constexpr std::size_t cache_size(std::size_t batch)
+    static constexpr std::size_t workspace_size(std::size_t batch)
     {
-        return batch * intermediate_size + (Bound::cache_size(batch) + ...);
+        return batch * intermediate_size + (Bound::workspace_size(batch) + ...);
     }
 
     // Kernel scratch (layer.hpp): the layers' own, one after another, and
@@ -131,13 +131,13 @@ struct bound_chain : made_of<Bound...> {
 
     template <forward_pass Pass, class T>
     static void forward(Pass mode, parameters_view<T, parameter_count> parameters,
-                        statistics_view<Pass, T, state_count> state, const_batch<T, input> x, batch_view<T, output> y,
-                        std::span<T> cache)
+                        state_view<Pass, T, state_count> state, const_batch<T, input> x, batch_view<T, output> y,
+                        std::span<T> workspace)
     {
-        const cache_layout<T> at{cache.data(), x.batch(), nullptr};
+        const workspace_layout<T> at{workspace.data(), x.batch(), nullptr};
         for_each_index<length>([&](auto i) {
             layer<i>::forward(mode, parts::template parameters_of<i>(parameters), parts::template state_of<i>(state), at.template input_of<i>(x),
-                              at.template output_of<i>(y), at.template layer_cache<i>());
+                              at.template output_of<i>(y), at.template layer_workspace<i>());
         });
     }
 
@@ -146,15 +146,15 @@ struct bound_chain : made_of<Bound...> {
     template <class T>
     static void backward(parameters_view<T, parameter_count> parameters, const_batch<T, input> x,
                          const_batch<T, output> grad_y, batch_view<T, input> grad_x,
-                         std::span<T, parameter_count> grad_parameters, std::span<T> cache)
+                         std::span<T, parameter_count> grad_parameters, std::span<T> workspace)
     {
         const std::size_t batch = x.batch();
         T* gradients = length == 1 ? nullptr : kernels::thread_scratch<bound_chain, T>(gradient_buffers_size(batch));
-        const cache_layout<T> at{cache.data(), batch, gradients};
+        const workspace_layout<T> at{workspace.data(), batch, gradients};
         for_each_index_down<length>([&](auto i) {
             layer<i>::backward(parts::template parameters_of<i>(parameters), at.template input_of<i>(x),
                                at.template output_gradient_of<i>(grad_y), at.template input_gradient_of<i>(grad_x),
-                               parts::template parameters_of<i>(grad_parameters), at.template layer_cache<i>());
+                               parts::template parameters_of<i>(grad_parameters), at.template layer_workspace<i>());
         });
     }
 
@@ -164,9 +164,9 @@ private:
     static constexpr std::size_t gradient_buffers_size(std::size_t batch) { return 2 * batch * largest_intermediate; }
 
     // Where a layer finds its input and output (the chain's own, or an
-    // intermediate in the cache), its cache, and in backward its gradients.
+    // intermediate in the workspace), its workspace, and in backward its gradients.
     template <class T>
-    struct cache_layout {
+    struct workspace_layout {
         T* base;
         std::size_t batch;
         T* gradients; // two buffers of batch * largest_intermediate values
@@ -189,12 +189,12 @@ private:
             else return intermediate<I>();
         }
         template <std::size_t I>
-        std::span<T> layer_cache() const
+        std::span<T> layer_workspace() const
         {
-            constexpr std::array<std::size_t (*)(std::size_t), length> sizes{&Bound::cache_size...};
+            constexpr std::array<std::size_t (*)(std::size_t), length> sizes{&Bound::workspace_size...};
             std::size_t offset = batch * intermediate_size;
             for (std::size_t j = 0; j < I; ++j) offset += sizes[j](batch);
-            return {base + offset, layer<I>::cache_size(batch)};
+            return {base + offset, layer<I>::workspace_size(batch)};
         }
         // Gradient buffer I % 2 holds the gradient of layer I's input.
         template <std::size_t I>

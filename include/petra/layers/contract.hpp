@@ -8,12 +8,12 @@
 //   shapes           bind<Input>'s input and output are shapes
 //   parameter_count  static constexpr std::size_t parameter_count
 //   state_count      static constexpr std::size_t state_count
-//   cache_size       static constexpr std::size_t cache_size(std::size_t batch)
+//   workspace_size       static constexpr std::size_t workspace_size(std::size_t batch)
 //   forward_flops    static constexpr std::size_t forward_flops
 //   backward_flops   static constexpr std::size_t backward_flops
 //   initialize       initialize(parameters, state, generator)
-//   forward          forward(pass, parameters, state, x, y, cache), for each pass
-//   backward         backward(parameters, x, grad_y, grad_x, grad_parameters, cache)
+//   forward          forward(pass, parameters, state, x, y, workspace), for each pass
+//   backward         backward(parameters, x, grad_y, grad_x, grad_parameters, workspace)
 //
 // and the layer's type stands in the template arguments of layer_contract,
 // which the compiler prints with the sentence. Where a layer fails, its
@@ -40,7 +40,7 @@ enum class layer_requirement {
     shapes,
     parameter_count,
     state_count,
-    cache_size,
+    workspace_size,
     forward_flops,
     backward_flops,
     initialize,
@@ -65,8 +65,8 @@ constexpr layer_requirement first_unmet_requirement_of_bound()
         return layer_requirement::parameter_count;
     } else if constexpr (!requires { requires a_size<decltype(B::state_count)>; }) {
         return layer_requirement::state_count;
-    } else if constexpr (!requires { { B::cache_size(std::size_t{1}) } -> a_size; }) {
-        return layer_requirement::cache_size;
+    } else if constexpr (!requires { { B::workspace_size(std::size_t{1}) } -> a_size; }) {
+        return layer_requirement::workspace_size;
     } else if constexpr (!requires { requires a_size<decltype(B::forward_flops)>; }) {
         return layer_requirement::forward_flops;
     } else if constexpr (!requires { requires a_size<decltype(B::backward_flops)>; }) {
@@ -78,15 +78,15 @@ constexpr layer_requirement first_unmet_requirement_of_bound()
         return layer_requirement::initialize;
     } else if constexpr (!requires(std::span<float, B::parameter_count> parameters,
                                    std::span<float, B::state_count> state, batch_view<float, typename B::input> x,
-                                   batch_view<float, typename B::output> y, std::span<float> cache) {
-                             B::forward(pass::training, parameters, state, x, y, cache);
-                             B::forward(pass::recomputation, parameters, state, x, y, cache);
-                             B::forward(pass::inference, parameters, state, x, y, cache);
+                                   batch_view<float, typename B::output> y, std::span<float> workspace) {
+                             B::forward(pass::training, parameters, state, x, y, workspace);
+                             B::forward(pass::recomputation, parameters, state, x, y, workspace);
+                             B::forward(pass::inference, parameters, state, x, y, workspace);
                          }) {
         return layer_requirement::forward;
     } else if constexpr (!requires(std::span<float, B::parameter_count> parameters,
                                    batch_view<float, typename B::input> x, batch_view<float, typename B::output> y,
-                                   std::span<float> cache) { B::backward(parameters, x, y, x, parameters, cache); }) {
+                                   std::span<float> workspace) { B::backward(parameters, x, y, x, parameters, workspace); }) {
         return layer_requirement::backward;
     } else {
         return layer_requirement::met;
@@ -128,9 +128,9 @@ struct layer_contract {
     static_assert(Unmet != layer_requirement::state_count,
                   "This layer states no state_count: the layer contract (layers/layer.hpp) asks for static "
                   "constexpr std::size_t state_count.");
-    static_assert(Unmet != layer_requirement::cache_size,
-                  "This layer states no cache_size(batch): the layer contract (layers/layer.hpp) asks for static "
-                  "constexpr std::size_t cache_size(std::size_t batch).");
+    static_assert(Unmet != layer_requirement::workspace_size,
+                  "This layer states no workspace_size(batch): the layer contract (layers/layer.hpp) asks for static "
+                  "constexpr std::size_t workspace_size(std::size_t batch).");
     static_assert(Unmet != layer_requirement::forward_flops,
                   "This layer states no forward_flops: the layer contract (layers/layer.hpp) asks for static "
                   "constexpr std::size_t forward_flops.");
@@ -142,10 +142,10 @@ struct layer_contract {
                   "initialize(std::span<T, parameter_count>, std::span<T, state_count>, std::mt19937_64&).");
     static_assert(Unmet != layer_requirement::forward,
                   "This layer's forward cannot be called as the layer contract (layers/layer.hpp) calls it: "
-                  "forward(pass, parameters, state, x, y, cache), x and y batch views, for every pass.");
+                  "forward(pass, parameters, state, x, y, workspace), x and y batch views, for every pass.");
     static_assert(Unmet != layer_requirement::backward,
                   "This layer's backward cannot be called as the layer contract (layers/layer.hpp) calls it: "
-                  "backward(parameters, x, grad_y, grad_x, grad_parameters, cache), in that order, x, grad_y and "
+                  "backward(parameters, x, grad_y, grad_x, grad_parameters, workspace), in that order, x, grad_y and "
                   "grad_x batch views.");
 };
 
@@ -159,7 +159,7 @@ struct broken_layer : parameter_free {
     static constexpr std::size_t forward_flops = 0;
     static constexpr std::size_t backward_flops = 0;
     template <forward_pass Pass, class T>
-    static void forward(Pass, parameters_view<T, 0>, statistics_view<Pass, T, 0>, const_batch<T, input>,
+    static void forward(Pass, parameters_view<T, 0>, state_view<Pass, T, 0>, const_batch<T, input>,
                         batch_view<T, output>, std::span<T>)
     {
     }

@@ -43,7 +43,7 @@ struct conv2d {
         static constexpr std::array<layer_array, 1> named_arrays{
             layer_array{"weight", array_role::parameter, 4, {OutChannels, InChannels, Kernel, Kernel}}};
         using unbound = conv2d;
-        static constexpr std::size_t cache_size(std::size_t /*batch*/) { return 0; }
+        static constexpr std::size_t workspace_size(std::size_t /*batch*/) { return 0; }
         static constexpr std::size_t forward_flops = 2 * output::size * InChannels * Kernel * Kernel;
         static constexpr std::size_t backward_flops = 2 * forward_flops;
         static constexpr std::size_t winograd_forward_flops =
@@ -78,7 +78,7 @@ struct conv2d {
         }
 
         template <forward_pass Pass, class T>
-        static void forward(Pass mode, parameters_view<T, parameter_count> parameters, statistics_view<Pass, T, 0>,
+        static void forward(Pass mode, parameters_view<T, parameter_count> parameters, state_view<Pass, T, 0>,
                             const_batch<T, input> x, batch_view<T, output> y, std::span<T>)
         {
             kernels::convolution_forward(geometry(x.batch()), x.data(), parameters.data(), y.data(),

@@ -36,7 +36,7 @@ struct dense {
             layer_array{"weight", array_role::parameter, 2, {Outputs, Inputs}},
             layer_array{"bias", array_role::parameter, 1, {Outputs}}};
         using unbound = dense;
-        static constexpr std::size_t cache_size(std::size_t /*batch*/) { return 0; }
+        static constexpr std::size_t workspace_size(std::size_t /*batch*/) { return 0; }
         static constexpr std::size_t forward_flops = 2 * Inputs * Outputs;
         static constexpr std::size_t backward_flops = 4 * Inputs * Outputs;
 
@@ -63,7 +63,7 @@ struct dense {
         }
 
         template <forward_pass Pass, class T>
-        static void forward(Pass mode, parameters_view<T, parameter_count> parameters, statistics_view<Pass, T, 0>,
+        static void forward(Pass mode, parameters_view<T, parameter_count> parameters, state_view<Pass, T, 0>,
                             const_batch<T, input> x, batch_view<T, output> y, std::span<T>)
         {
             using kernels::transpose;

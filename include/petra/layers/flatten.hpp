@@ -21,7 +21,7 @@ struct flatten {
         static constexpr std::size_t backward_flops = 0;
 
         template <forward_pass Pass, class T>
-        static void forward(Pass, parameters_view<T, 0>, statistics_view<Pass, T, 0>, const_batch<T, input> x,
+        static void forward(Pass, parameters_view<T, 0>, state_view<Pass, T, 0>, const_batch<T, input> x,
                             batch_view<T, output> y, std::span<T>)
         {
             std::copy_n(x.data(), x.size(), y.data());

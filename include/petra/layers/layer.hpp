@@ -9,24 +9,24 @@
 //   using input = shape<...>;  using output = shape<...>;
 //   static constexpr std::size_t parameter_count;  trained values
 //   static constexpr std::size_t state_count;      untrained buffers (running statistics)
-//   static constexpr std::size_t cache_size(std::size_t batch);
+//   static constexpr std::size_t workspace_size(std::size_t batch);
 //                                                  values forward leaves for backward
 //   static constexpr std::size_t forward_flops;    per example
 //   static constexpr std::size_t backward_flops;   per example, input and parameter gradients
 //   template <class T> static void initialize(std::span<T, P> parameters, std::span<T, S> state,
 //                                             std::mt19937_64& generator);
 //   template <forward_pass Pass, class T>
-//   static void forward(Pass, parameters_view<T, P> parameters, statistics_view<Pass, T, S> state,
-//                       const_batch<T, input> x, batch_view<T, output> y, std::span<T> cache);
+//   static void forward(Pass, parameters_view<T, P> parameters, state_view<Pass, T, S> state,
+//                       const_batch<T, input> x, batch_view<T, output> y, std::span<T> workspace);
 //   template <class T>
 //   static void backward(parameters_view<T, P> parameters, const_batch<T, input> x,
 //                        const_batch<T, output> grad_y, batch_view<T, input> grad_x,
-//                        std::span<T, P> grad_parameters, std::span<T> cache);
+//                        std::span<T, P> grad_parameters, std::span<T> workspace);
 //
 // One argument order for every function at the layer and block floors: what
 // the computation is made with (parameters, then running statistics), what it
 // reads (x, grad_y), what it writes (y, grad_x, grad_parameters), and last its
-// scratch (cache, workspace). The batch size is the views'.
+// scratch (workspace, for layers and blocks alike). The batch size is the views'.
 //
 // Every door a layer enters by checks this contract (layers/contract.hpp: a
 // chain's layers, every block's functions) and names, in one sentence, the
@@ -44,8 +44,8 @@
 // blocks it binds), so that a shape that does not fit is reported with the
 // network's sentence rather than by the layer's own static_assert.
 //
-// backward receives the x and cache of the forward call it differentiates,
-// and consumes the cache (it may overwrite it: a chain keeps its backward
+// backward receives the x and workspace of the forward call it differentiates,
+// and consumes the workspace (it may overwrite it: a chain keeps its backward
 // scratch there); it overwrites grad_x and ADDS to grad_parameters, so that
 // gradients accumulate over micro-batches. grad_x may be an empty view
 // (default-constructed): the input gradient is then not computed (the first
@@ -127,7 +127,7 @@ using parameters_view = std::type_identity_t<std::span<const T, Count>>;
 // for a training pass, read-only otherwise (a reconstruction or an inference
 // cannot move them, by type). Takes no part in deducing T either.
 template <class Pass, class T, std::size_t Count>
-using statistics_view =
+using state_view =
     std::conditional_t<Pass::updates_running_statistics, std::span<T, Count>, std::span<const T, Count>>;
 
 template <class Layer, class Input>
@@ -192,12 +192,12 @@ void mark_weights(std::span<T, Bound::parameter_count> mask)
     }
 }
 
-// Base of the bound layers that have no parameters, no state and no cache
+// Base of the bound layers that have no parameters, no state and no workspace
 // (relu, pooling, flatten): the zero counts and the empty initialisation.
 struct parameter_free {
     static constexpr std::size_t parameter_count = 0;
     static constexpr std::size_t state_count = 0;
-    static constexpr std::size_t cache_size(std::size_t /*batch*/) { return 0; }
+    static constexpr std::size_t workspace_size(std::size_t /*batch*/) { return 0; }
 
     template <class T>
     static void initialize(std::span<T, 0> /*parameters*/, std::span<T, 0> /*state*/, std::mt19937_64& /*generator*/)

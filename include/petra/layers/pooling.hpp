@@ -21,7 +21,7 @@ struct global_average_pool {
         static constexpr std::size_t backward_flops = Input::size;
 
         template <forward_pass Pass, class T>
-        static void forward(Pass, parameters_view<T, 0>, statistics_view<Pass, T, 0>, const_batch<T, input> x,
+        static void forward(Pass, parameters_view<T, 0>, state_view<Pass, T, 0>, const_batch<T, input> x,
                             batch_view<T, output> y, std::span<T>)
         {
             // Each (example, channel) row is one "channel" of a batch of one.

@@ -19,7 +19,7 @@ struct relu {
         static constexpr std::size_t backward_flops = Input::size;
 
         template <forward_pass Pass, class T>
-        static void forward(Pass, parameters_view<T, 0>, statistics_view<Pass, T, 0>, const_batch<T, input> x,
+        static void forward(Pass, parameters_view<T, 0>, state_view<Pass, T, 0>, const_batch<T, input> x,
                             batch_view<T, output> y, std::span<T>)
         {
             kernels::relu_forward(x.size(), x.data(), y.data());

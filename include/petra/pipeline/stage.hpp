@@ -435,7 +435,7 @@ private:
         const batch_view<const T, typename bound::output> y(above, batch_), grad_y(grad_above, batch_);
         // The network's input is data: its gradient is skipped where the
         // first block allows it.
-        const in_view grad_in = [&] {
+        const in_view block_grad_x = [&] {
             if constexpr (g == 0 && input_gradient_optional<bound>()) return in_view{};
             else if constexpr (I == 0) return grad_x ? grad_x : in_view(sink_.data() + sink_.size() - batch_ * input_values, batch_);
             else return activation_gradient<I - 1>();
@@ -443,14 +443,14 @@ private:
         in_view in;
         if constexpr (is_last) {
             in = kept_input<I>();
-            bound::backward(block_parameters<I>(parameters), in, grad_y, grad_in, block_gradient<I>(),
+            bound::backward(block_parameters<I>(parameters), in, grad_y, block_grad_x, block_gradient<I>(),
                             block_workspace<I>());
             if constexpr (I == 0) {
                 if (x) copy_batch<T>(in, x);
             }
         } else if (keeps_input(g)) {
             in = in_view(inputs_[I].pop(), batch_);
-            recompute_backward<bound>(block_parameters<I>(parameters), block_state<I>(), in, grad_y, grad_in,
+            recompute_backward<bound>(block_parameters<I>(parameters), block_state<I>(), in, grad_y, block_grad_x,
                                       block_gradient<I>(), block_workspace<I>(),
                                       batch_view<T, typename bound::output>(recomputed_.data(), batch_));
             if constexpr (I == 0) {
@@ -461,11 +461,11 @@ private:
                 if constexpr (I > 0) return rebuilt_activation<I - 1>();
                 else return x ? x : in_view(sink_.data(), batch_);
             }();
-            reconstruct_backward<bound>(block_parameters<I>(parameters), block_state<I>(), y, grad_y, in, grad_in,
+            reconstruct_backward<bound>(block_parameters<I>(parameters), block_state<I>(), y, grad_y, in, block_grad_x,
                                         block_gradient<I>(), block_workspace<I>());
         }
         above = in.data();
-        grad_above = grad_in.data();
+        grad_above = block_grad_x.data();
     }
 
     std::size_t batch_;
