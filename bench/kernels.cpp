@@ -71,8 +71,9 @@ void gemm_benchmark(benchmark::State& state)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(n), int(k), 1.0f, a.data(), int(k),
                         b.data(), int(n), 0.0f, c.data(), int(n));
         } else {
-            petra::kernels::gemm<float>(transpose::no, transpose::no, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f,
-                                        c.data(), n);
+            petra::kernels::gemm<float>({.op_a = transpose::no, .op_b = transpose::no, .m = m, .n = n, .k = k,
+                                         .alpha = 1.0f, .a = a.data(), .lda = k, .b = b.data(), .ldb = n, .beta = 0.0f,
+                                         .c = c.data(), .ldc = n});
         }
         benchmark::DoNotOptimize(c.data());
         benchmark::ClobberMemory();

@@ -26,7 +26,8 @@ int main()
     const float a[4] = {1, 2, 3, 4}; // [[1, 2], [3, 4]]
     const float b[4] = {5, 6, 7, 8}; // [[5, 6], [7, 8]]
     float c[4] = {};
-    kernels::gemm<float>(kernels::transpose::no, kernels::transpose::no, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2);
+    kernels::gemm<float>({.op_a = kernels::transpose::no, .op_b = kernels::transpose::no, .m = 2, .n = 2, .k = 2,
+                          .alpha = 1.0f, .a = a, .lda = 2, .b = b, .ldb = 2, .beta = 0.0f, .c = c, .ldc = 2});
     if (!std::ranges::equal(c, std::vector<float>{19, 22, 43, 50})) {
         std::printf("consumer (core): wrong product\n");
         return 1;

@@ -44,10 +44,13 @@ void check_gemm(const gemm_case& g, std::mt19937_64& generator)
     const auto b = petra::test::random_vector<T>(b_rows * ldb, generator);
     auto expected = g.beta == 0 ? petra::test::nan_vector<T>(g.m * ldc) : petra::test::random_vector<T>(g.m * ldc, generator);
     auto actual = expected;
-    petra::reference::gemm<T>(g.op_a, g.op_b, g.m, g.n, g.k, T(g.alpha), a.data(), lda, b.data(), ldb, T(g.beta),
-                              expected.data(), ldc);
-    petra::kernels::gemm<T>(g.op_a, g.op_b, g.m, g.n, g.k, T(g.alpha), a.data(), lda, b.data(), ldb, T(g.beta),
-                            actual.data(), ldc);
+    const auto arguments_into = [&](T* c) {
+        return petra::kernels::gemm_arguments<T>{.op_a = g.op_a, .op_b = g.op_b, .m = g.m, .n = g.n, .k = g.k,
+                                                 .alpha = T(g.alpha), .a = a.data(), .lda = lda, .b = b.data(),
+                                                 .ldb = ldb, .beta = T(g.beta), .c = c, .ldc = ldc};
+    };
+    petra::reference::gemm<T>(arguments_into(expected.data()));
+    petra::kernels::gemm<T>(arguments_into(actual.data()));
     // Compare the m x n result only; the padding columns stay as they were.
     std::vector<T> actual_result, expected_result;
     for (std::size_t i = 0; i < g.m; ++i) {
@@ -126,11 +129,13 @@ TEST_CASE_TEMPLATE("gemm with k == 0 or alpha == 0 scales C by beta without read
     const std::size_t m = 7, n = 9;
     auto c = petra::test::random_vector<T>(m * n, generator);
     const auto original = c;
-    petra::kernels::gemm<T>(transpose::no, transpose::no, m, n, 0, T(1), nullptr, 1, nullptr, n, T(0.5), c.data(), n);
+    petra::kernels::gemm<T>({.op_a = transpose::no, .op_b = transpose::no, .m = m, .n = n, .k = 0, .alpha = T(1),
+                             .a = nullptr, .lda = 1, .b = nullptr, .ldb = n, .beta = T(0.5), .c = c.data(), .ldc = n});
     for (std::size_t i = 0; i < c.size(); ++i) CHECK(c[i] == T(0.5) * original[i]);
     auto poisoned = petra::test::nan_vector<T>(m * n);
-    petra::kernels::gemm<T>(transpose::no, transpose::no, m, n, 4, T(0), nullptr, 4, nullptr, n, T(0), poisoned.data(),
-                            n);
+    petra::kernels::gemm<T>({.op_a = transpose::no, .op_b = transpose::no, .m = m, .n = n, .k = 4, .alpha = T(0),
+                             .a = nullptr, .lda = 4, .b = nullptr, .ldb = n, .beta = T(0), .c = poisoned.data(),
+                             .ldc = n});
     for (T value : poisoned) CHECK(value == T(0));
 }
 
@@ -138,8 +143,9 @@ TEST_CASE("gemm rejects leading dimensions that are too small, naming the argume
 {
     std::vector<float> a(64), b(64), c(64);
     auto call = [&](std::size_t lda, std::size_t ldb, std::size_t ldc) {
-        petra::kernels::gemm<float>(transpose::no, transpose::yes, 4, 4, 4, 1.0f, a.data(), lda, b.data(), ldb, 0.0f,
-                                    c.data(), ldc);
+        petra::kernels::gemm<float>({.op_a = transpose::no, .op_b = transpose::yes, .m = 4, .n = 4, .k = 4,
+                                     .alpha = 1.0f, .a = a.data(), .lda = lda, .b = b.data(), .ldb = ldb, .beta = 0.0f,
+                                     .c = c.data(), .ldc = ldc});
     };
     CHECK_NOTHROW(call(4, 4, 4));
     CHECK_THROWS_WITH_AS(call(3, 4, 4), doctest::Contains("lda"), std::invalid_argument);
@@ -168,15 +174,17 @@ TEST_CASE_TEMPLATE("gemm in a caller's scratch region computes the same numbers,
         std::vector<std::byte> storage(bytes + 3 * buffer_alignment, std::byte{0x5a});
         const auto address = reinterpret_cast<std::uintptr_t>(storage.data());
         std::byte* start = storage.data() + (buffer_alignment - address % buffer_alignment) % buffer_alignment;
-        petra::kernels::gemm<T>(transpose::no, transpose::no, m, n, k, T(1), a.data(), k, b.data(), n, T(0),
-                                per_thread.data(), n);
-        petra::kernels::gemm<T>(transpose::no, transpose::no, m, n, k, T(1), a.data(), k, b.data(), n, T(0),
-                                carved.data(), n, std::span<std::byte>(start, bytes));
+        const auto product_into = [&](T* c) {
+            return petra::kernels::gemm_arguments<T>{.op_a = transpose::no, .op_b = transpose::no, .m = m, .n = n,
+                                                     .k = k, .alpha = T(1), .a = a.data(), .lda = k, .b = b.data(),
+                                                     .ldb = n, .beta = T(0), .c = c, .ldc = n};
+        };
+        petra::kernels::gemm<T>(product_into(per_thread.data()));
+        petra::kernels::gemm<T>(product_into(carved.data()), std::span<std::byte>(start, bytes));
         CHECK(std::equal(per_thread.begin(), per_thread.end(), carved.begin()));
         CHECK(std::all_of(start + bytes, start + bytes + buffer_alignment,
                           [](std::byte v) { return v == std::byte{0x5a}; }));
-        CHECK_THROWS_WITH_AS(petra::kernels::gemm<T>(transpose::no, transpose::no, m, n, k, T(1), a.data(), k, b.data(),
-                                                     n, T(0), carved.data(), n,
+        CHECK_THROWS_WITH_AS(petra::kernels::gemm<T>(product_into(carved.data()),
                                                      std::span<std::byte>(start, bytes - buffer_alignment)),
                              doctest::Contains("scratch region is too small"), std::invalid_argument);
     }

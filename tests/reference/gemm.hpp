@@ -8,10 +8,11 @@
 
 namespace petra::reference {
 
+// Takes the kernel's arguments, so that a test hands both the same ones.
 template <class T>
-void gemm(kernels::transpose op_a, kernels::transpose op_b, std::size_t m, std::size_t n, std::size_t k, T alpha,
-          const T* a, std::size_t lda, const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc)
+void gemm(const kernels::gemm_arguments<T>& arguments)
 {
+    const auto [op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc] = arguments;
     for (std::size_t i = 0; i < m; ++i) {
         for (std::size_t j = 0; j < n; ++j) {
             long double sum = 0;

@@ -205,8 +205,16 @@ constexpr scratch_demand gemm_scratch(std::size_t m, std::size_t n, std::size_t 
     return demand;
 }
 
-// The packed engine. Computes, for an m x n result and depth k, the products
-// of op(A) and op(B) block by block and hands every mr x nr tile to `store`.
+// The sizes of a product: op(A) is m x k, op(B) is k x n, the result m x n.
+struct gemm_shape {
+    std::size_t m;
+    std::size_t n;
+    std::size_t k;
+};
+
+// The packed engine. Computes, for an m x n result and depth k (shape.m,
+// shape.n, shape.k), the products of op(A) and op(B) block by block and hands
+// every mr x nr tile to `store`.
 //
 //   pack_a(i0, rows, d0, depth, destination): packs op(A)[i0 .. i0+rows) x
 //       [d0 .. d0+depth) as detail::pack_slivers<mr> lays it out.
@@ -221,12 +229,12 @@ constexpr scratch_demand gemm_scratch(std::size_t m, std::size_t n, std::size_t 
 // The packed blocks come from `scratch` (scratch.hpp; gemm_scratch states
 // their size), per-thread buffers by default.
 //
-// Precondition: k > 0 (with k == 0 no tile is produced).
+// Precondition: shape.k > 0 (with k == 0 no tile is produced).
 template <class T, class PackA, class PackB, class Store>
-void packed_gemm(std::size_t m, std::size_t n, std::size_t k, PackA&& pack_a, PackB&& pack_b, Store&& store,
-                 scratch_source& scratch)
+void packed_gemm(const gemm_shape& shape, PackA&& pack_a, PackB&& pack_b, Store&& store, scratch_source& scratch)
 {
     using blocking = gemm_blocking<T>;
+    const std::size_t m = shape.m, n = shape.n, k = shape.k;
     constexpr std::size_t mr = blocking::mr;
     constexpr std::size_t nr = blocking::nr;
     T* packed_a = scratch.take<detail::gemm_packed_a_tag, T>(detail::packed_a_count<T>(m, k));
@@ -257,10 +265,10 @@ void packed_gemm(std::size_t m, std::size_t n, std::size_t k, PackA&& pack_a, Pa
 }
 
 template <class T, class PackA, class PackB, class Store>
-void packed_gemm(std::size_t m, std::size_t n, std::size_t k, PackA&& pack_a, PackB&& pack_b, Store&& store)
+void packed_gemm(const gemm_shape& shape, PackA&& pack_a, PackB&& pack_b, Store&& store)
 {
     scratch_source per_thread;
-    packed_gemm<T>(m, n, k, pack_a, pack_b, store, per_thread);
+    packed_gemm<T>(shape, pack_a, pack_b, store, per_thread);
 }
 
 // Strides of op(M) for a plain row-major matrix M with leading dimension ld.
@@ -347,6 +355,27 @@ inline void require(bool condition, const char* what)
 }
 } // namespace detail
 
+// The arguments of gemm, in BLAS order; designated initialisers name them
+// at the call site:
+//   gemm<float>({.op_a = transpose::no, .op_b = transpose::yes, .m = m, .n = n, .k = k, .alpha = 1.0f,
+//                .a = x, .lda = k, .b = w, .ldb = k, .beta = 0.0f, .c = y, .ldc = n});
+template <class T>
+struct gemm_arguments {
+    transpose op_a;
+    transpose op_b;
+    std::size_t m; // rows of op(A) and of C
+    std::size_t n; // columns of op(B) and of C
+    std::size_t k; // columns of op(A), rows of op(B)
+    T alpha;
+    const T* a;
+    std::size_t lda;
+    const T* b;
+    std::size_t ldb;
+    T beta;
+    T* c;
+    std::size_t ldc;
+};
+
 // C = alpha * op(A) * op(B) + beta * C, all matrices row-major.
 //   op(A) is m x k: A is m x k (lda >= k) when op_a == no, k x m (lda >= m) when yes.
 //   op(B) is k x n: B is k x n (ldb >= n) when op_b == no, n x k (ldb >= k) when yes.
@@ -358,11 +387,10 @@ inline void require(bool condition, const char* what)
 // otherwise the caller's region of gemm_scratch<T>(m, n, k).region_bytes()
 // bytes or more (scratch.hpp), and then nothing is allocated.
 template <class T>
-void gemm(transpose op_a, transpose op_b, std::size_t m, std::size_t n, std::size_t k, T alpha, const T* a,
-          std::size_t lda, const T* b, std::size_t ldb, T beta, T* c, std::size_t ldc,
-          std::span<std::byte> scratch = {})
+void gemm(const gemm_arguments<T>& arguments, std::span<std::byte> scratch = {})
 {
     static_assert(std::is_floating_point_v<T>, "gemm is defined for float and double");
+    const auto [op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc] = arguments;
     // 2 m n k FLOPs; A and B read once, C written (and read when beta != 0).
     PETRA_PROFILE_KERNEL(op_a == transpose::no ? (op_b == transpose::no ? "gemm nn" : "gemm nt")
                                                : (op_b == transpose::no ? "gemm tn" : "gemm tt"),
@@ -382,7 +410,7 @@ void gemm(transpose op_a, transpose op_b, std::size_t m, std::size_t n, std::siz
     detail::require(lda >= (op_a == transpose::no ? k : m), "lda is smaller than the row length of A");
     detail::require(ldb >= (op_b == transpose::no ? n : k), "ldb is smaller than the row length of B");
     scratch_source source(scratch);
-    packed_gemm<T>(m, n, k, matrix_a_packer<T>{a, matrix_strides(lda, op_a)},
+    packed_gemm<T>({.m = m, .n = n, .k = k}, matrix_a_packer<T>{a, matrix_strides(lda, op_a)},
                    matrix_b_packer<T>{b, matrix_strides(ldb, op_b)}, matrix_store<T>{c, ldc, alpha, beta}, source);
 }
 
