@@ -12,7 +12,13 @@ namespace petra::reference {
 template <class T>
 void gemm(const kernels::gemm_arguments<T>& arguments)
 {
-    const auto [op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc] = arguments;
+    const kernels::transpose op_a = arguments.op_a, op_b = arguments.op_b;
+    const std::size_t m = arguments.m, n = arguments.n, k = arguments.k;
+    const std::size_t lda = arguments.lda, ldb = arguments.ldb, ldc = arguments.ldc;
+    const T alpha = arguments.alpha, beta = arguments.beta;
+    const T* a = arguments.a;
+    const T* b = arguments.b;
+    T* c = arguments.c;
     for (std::size_t i = 0; i < m; ++i) {
         for (std::size_t j = 0; j < n; ++j) {
             long double sum = 0;

@@ -22,33 +22,35 @@ std::vector<long double> channel_affine(std::size_t N, std::size_t C, std::size_
 }
 
 template <class T>
-std::vector<long double> channel_combination(std::size_t N, std::size_t C, std::size_t S, const std::vector<T>& g,
-                                             const std::vector<T>& x, const std::vector<T>& a,
-                                             const std::vector<T>& b, const std::vector<T>& d)
+std::vector<long double> channel_combination(std::size_t N, std::size_t C, std::size_t S,
+                                             const std::vector<T>& grad_y, const std::vector<T>& x,
+                                             const std::vector<T>& grad_y_coefficient,
+                                             const std::vector<T>& x_coefficient, const std::vector<T>& offset)
 {
-    std::vector<long double> out(x.size());
+    std::vector<long double> grad_x(x.size());
     for (std::size_t n = 0; n < N; ++n)
         for (std::size_t c = 0; c < C; ++c)
             for (std::size_t s = 0; s < S; ++s) {
                 const std::size_t i = (n * C + c) * S + s;
-                out[i] = (long double)a[c] * g[i] + (long double)b[c] * x[i] + d[c];
+                grad_x[i] = (long double)grad_y_coefficient[c] * grad_y[i] + (long double)x_coefficient[c] * x[i] +
+                            offset[c];
             }
-    return out;
+    return grad_x;
 }
 
 template <class T>
-void channel_gradient_sums(std::size_t N, std::size_t C, std::size_t S, const std::vector<T>& g,
-                           const std::vector<T>& x, const std::vector<T>& center, std::vector<long double>& sum_g,
-                           std::vector<long double>& sum_gd)
+void channel_gradient_sums(std::size_t N, std::size_t C, std::size_t S, const std::vector<T>& grad_y,
+                           const std::vector<T>& x, const std::vector<T>& mean, std::vector<long double>& sum_grad_y,
+                           std::vector<long double>& sum_grad_y_deviation)
 {
-    sum_g.assign(C, 0.0L);
-    sum_gd.assign(C, 0.0L);
+    sum_grad_y.assign(C, 0.0L);
+    sum_grad_y_deviation.assign(C, 0.0L);
     for (std::size_t n = 0; n < N; ++n)
         for (std::size_t c = 0; c < C; ++c)
             for (std::size_t s = 0; s < S; ++s) {
                 const std::size_t i = (n * C + c) * S + s;
-                sum_g[c] += g[i];
-                sum_gd[c] += (long double)g[i] * ((long double)x[i] - center[c]);
+                sum_grad_y[c] += grad_y[i];
+                sum_grad_y_deviation[c] += (long double)grad_y[i] * ((long double)x[i] - mean[c]);
             }
 }
 

@@ -390,7 +390,13 @@ template <class T>
 void gemm(const gemm_arguments<T>& arguments, std::span<std::byte> scratch = {})
 {
     static_assert(std::is_floating_point_v<T>, "gemm is defined for float and double");
-    const auto [op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc] = arguments;
+    const transpose op_a = arguments.op_a, op_b = arguments.op_b;
+    const std::size_t m = arguments.m, n = arguments.n, k = arguments.k;
+    const std::size_t lda = arguments.lda, ldb = arguments.ldb, ldc = arguments.ldc;
+    const T alpha = arguments.alpha, beta = arguments.beta;
+    const T* a = arguments.a;
+    const T* b = arguments.b;
+    T* c = arguments.c;
     // 2 m n k FLOPs; A and B read once, C written (and read when beta != 0).
     PETRA_PROFILE_KERNEL(op_a == transpose::no ? (op_b == transpose::no ? "gemm nn" : "gemm nt")
                                                : (op_b == transpose::no ? "gemm tn" : "gemm tt"),

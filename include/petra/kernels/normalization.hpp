@@ -1,6 +1,7 @@
 // The per-channel maps and sums of batch normalisation, on NCHW batches laid
-// out as in reduction.hpp: N examples, C channels, S positions per channel,
-// element (n, c, s) at [(n * C + c) * S + s]. Per-channel coefficients are
+// out as in reduction.hpp: N examples, C channels, S positions per channel
+// (an argument struct's batch, channels and positions), element (n, c, s) at
+// [(n * C + c) * S + s]. Per-channel coefficients are
 // arrays of C values. Each element is computed with fused multiply-adds on
 // vectors and on the scalars of a row's tail; on a target with FMA its result
 // does not depend on where it falls (see kernels/optimizer.hpp).
@@ -42,11 +43,28 @@ void channel_map(std::size_t N, std::size_t C, std::size_t S, Element&& element,
 
 } // namespace detail
 
+// The arguments of channel_affine and channel_affine_relu: y = scale[c] * x +
+// shift[c] on a batch of `batch` examples, `channels` channels and
+// `positions` positions per channel.
+template <class T>
+struct channel_affine_arguments {
+    std::size_t batch;
+    std::size_t channels;
+    std::size_t positions;
+    const T* x;
+    const T* scale; // channels values
+    const T* shift; // channels values
+    T* y;
+};
+
 // y = scale[c] * x + shift[c]. y may be x itself; no other overlap.
 template <class T>
-void channel_affine(std::size_t N, std::size_t C, std::size_t S, const T* x, const T* scale, const T* shift, T* y)
+void channel_affine(const channel_affine_arguments<T>& arguments)
 {
     static_assert(std::is_floating_point_v<T>, "channel_affine is defined for float and double");
+    const std::size_t N = arguments.batch, C = arguments.channels, S = arguments.positions;
+    const T* scale = arguments.scale;
+    const T* shift = arguments.shift;
     // One multiply-add per element; x read, y written.
     PETRA_PROFILE_KERNEL("channel_affine", detail::channel_geometry, {N, C, S}, 2.0 * double(N * C * S),
                          2.0 * double(N * C * S * sizeof(T)));
@@ -56,79 +74,117 @@ void channel_affine(std::size_t N, std::size_t C, std::size_t S, const T* x, con
             using V = decltype(value);
             return xsimd::fma(V(scale[c]), value, V(shift[c]));
         },
-        y, x);
+        arguments.y, arguments.x);
 }
 
-// out = a[c] * g + b[c] * x + d[c]. out may be g or x itself; no other
-// overlap.
+// The arguments of channel_combination: grad_x = grad_y_coefficient[c] *
+// grad_y + x_coefficient[c] * x + offset[c], the input gradient of batch
+// normalisation (see layers/batch_norm.hpp for the coefficients).
 template <class T>
-void channel_combination(std::size_t N, std::size_t C, std::size_t S, const T* g, const T* x, const T* a, const T* b,
-                         const T* d, T* out)
+struct channel_combination_arguments {
+    std::size_t batch;
+    std::size_t channels;
+    std::size_t positions;
+    const T* grad_y;
+    const T* x;
+    const T* grad_y_coefficient; // channels values
+    const T* x_coefficient;      // channels values
+    const T* offset;             // channels values
+    T* grad_x;
+};
+
+// grad_x = grad_y_coefficient[c] * grad_y + x_coefficient[c] * x + offset[c].
+// grad_x may be grad_y or x itself; no other overlap.
+template <class T>
+void channel_combination(const channel_combination_arguments<T>& arguments)
 {
     static_assert(std::is_floating_point_v<T>, "channel_combination is defined for float and double");
-    // Two multiply-adds per element; g and x read, out written.
+    const std::size_t N = arguments.batch, C = arguments.channels, S = arguments.positions;
+    const T* grad_y_coefficient = arguments.grad_y_coefficient;
+    const T* x_coefficient = arguments.x_coefficient;
+    const T* offset = arguments.offset;
+    // Two multiply-adds per element; grad_y and x read, grad_x written.
     PETRA_PROFILE_KERNEL("channel_combination", detail::channel_geometry, {N, C, S}, 4.0 * double(N * C * S),
                          3.0 * double(N * C * S * sizeof(T)));
     detail::channel_map(
         N, C, S,
-        [a, b, d](std::size_t c, auto gradient, auto value) {
+        [grad_y_coefficient, x_coefficient, offset](std::size_t c, auto gradient, auto value) {
             using V = decltype(value);
-            return xsimd::fma(V(a[c]), gradient, xsimd::fma(V(b[c]), value, V(d[c])));
+            return xsimd::fma(V(grad_y_coefficient[c]), gradient,
+                              xsimd::fma(V(x_coefficient[c]), value, V(offset[c])));
         },
-        out, g, x);
+        arguments.grad_x, arguments.grad_y, arguments.x);
 }
+
+// The arguments of channel_gradient_sums: per channel, the sum of grad_y and
+// the sum of grad_y * (x - mean[c]).
+template <class T>
+struct channel_gradient_sums_arguments {
+    std::size_t batch;
+    std::size_t channels;
+    std::size_t positions;
+    const T* grad_y;
+    const T* x;
+    const T* mean;           // channels values
+    T* sum_grad_y;           // channels values
+    T* sum_grad_y_deviation; // channels values
+};
 
 namespace detail {
 
-// The sums of channel_gradient_sums, over the gradient as gate(c, g, x)
-// makes it from g and x (g itself, or g where a ReLU let the value through).
+// The sums of channel_gradient_sums, over the gradient as gate(c, grad_y, x)
+// makes it from grad_y and x (grad_y itself, or grad_y where a ReLU let the
+// value through).
 template <class T, class Gate>
-void gated_gradient_sums(std::size_t N, std::size_t C, std::size_t S, const T* g, const T* x, const T* center,
-                         T* sum_g_out, T* sum_gd_out, Gate&& gate)
+void gated_gradient_sums(const channel_gradient_sums_arguments<T>& arguments, Gate&& gate)
 {
     using vector = simd<T>;
     constexpr std::size_t width = vector::size;
     constexpr std::size_t accumulators = reduction_accumulators;
     constexpr std::size_t block = accumulators * width;
+    const std::size_t N = arguments.batch, C = arguments.channels, S = arguments.positions;
+    const T* grad_y = arguments.grad_y;
+    const T* x = arguments.x;
+    const T* mean = arguments.mean;
     for (std::size_t c = 0; c < C; ++c) {
-        T total_g = T(0), total_gd = T(0);
-        const vector shift(center[c]);
+        T total_grad = T(0), total_grad_deviation = T(0);
+        const vector center(mean[c]);
         for (std::size_t n = 0; n < N; ++n) {
-            const T* gradient = g + (n * C + c) * S;
+            const T* gradient = grad_y + (n * C + c) * S;
             const T* value = x + (n * C + c) * S;
-            vector sum_g[accumulators], sum_gd[accumulators];
-            for (std::size_t a = 0; a < accumulators; ++a) sum_g[a] = sum_gd[a] = vector(T(0));
+            vector sum_grad[accumulators], sum_grad_deviation[accumulators];
+            for (std::size_t a = 0; a < accumulators; ++a) sum_grad[a] = sum_grad_deviation[a] = vector(T(0));
             std::size_t s = 0;
             for (; s < S - S % block; s += block) {
 #pragma GCC unroll 4
                 for (std::size_t a = 0; a < accumulators; ++a) {
                     const vector xv = vector::load_unaligned(value + s + a * width);
                     const vector gv = gate(c, vector::load_unaligned(gradient + s + a * width), xv);
-                    sum_g[a] += gv;
-                    sum_gd[a] = xsimd::fma(gv, xv - shift, sum_gd[a]);
+                    sum_grad[a] += gv;
+                    sum_grad_deviation[a] = xsimd::fma(gv, xv - center, sum_grad_deviation[a]);
                 }
             }
             for (; s < S - S % width; s += width) {
                 const vector xv = vector::load_unaligned(value + s);
                 const vector gv = gate(c, vector::load_unaligned(gradient + s), xv);
-                sum_g[0] += gv;
-                sum_gd[0] = xsimd::fma(gv, xv - shift, sum_gd[0]);
+                sum_grad[0] += gv;
+                sum_grad_deviation[0] = xsimd::fma(gv, xv - center, sum_grad_deviation[0]);
             }
-            T row_g = horizontal_sum(sum_g), row_gd = horizontal_sum(sum_gd);
+            T row_grad = horizontal_sum(sum_grad), row_grad_deviation = horizontal_sum(sum_grad_deviation);
             for (; s < S; ++s) {
                 const T gs = gate(c, gradient[s], value[s]);
-                row_g += gs;
-                row_gd = xsimd::fma(gs, value[s] - center[c], row_gd);
+                row_grad += gs;
+                row_grad_deviation = xsimd::fma(gs, value[s] - mean[c], row_grad_deviation);
             }
-            total_g += row_g;
-            total_gd += row_gd;
+            total_grad += row_grad;
+            total_grad_deviation += row_grad_deviation;
         }
-        sum_g_out[c] = total_g;
-        sum_gd_out[c] = total_gd;
+        arguments.sum_grad_y[c] = total_grad;
+        arguments.sum_grad_y_deviation[c] = total_grad_deviation;
     }
 }
 
-// g where scale[c] * x + shift[c] > 0, else exactly 0: the gradient of a
+// grad_y where scale[c] * x + shift[c] > 0, else exactly 0: the gradient of a
 // ReLU that follows the affine map, read from the map's input (the map is
 // evaluated as channel_affine evaluates it, so the two agree on every
 // element).
@@ -146,21 +202,20 @@ struct relu_gate {
 
 } // namespace detail
 
-// sum_g_out[c] = sum of g over channel c, and
-// sum_gd_out[c] = sum of g * (x - center[c]) over it: the two sums of batch
-// normalisation's backward pass, accumulated as in reduction.hpp (several
-// vector accumulators per row, then the rows of a channel). The outputs must
-// not overlap the inputs.
+// sum_grad_y[c] = sum of grad_y over channel c, and
+// sum_grad_y_deviation[c] = sum of grad_y * (x - mean[c]) over it: the two
+// sums of batch normalisation's backward pass, accumulated as in
+// reduction.hpp (several vector accumulators per row, then the rows of a
+// channel). The outputs must not overlap the inputs.
 template <class T>
-void channel_gradient_sums(std::size_t N, std::size_t C, std::size_t S, const T* g, const T* x, const T* center,
-                           T* sum_g_out, T* sum_gd_out)
+void channel_gradient_sums(const channel_gradient_sums_arguments<T>& arguments)
 {
     static_assert(std::is_floating_point_v<T>, "channel_gradient_sums is defined for float and double");
-    // An addition, a subtraction and a multiply-add per element; g and x read.
+    [[maybe_unused]] const std::size_t N = arguments.batch, C = arguments.channels, S = arguments.positions;
+    // An addition, a subtraction and a multiply-add per element; grad_y and x read.
     PETRA_PROFILE_KERNEL("channel_gradient_sums", detail::channel_geometry, {N, C, S}, 4.0 * double(N * C * S),
                          double((2 * N * C * S + 2 * C) * sizeof(T)));
-    detail::gated_gradient_sums(N, C, S, g, x, center, sum_g_out, sum_gd_out,
-                                [](std::size_t, auto gradient, auto) { return gradient; });
+    detail::gated_gradient_sums(arguments, [](std::size_t, auto gradient, auto) { return gradient; });
 }
 
 // Batch normalisation followed by a ReLU, fused: one pass instead of two
@@ -170,10 +225,12 @@ void channel_gradient_sums(std::size_t N, std::size_t C, std::size_t S, const T*
 // and NaN (elementwise.hpp): what channel_affine then relu_forward give, in
 // one pass. y may be x itself; no other overlap.
 template <class T>
-void channel_affine_relu(std::size_t N, std::size_t C, std::size_t S, const T* x, const T* scale, const T* shift,
-                         T* y)
+void channel_affine_relu(const channel_affine_arguments<T>& arguments)
 {
     static_assert(std::is_floating_point_v<T>, "channel_affine_relu is defined for float and double");
+    const std::size_t N = arguments.batch, C = arguments.channels, S = arguments.positions;
+    const T* scale = arguments.scale;
+    const T* shift = arguments.shift;
     // A multiply-add and a comparison per element; x read, y written.
     PETRA_PROFILE_KERNEL("channel_affine_relu", detail::channel_geometry, {N, C, S}, 3.0 * double(N * C * S),
                          2.0 * double(N * C * S * sizeof(T)));
@@ -184,43 +241,90 @@ void channel_affine_relu(std::size_t N, std::size_t C, std::size_t S, const T* x
             const V affine = xsimd::fma(V(scale[c]), value, V(shift[c]));
             return detail::choose(affine <= V(T(0)), V(T(0)), affine);
         },
-        y, x);
+        arguments.y, arguments.x);
 }
 
-// channel_gradient_sums of the gradient behind a ReLU: g replaced by g where
-// scale[c] * x + shift[c] > 0 and by 0 elsewhere (x is the affine map's
-// input). Equal, sum for sum, to relu_backward on the map's output and then
-// channel_gradient_sums.
+// The arguments of channel_relu_gradient_sums: those of channel_gradient_sums
+// and the affine map (scale, shift) that the ReLU follows.
 template <class T>
-void channel_relu_gradient_sums(std::size_t N, std::size_t C, std::size_t S, const T* g, const T* x,
-                                const T* center, const T* scale, const T* shift, T* sum_g_out, T* sum_gd_out)
+struct channel_relu_gradient_sums_arguments {
+    std::size_t batch;
+    std::size_t channels;
+    std::size_t positions;
+    const T* grad_y;         // the gradient of the ReLU's output
+    const T* x;              // the affine map's input
+    const T* mean;           // channels values
+    const T* scale;          // channels values
+    const T* shift;          // channels values
+    T* sum_grad_y;           // channels values
+    T* sum_grad_y_deviation; // channels values
+};
+
+// channel_gradient_sums of the gradient behind a ReLU: grad_y replaced by
+// grad_y where scale[c] * x + shift[c] > 0 and by 0 elsewhere (x is the
+// affine map's input). Equal, sum for sum, to relu_backward on the map's
+// output and then channel_gradient_sums.
+template <class T>
+void channel_relu_gradient_sums(const channel_relu_gradient_sums_arguments<T>& arguments)
 {
     static_assert(std::is_floating_point_v<T>, "channel_relu_gradient_sums is defined for float and double");
-    // The gate (a multiply-add and a comparison), then channel_gradient_sums' work; g and x read.
+    const std::size_t N = arguments.batch, C = arguments.channels, S = arguments.positions;
+    // The gate (a multiply-add and a comparison), then channel_gradient_sums' work; grad_y and x read.
     PETRA_PROFILE_KERNEL("channel_relu_gradient_sums", detail::channel_geometry, {N, C, S},
                          7.0 * double(N * C * S), double((2 * N * C * S + 2 * C) * sizeof(T)));
-    detail::gated_gradient_sums(N, C, S, g, x, center, sum_g_out, sum_gd_out, detail::relu_gate<T>{scale, shift});
+    detail::gated_gradient_sums(
+        channel_gradient_sums_arguments<T>{.batch = N,
+                                           .channels = C,
+                                           .positions = S,
+                                           .grad_y = arguments.grad_y,
+                                           .x = arguments.x,
+                                           .mean = arguments.mean,
+                                           .sum_grad_y = arguments.sum_grad_y,
+                                           .sum_grad_y_deviation = arguments.sum_grad_y_deviation},
+        detail::relu_gate<T>{arguments.scale, arguments.shift});
 }
 
-// channel_combination of the gradient behind a ReLU, gated as in
-// channel_relu_gradient_sums: out = a[c] * g' + b[c] * x + d[c]. out may be g
-// or x itself; no other overlap.
+// The arguments of channel_relu_combination: those of channel_combination
+// and the affine map (scale, shift) that the ReLU follows.
 template <class T>
-void channel_relu_combination(std::size_t N, std::size_t C, std::size_t S, const T* g, const T* x, const T* scale,
-                              const T* shift, const T* a, const T* b, const T* d, T* out)
+struct channel_relu_combination_arguments {
+    std::size_t batch;
+    std::size_t channels;
+    std::size_t positions;
+    const T* grad_y;             // the gradient of the ReLU's output
+    const T* x;                  // the affine map's input
+    const T* scale;              // channels values
+    const T* shift;              // channels values
+    const T* grad_y_coefficient; // channels values
+    const T* x_coefficient;      // channels values
+    const T* offset;             // channels values
+    T* grad_x;
+};
+
+// channel_combination of the gradient behind a ReLU, gated as in
+// channel_relu_gradient_sums: grad_x = grad_y_coefficient[c] * grad_y' +
+// x_coefficient[c] * x + offset[c], with grad_y' the gated grad_y. grad_x may
+// be grad_y or x itself; no other overlap.
+template <class T>
+void channel_relu_combination(const channel_relu_combination_arguments<T>& arguments)
 {
     static_assert(std::is_floating_point_v<T>, "channel_relu_combination is defined for float and double");
-    // The gate, then two multiply-adds per element; g and x read, out written.
+    const std::size_t N = arguments.batch, C = arguments.channels, S = arguments.positions;
+    const T* grad_y_coefficient = arguments.grad_y_coefficient;
+    const T* x_coefficient = arguments.x_coefficient;
+    const T* offset = arguments.offset;
+    // The gate, then two multiply-adds per element; grad_y and x read, grad_x written.
     PETRA_PROFILE_KERNEL("channel_relu_combination", detail::channel_geometry, {N, C, S},
                          7.0 * double(N * C * S), 3.0 * double(N * C * S * sizeof(T)));
-    const detail::relu_gate<T> gate{scale, shift};
+    const detail::relu_gate<T> gate{arguments.scale, arguments.shift};
     detail::channel_map(
         N, C, S,
-        [a, b, d, gate](std::size_t c, auto gradient, auto value) {
+        [grad_y_coefficient, x_coefficient, offset, gate](std::size_t c, auto gradient, auto value) {
             using V = decltype(value);
-            return xsimd::fma(V(a[c]), gate(c, gradient, value), xsimd::fma(V(b[c]), value, V(d[c])));
+            return xsimd::fma(V(grad_y_coefficient[c]), gate(c, gradient, value),
+                              xsimd::fma(V(x_coefficient[c]), value, V(offset[c])));
         },
-        out, g, x);
+        arguments.grad_x, arguments.grad_y, arguments.x);
 }
 
 } // namespace petra::kernels

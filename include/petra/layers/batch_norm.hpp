@@ -108,9 +108,11 @@ struct bound_normalization {
         }
         const affine<T> map(parameters, workspace);
         if constexpr (WithRelu) {
-            kernels::channel_affine_relu(batch, Channels, pixels, x.data(), map.scale.data(), map.shift.data(), y.data());
+            kernels::channel_affine_relu<T>({.batch = batch, .channels = Channels, .positions = pixels, .x = x.data(),
+                                             .scale = map.scale.data(), .shift = map.shift.data(), .y = y.data()});
         } else {
-            kernels::channel_affine(batch, Channels, pixels, x.data(), map.scale.data(), map.shift.data(), y.data());
+            kernels::channel_affine<T>({.batch = batch, .channels = Channels, .positions = pixels, .x = x.data(),
+                                        .scale = map.scale.data(), .shift = map.shift.data(), .y = y.data()});
         }
     }
 
@@ -136,33 +138,45 @@ struct bound_normalization {
         std::array<T, Channels> sum_grad, sum_grad_deviation;
         [[maybe_unused]] const affine<T> map(parameters, workspace);
         if constexpr (WithRelu) {
-            kernels::channel_relu_gradient_sums(batch, Channels, pixels, grad_y.data(), x.data(), mean,
-                                                map.scale.data(), map.shift.data(), sum_grad.data(),
-                                                sum_grad_deviation.data());
+            kernels::channel_relu_gradient_sums<T>({.batch = batch, .channels = Channels, .positions = pixels,
+                                                    .grad_y = grad_y.data(), .x = x.data(), .mean = mean,
+                                                    .scale = map.scale.data(), .shift = map.shift.data(),
+                                                    .sum_grad_y = sum_grad.data(),
+                                                    .sum_grad_y_deviation = sum_grad_deviation.data()});
         } else {
-            kernels::channel_gradient_sums(batch, Channels, pixels, grad_y.data(), x.data(), mean, sum_grad.data(),
-                                           sum_grad_deviation.data());
+            kernels::channel_gradient_sums<T>({.batch = batch, .channels = Channels, .positions = pixels,
+                                               .grad_y = grad_y.data(), .x = x.data(), .mean = mean,
+                                               .sum_grad_y = sum_grad.data(),
+                                               .sum_grad_y_deviation = sum_grad_deviation.data()});
         }
-        // grad_x = a grad_y + b x + d, per channel, with
-        //   a = gamma inverse_deviation,
-        //   b = -a inverse_deviation sum_grad_x_hat / count,
-        //   d = -a sum_grad / count - b mean.
-        std::array<T, Channels> a, b, d;
+        // grad_x = grad_y_coefficient grad_y + x_coefficient x + offset, per
+        // channel, with
+        //   grad_y_coefficient = gamma inverse_deviation,
+        //   x_coefficient = -grad_y_coefficient inverse_deviation sum_grad_x_hat / count,
+        //   offset = -grad_y_coefficient sum_grad / count - x_coefficient mean.
+        std::array<T, Channels> grad_y_coefficient, x_coefficient, offset;
         for (std::size_t c = 0; c < Channels; ++c) {
             const T sum_grad_x_hat = sum_grad_deviation[c] * inverse_deviation[c];
             grad_parameters[c] += sum_grad_x_hat;
             grad_parameters[Channels + c] += sum_grad[c];
-            a[c] = gamma[c] * inverse_deviation[c];
-            b[c] = -a[c] * inverse_deviation[c] * sum_grad_x_hat / count;
-            d[c] = -a[c] * sum_grad[c] / count - b[c] * mean[c];
+            grad_y_coefficient[c] = gamma[c] * inverse_deviation[c];
+            x_coefficient[c] = -grad_y_coefficient[c] * inverse_deviation[c] * sum_grad_x_hat / count;
+            offset[c] = -grad_y_coefficient[c] * sum_grad[c] / count - x_coefficient[c] * mean[c];
         }
         if (!grad_x) return;
         if constexpr (WithRelu) {
-            kernels::channel_relu_combination(batch, Channels, pixels, grad_y.data(), x.data(), map.scale.data(),
-                                              map.shift.data(), a.data(), b.data(), d.data(), grad_x.data());
+            kernels::channel_relu_combination<T>({.batch = batch, .channels = Channels, .positions = pixels,
+                                                  .grad_y = grad_y.data(), .x = x.data(), .scale = map.scale.data(),
+                                                  .shift = map.shift.data(),
+                                                  .grad_y_coefficient = grad_y_coefficient.data(),
+                                                  .x_coefficient = x_coefficient.data(), .offset = offset.data(),
+                                                  .grad_x = grad_x.data()});
         } else {
-            kernels::channel_combination(batch, Channels, pixels, grad_y.data(), x.data(), a.data(), b.data(),
-                                         d.data(), grad_x.data());
+            kernels::channel_combination<T>({.batch = batch, .channels = Channels, .positions = pixels,
+                                             .grad_y = grad_y.data(), .x = x.data(),
+                                             .grad_y_coefficient = grad_y_coefficient.data(),
+                                             .x_coefficient = x_coefficient.data(), .offset = offset.data(),
+                                             .grad_x = grad_x.data()});
         }
     }
 
