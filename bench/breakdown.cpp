@@ -95,8 +95,10 @@ void stage_backward(Stage& stage, const float* y, const float* grad_y, float* x,
 // between forward and backward), on the kernel itself.
 float loss_gradient(const float* logits, const std::int32_t* labels, float* grad_logits)
 {
-    return petra::kernels::softmax_cross_entropy(batch, classes, logits, classes, labels, nullptr, grad_logits,
-                                                 classes);
+    return petra::kernels::softmax_cross_entropy<float>({.rows = batch, .classes = classes, .logits = logits,
+                                                         .ld_logits = classes, .labels = labels,
+                                                         .probabilities = nullptr, .grad_logits = grad_logits,
+                                                         .ld_out = classes});
 }
 
 // The FLOPs a stage's tick is charged at compile time: forward,

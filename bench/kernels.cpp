@@ -112,8 +112,8 @@ void convolution_benchmark(benchmark::State& state)
                                   static_cast<std::size_t>(state.range(3) / 2)};
     const auto input = random_values(shape.input_count(), 3);
     const auto weights = random_values(shape.weight_count(), 4);
-    const auto grad_output = random_values(shape.output_count(), 5);
-    std::vector<float> output(shape.output_count()), grad_input(shape.input_count()),
+    const auto grad_y = random_values(shape.output_count(), 5);
+    std::vector<float> output(shape.output_count()), grad_x(shape.input_count()),
         grad_weights(shape.weight_count());
     petra::kernels::scratch_source scratch;
     namespace detail = petra::kernels::detail;
@@ -122,22 +122,22 @@ void convolution_benchmark(benchmark::State& state)
             detail::forward_accumulate(shape, input.data(), weights.data(), output.data(), 0.0f, scratch);
             benchmark::DoNotOptimize(output.data());
         } else if constexpr (Direct && Pass == pass::backward_input) {
-            detail::backward_input_by_phases(shape, grad_output.data(), weights.data(), grad_input.data(), 0.0f,
+            detail::backward_input_by_phases(shape, grad_y.data(), weights.data(), grad_x.data(), 0.0f,
                                              scratch);
-            benchmark::DoNotOptimize(grad_input.data());
+            benchmark::DoNotOptimize(grad_x.data());
         } else if constexpr (Direct) {
             std::fill(grad_weights.begin(), grad_weights.end(), 0.0f);
             const detail::phased_input<float> phased = detail::prepare_input(shape, input.data(), scratch);
-            detail::weight_gradient(shape, phased, grad_output.data(), grad_weights.data(), scratch);
+            detail::weight_gradient(shape, phased, grad_y.data(), grad_weights.data(), scratch);
             benchmark::DoNotOptimize(grad_weights.data());
         } else if constexpr (Pass == pass::forward) {
             petra::kernels::convolution_forward(shape, input.data(), weights.data(), output.data());
             benchmark::DoNotOptimize(output.data());
         } else if constexpr (Pass == pass::backward_input) {
-            petra::kernels::convolution_backward_input(shape, grad_output.data(), weights.data(), grad_input.data());
-            benchmark::DoNotOptimize(grad_input.data());
+            petra::kernels::convolution_backward_input(shape, grad_y.data(), weights.data(), grad_x.data());
+            benchmark::DoNotOptimize(grad_x.data());
         } else {
-            petra::kernels::convolution_backward_weights(shape, input.data(), grad_output.data(),
+            petra::kernels::convolution_backward_weights(shape, input.data(), grad_y.data(),
                                                          grad_weights.data());
             benchmark::DoNotOptimize(grad_weights.data());
         }

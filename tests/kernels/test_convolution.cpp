@@ -76,16 +76,16 @@ TEST_CASE_TEMPLATE("convolution input gradient matches the reference", T, float,
 {
     std::mt19937_64 generator(2);
     for_each_shape([&](const convolution_shape& shape) {
-        const auto grad_output = petra::test::random_vector<T>(shape.output_count(), generator);
+        const auto grad_y = petra::test::random_vector<T>(shape.output_count(), generator);
         const auto weights = petra::test::random_vector<T>(shape.weight_count(), generator);
         const std::size_t terms = shape.out_channels * shape.kernel * shape.kernel;
         for (T beta : {T(0), T(1), T(-0.5)}) {
             auto expected = beta == T(0) ? petra::test::nan_vector<T>(shape.input_count())
                                          : petra::test::random_vector<T>(shape.input_count(), generator);
             auto actual = expected;
-            petra::reference::convolution_backward_input(shape, grad_output.data(), weights.data(), expected.data(),
+            petra::reference::convolution_backward_input(shape, grad_y.data(), weights.data(), expected.data(),
                                                          beta);
-            petra::kernels::convolution_backward_input(shape, grad_output.data(), weights.data(), actual.data(), beta);
+            petra::kernels::convolution_backward_input(shape, grad_y.data(), weights.data(), actual.data(), beta);
             petra::test::check_close(actual, expected, petra::test::accumulation_tolerance<T>(terms + 1));
         }
     });
@@ -107,7 +107,7 @@ TEST_CASE_TEMPLATE("Winograd's form and the direct correlation agree on all thre
                       << ", input " << shape.in_height << "x" << shape.in_width);
         const auto input = petra::test::random_vector<T>(shape.input_count(), generator);
         const auto weights = petra::test::random_vector<T>(shape.weight_count(), generator);
-        const auto grad_output = petra::test::random_vector<T>(shape.output_count(), generator);
+        const auto grad_y = petra::test::random_vector<T>(shape.output_count(), generator);
         scratch_source scratch;
         for (T beta : {T(0), T(0.75)}) {
             auto direct = beta == T(0) ? petra::test::nan_vector<T>(shape.output_count())
@@ -120,9 +120,9 @@ TEST_CASE_TEMPLATE("Winograd's form and the direct correlation agree on all thre
             auto direct_input = beta == T(0) ? petra::test::nan_vector<T>(shape.input_count())
                                              : petra::test::random_vector<T>(shape.input_count(), generator);
             auto winograd_input = direct_input;
-            detail::backward_input_by_phases(shape, grad_output.data(), weights.data(), direct_input.data(), beta,
+            detail::backward_input_by_phases(shape, grad_y.data(), weights.data(), direct_input.data(), beta,
                                              scratch);
-            detail::winograd_backward_input(shape, grad_output.data(), weights.data(), winograd_input.data(), beta,
+            detail::winograd_backward_input(shape, grad_y.data(), weights.data(), winograd_input.data(), beta,
                                             scratch);
             petra::test::check_close(winograd_input, direct_input,
                                      petra::test::accumulation_tolerance<T>(shape.out_channels * 9 + 1));
@@ -132,9 +132,9 @@ TEST_CASE_TEMPLATE("Winograd's form and the direct correlation agree on all thre
         auto direct_weights = petra::test::random_vector<T>(shape.weight_count(), generator);
         auto winograd_weights = direct_weights;
         const detail::phased_input<T> phased = detail::prepare_input(shape, input.data(), scratch);
-        detail::weight_gradient(shape, phased, grad_output.data(), direct_weights.data(), scratch);
+        detail::weight_gradient(shape, phased, grad_y.data(), direct_weights.data(), scratch);
         detail::winograd_weight_gradient(detail::forward_winograd_geometry<T>(shape), input.data(),
-                                         grad_output.data(), winograd_weights.data(), scratch);
+                                         grad_y.data(), winograd_weights.data(), scratch);
         petra::test::check_close(winograd_weights, direct_weights,
                                  petra::test::accumulation_tolerance<T>(shape.batch * shape.output_pixels() + 1));
     }
@@ -150,15 +150,15 @@ TEST_CASE_TEMPLATE("convolution weight gradient matches the reference", T, float
     std::mt19937_64 generator(3);
     for_each_shape([&](const convolution_shape& shape) {
         const auto input = petra::test::random_vector<T>(shape.input_count(), generator);
-        const auto grad_output = petra::test::random_vector<T>(shape.output_count(), generator);
+        const auto grad_y = petra::test::random_vector<T>(shape.output_count(), generator);
         const std::size_t terms = shape.batch * shape.output_pixels();
         for (T beta : {T(0), T(1)}) {
             auto expected = beta == T(0) ? petra::test::nan_vector<T>(shape.weight_count())
                                          : petra::test::random_vector<T>(shape.weight_count(), generator);
             auto actual = expected;
-            petra::reference::convolution_backward_weights(shape, input.data(), grad_output.data(), expected.data(),
+            petra::reference::convolution_backward_weights(shape, input.data(), grad_y.data(), expected.data(),
                                                            beta);
-            petra::kernels::convolution_backward_weights(shape, input.data(), grad_output.data(), actual.data(), beta);
+            petra::kernels::convolution_backward_weights(shape, input.data(), grad_y.data(), actual.data(), beta);
             petra::test::check_close(actual, expected, petra::test::accumulation_tolerance<T>(terms + 1));
         }
     });
@@ -213,7 +213,7 @@ TEST_CASE_TEMPLATE("convolutions in a caller's scratch region compute the same n
     for_each_shape([&](const convolution_shape& shape) {
         const auto input = petra::test::random_vector<T>(shape.input_count(), generator);
         const auto weights = petra::test::random_vector<T>(shape.weight_count(), generator);
-        const auto grad_output = petra::test::random_vector<T>(shape.output_count(), generator);
+        const auto grad_y = petra::test::random_vector<T>(shape.output_count(), generator);
 
         auto per_thread = petra::test::nan_vector<T>(shape.output_count()), carved = per_thread;
         guarded_region forward(convolution_forward_scratch<T>(shape).region_bytes());
@@ -224,8 +224,8 @@ TEST_CASE_TEMPLATE("convolutions in a caller's scratch region compute the same n
 
         auto input_gradient = petra::test::nan_vector<T>(shape.input_count()), carved_input_gradient = input_gradient;
         guarded_region backward_input(convolution_backward_input_scratch<T>(shape).region_bytes());
-        convolution_backward_input(shape, grad_output.data(), weights.data(), input_gradient.data());
-        convolution_backward_input(shape, grad_output.data(), weights.data(), carved_input_gradient.data(), T(0),
+        convolution_backward_input(shape, grad_y.data(), weights.data(), input_gradient.data());
+        convolution_backward_input(shape, grad_y.data(), weights.data(), carved_input_gradient.data(), T(0),
                                    backward_input.region);
         CHECK(std::equal(input_gradient.begin(), input_gradient.end(), carved_input_gradient.begin()));
         CHECK(backward_input.guard_intact());
@@ -233,8 +233,8 @@ TEST_CASE_TEMPLATE("convolutions in a caller's scratch region compute the same n
         auto weight_gradient = petra::test::nan_vector<T>(shape.weight_count()),
              carved_weight_gradient = weight_gradient;
         guarded_region backward_weights(convolution_backward_weights_scratch<T>(shape).region_bytes());
-        convolution_backward_weights(shape, input.data(), grad_output.data(), weight_gradient.data());
-        convolution_backward_weights(shape, input.data(), grad_output.data(), carved_weight_gradient.data(), T(0),
+        convolution_backward_weights(shape, input.data(), grad_y.data(), weight_gradient.data());
+        convolution_backward_weights(shape, input.data(), grad_y.data(), carved_weight_gradient.data(), T(0),
                                      backward_weights.region);
         CHECK(std::equal(weight_gradient.begin(), weight_gradient.end(), carved_weight_gradient.begin()));
         CHECK(backward_weights.guard_intact());

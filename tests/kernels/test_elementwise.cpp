@@ -190,58 +190,58 @@ TEST_CASE_TEMPLATE("relu_backward matches the reference", T, float, double)
             CAPTURE(offset);
             auto generator = generator_for(n, offset, 5);
             const auto x = nonzero_vector<T>(n, generator);
-            const auto grad_out = random_vector<T>(n, generator);
-            const auto expected = petra::reference::relu_backward(x, grad_out);
+            const auto grad_y = random_vector<T>(n, generator);
+            const auto expected = petra::reference::relu_backward(x, grad_y);
 
             const auto x_buffer = shifted(x, offset);
-            const auto grad_out_buffer = shifted(grad_out, offset);
-            auto grad_in = nan_vector<T>(n + offset);
-            petra::kernels::relu_backward(n, x_buffer.data() + offset, grad_out_buffer.data() + offset,
-                                          grad_in.data() + offset);
-            check_close(unshifted(grad_in, offset), expected, exact<T>);
+            const auto grad_y_buffer = shifted(grad_y, offset);
+            auto grad_x = nan_vector<T>(n + offset);
+            petra::kernels::relu_backward(n, x_buffer.data() + offset, grad_y_buffer.data() + offset,
+                                          grad_x.data() + offset);
+            check_close(unshifted(grad_x, offset), expected, exact<T>);
 
             // The ReLU's output selects the same elements as its input.
             const auto y_buffer = shifted(petra::reference::relu_forward(x), offset);
-            grad_in = nan_vector<T>(n + offset);
-            petra::kernels::relu_backward(n, y_buffer.data() + offset, grad_out_buffer.data() + offset,
-                                          grad_in.data() + offset);
-            check_close(unshifted(grad_in, offset), expected, exact<T>);
+            grad_x = nan_vector<T>(n + offset);
+            petra::kernels::relu_backward(n, y_buffer.data() + offset, grad_y_buffer.data() + offset,
+                                          grad_x.data() + offset);
+            check_close(unshifted(grad_x, offset), expected, exact<T>);
 
-            auto into_grad_out = shifted(grad_out, offset);
-            petra::kernels::relu_backward(n, x_buffer.data() + offset, into_grad_out.data() + offset,
-                                          into_grad_out.data() + offset);
-            check_close(unshifted(into_grad_out, offset), expected, exact<T>);
+            auto into_grad_y = shifted(grad_y, offset);
+            petra::kernels::relu_backward(n, x_buffer.data() + offset, into_grad_y.data() + offset,
+                                          into_grad_y.data() + offset);
+            check_close(unshifted(into_grad_y, offset), expected, exact<T>);
 
             auto into_x = shifted(x, offset);
-            petra::kernels::relu_backward(n, into_x.data() + offset, grad_out_buffer.data() + offset,
+            petra::kernels::relu_backward(n, into_x.data() + offset, grad_y_buffer.data() + offset,
                                           into_x.data() + offset);
             check_close(unshifted(into_x, offset), expected, exact<T>);
         }
     }
 }
 
-TEST_CASE_TEMPLATE("relu_backward gives exactly 0 where the input is not positive, whatever grad_out holds", T,
+TEST_CASE_TEMPLATE("relu_backward gives exactly 0 where the input is not positive, whatever grad_y holds", T,
                    float, double)
 {
     // Long enough to cover the vector loop and the scalar tail.
     const std::size_t n = 2 * petra::kernels::simd_width<T> + 3;
     const T infinity = std::numeric_limits<T>::infinity();
     const T nan = std::numeric_limits<T>::quiet_NaN();
-    std::vector<T> x(n), grad_out(n);
+    std::vector<T> x(n), grad_y(n);
     for (std::size_t i = 0; i < n; ++i) {
         // Alternately blocked (x <= 0) and passed (x > 0), with 0 itself among
         // the blocked ones.
         x[i] = i % 2 == 0 ? (i % 4 == 0 ? T(0) : T(-1.5)) : T(2);
-        grad_out[i] = i % 3 == 0 ? nan : (i % 3 == 1 ? infinity : T(3));
+        grad_y[i] = i % 3 == 0 ? nan : (i % 3 == 1 ? infinity : T(3));
     }
-    auto grad_in = nan_vector<T>(n);
-    petra::kernels::relu_backward(n, x.data(), grad_out.data(), grad_in.data());
+    auto grad_x = nan_vector<T>(n);
+    petra::kernels::relu_backward(n, x.data(), grad_y.data(), grad_x.data());
     for (std::size_t i = 0; i < n; ++i) {
         CAPTURE(i);
         if (x[i] > T(0)) {
-            CHECK((std::isnan(grad_out[i]) ? std::isnan(grad_in[i]) : grad_in[i] == grad_out[i]));
+            CHECK((std::isnan(grad_y[i]) ? std::isnan(grad_x[i]) : grad_x[i] == grad_y[i]));
         } else {
-            CHECK(grad_in[i] == T(0));
+            CHECK(grad_x[i] == T(0));
         }
     }
 }

@@ -69,9 +69,9 @@ TEST_CASE("a convolution is one record per pass, keyed by its geometry, with the
     profile::this_thread().clear();
     const kernels::convolution_shape shape{2, 3, 6, 6, 4, 3, 2, 1};
     std::vector<float> input(shape.input_count(), 0.5f), weights(shape.weight_count(), 0.25f),
-        output(shape.output_count()), grad_input(shape.input_count()), grad_weights(shape.weight_count());
+        output(shape.output_count()), grad_x(shape.input_count()), grad_weights(shape.weight_count());
     kernels::convolution_forward(shape, input.data(), weights.data(), output.data());
-    kernels::convolution_backward_input(shape, output.data(), weights.data(), grad_input.data());
+    kernels::convolution_backward_input(shape, output.data(), weights.data(), grad_x.data());
     kernels::convolution_backward_weights(shape, input.data(), output.data(), grad_weights.data(), 1.0f);
 
     const profile::table& table = profile::this_thread();

@@ -57,27 +57,27 @@ void convolution_forward(const kernels::convolution_shape& s, const T* input, co
 }
 
 template <class T>
-void convolution_backward_input(const kernels::convolution_shape& s, const T* grad_output, const T* weights,
-                                T* grad_input, T beta)
+void convolution_backward_input(const kernels::convolution_shape& s, const T* grad_y, const T* weights,
+                                T* grad_x, T beta)
 {
     std::vector<long double> sum(s.input_count(), 0.0L);
     for_each_convolution_term(s, [&](auto n, auto co, auto oh, auto ow, auto ci, auto ih, auto iw, auto kh, auto kw) {
         sum[input_index(s, n, ci, ih, iw)] += static_cast<long double>(weights[weight_index(s, co, ci, kh, kw)]) *
-                                              grad_output[output_index(s, n, co, oh, ow)];
+                                              grad_y[output_index(s, n, co, oh, ow)];
     });
     for (std::size_t i = 0; i < sum.size(); ++i) {
-        grad_input[i] = static_cast<T>(sum[i] + (beta == T(0) ? 0.0L : static_cast<long double>(beta) * grad_input[i]));
+        grad_x[i] = static_cast<T>(sum[i] + (beta == T(0) ? 0.0L : static_cast<long double>(beta) * grad_x[i]));
     }
 }
 
 template <class T>
-void convolution_backward_weights(const kernels::convolution_shape& s, const T* input, const T* grad_output,
+void convolution_backward_weights(const kernels::convolution_shape& s, const T* input, const T* grad_y,
                                   T* grad_weights, T beta)
 {
     std::vector<long double> sum(s.weight_count(), 0.0L);
     for_each_convolution_term(s, [&](auto n, auto co, auto oh, auto ow, auto ci, auto ih, auto iw, auto kh, auto kw) {
         sum[weight_index(s, co, ci, kh, kw)] += static_cast<long double>(input[input_index(s, n, ci, ih, iw)]) *
-                                                grad_output[output_index(s, n, co, oh, ow)];
+                                                grad_y[output_index(s, n, co, oh, ow)];
     });
     for (std::size_t i = 0; i < sum.size(); ++i) {
         grad_weights[i] =

@@ -52,11 +52,11 @@ std::vector<T> relu_forward(const std::vector<T>& x)
 }
 
 template <class T>
-std::vector<T> relu_backward(const std::vector<T>& x, const std::vector<T>& grad_out)
+std::vector<T> relu_backward(const std::vector<T>& x, const std::vector<T>& grad_y)
 {
-    std::vector<T> grad_in(x.size());
-    for (std::size_t i = 0; i < x.size(); ++i) grad_in[i] = x[i] > T(0) ? grad_out[i] : T(0);
-    return grad_in;
+    std::vector<T> grad_x(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) grad_x[i] = x[i] > T(0) ? grad_y[i] : T(0);
+    return grad_x;
 }
 
 } // namespace petra::reference

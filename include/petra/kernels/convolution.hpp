@@ -403,7 +403,7 @@ private:
 };
 
 // Weight gradient, grad_weights[co][q] += sum over images and output pixels
-// of grad_output(co, pixel) * patch value of tap q at that pixel, without an
+// of grad_y(co, pixel) * patch value of tap q at that pixel, without an
 // im2col copy. The output gradient is transposed once so that each output
 // pixel holds its channels contiguously (padded with zero channels to whole
 // vectors, and each row with zero pixels to a multiple of the pixel block);
@@ -413,7 +413,7 @@ private:
 // read phased values of the next columns or rows, or the buffer's zero
 // slack: with finite inputs their products vanish.
 template <class T>
-void weight_gradient(const convolution_shape& shape, const phased_input<T>& input, const T* grad_output,
+void weight_gradient(const convolution_shape& shape, const phased_input<T>& input, const T* grad_y,
                      T* grad_weights, scratch_source& scratch)
 {
     using blocking = weight_gradient_blocking<T>;
@@ -426,7 +426,7 @@ void weight_gradient(const convolution_shape& shape, const phased_input<T>& inpu
     T* gradients = scratch.take<weight_gradient_outputs_tag, T>(shape.batch * image_values);
     for (std::size_t image = 0; image < shape.batch; ++image) {
         T* transposed = gradients + image * image_values;
-        const T* source = grad_output + image * out_channels * shape.output_pixels();
+        const T* source = grad_y + image * out_channels * shape.output_pixels();
         if (row_length == out_width) {
             transpose_channels(source, shape.output_pixels(), out_channels, shape.output_pixels(), transposed,
                                channel_stride);
@@ -618,7 +618,7 @@ struct phase_weights_tag {};
 // rows r whose input row stride * r + a - padding lies in [0, height) form
 // [first_index(a), end_index(a, height)), and likewise for columns; all
 // phases together need rows [first_row, end_row) and columns [first_column,
-// end_column). The copy of grad_output has `border` zero rows and columns in
+// end_column). The copy of grad_y has `border` zero rows and columns in
 // front for the taps u, v <= border, so that result row r reads copy row
 // r - first_row + border - u; its planes are source_width wide and
 // source_plane values large.
@@ -651,7 +651,7 @@ struct input_gradient_geometry {
     }
     // Taps u (rows) or v (columns) of phase a along one axis.
     constexpr std::size_t phase_taps(std::size_t a) const { return (kernel - a + stride - 1) / stride; }
-    // Values of the copy of grad_output, with its slack.
+    // Values of the copy of grad_y, with its slack.
     template <class T>
     constexpr std::size_t source_count(const convolution_shape& shape) const
     {
@@ -659,8 +659,8 @@ struct input_gradient_geometry {
     }
 };
 
-// grad_input = input gradient of the convolution + beta * grad_input, for a
-// validated shape with a non-empty batch (grad_input not read when beta == 0).
+// grad_x = input gradient of the convolution + beta * grad_x, for a
+// validated shape with a non-empty batch (grad_x not read when beta == 0).
 //
 // Input positions are split into the stride x stride phases of the padded
 // input: padded position (y, x) = (stride * r + a, stride * c + b) is reached
@@ -668,14 +668,14 @@ struct input_gradient_geometry {
 // (r - u, c - v). So phase (a, b) of the input gradient is a stride-1
 // correlation of the output gradient with those taps, flipped:
 //   grad(stride r + a, stride c + b) = sum over co, u, v of
-//       weights[co][ci][a + stride u][b + stride v] * grad_output[co][r - u][c - v],
-// which direct_correlation computes in place from a copy of grad_output with
+//       weights[co][ci][a + stride u][b + stride v] * grad_y[co][r - u][c - v],
+// which direct_correlation computes in place from a copy of grad_y with
 // `border` zero rows and columns in front. With stride 1 this is the classic
 // convolution with transposed, flipped weights. Only phase rows that land
 // inside the image are computed.
 template <class T>
-void backward_input_by_phases(const convolution_shape& shape, const T* grad_output, const T* weights,
-                              T* grad_input, T beta, scratch_source& scratch)
+void backward_input_by_phases(const convolution_shape& shape, const T* grad_y, const T* weights,
+                              T* grad_x, T beta, scratch_source& scratch)
 {
     const std::size_t stride = shape.stride, kernel = shape.kernel, padding = shape.padding;
     const std::size_t in_channels = shape.in_channels, out_channels = shape.out_channels;
@@ -704,7 +704,7 @@ void backward_input_by_phases(const convolution_shape& shape, const T* grad_outp
                 continue;
             }
             std::fill(target, target + column_shift, T(0));
-            std::memcpy(target + column_shift, grad_output + (plane * out_height + row - row_shift) * out_width,
+            std::memcpy(target + column_shift, grad_y + (plane * out_height + row - row_shift) * out_width,
                         (copied_end - column_shift) * sizeof(T));
             std::fill(target + copied_end, target + source_width, T(0));
         }
@@ -715,7 +715,7 @@ void backward_input_by_phases(const convolution_shape& shape, const T* grad_outp
     // tap reaches: their gradient is zero, so scale everything first and
     // accumulate the phases that have taps.
     if (kernel < stride) {
-        scale_in_place(grad_input, shape.input_count(), beta);
+        scale_in_place(grad_x, shape.input_count(), beta);
         beta = T(1);
     }
     const std::size_t max_taps = geometry.max_taps;
@@ -758,7 +758,7 @@ void backward_input_by_phases(const convolution_shape& shape, const T* grad_outp
                         const std::size_t count = valid.end - valid.begin;
                         const std::size_t x = static_cast<std::size_t>(origin + static_cast<std::ptrdiff_t>(valid.begin * stride));
                         for (std::size_t r = 0; r < rows; ++r) {
-                            T* out = grad_input + ((image * in_channels + c0 + r) * height + y) * width + x;
+                            T* out = grad_x + ((image * in_channels + c0 + r) * height + y) * width + x;
                             const T* in = tile + r * tile_stride + offset + valid.begin;
                             if (stride == 1) {
                                 store_row(count, in, out, beta);
@@ -816,20 +816,20 @@ void winograd_forward(const convolution_shape& shape, const T* input, const T* w
         output, beta, scratch);
 }
 
-// grad_input = input gradient + beta * grad_input through Winograd's form:
-// the stride-1 correlation of grad_output with the weights flipped and their
+// grad_x = input gradient + beta * grad_x through Winograd's form:
+// the stride-1 correlation of grad_y with the weights flipped and their
 // channel roles exchanged, for a shape winograd_applies to.
 template <class T>
-void winograd_backward_input(const convolution_shape& shape, const T* grad_output, const T* weights, T* grad_input,
+void winograd_backward_input(const convolution_shape& shape, const T* grad_y, const T* weights, T* grad_x,
                              T beta, scratch_source& scratch)
 {
     const std::size_t in_channels = shape.in_channels;
     winograd_correlation(
-        input_gradient_winograd_geometry<T>(shape), grad_output,
+        input_gradient_winograd_geometry<T>(shape), grad_y,
         [&](std::size_t ci, std::size_t co, std::size_t kh, std::size_t kw) {
             return weights[((co * in_channels + ci) * 3 + 2 - kh) * 3 + 2 - kw];
         },
-        grad_input, beta, scratch);
+        grad_x, beta, scratch);
 }
 
 } // namespace detail
@@ -904,11 +904,11 @@ constexpr scratch_demand convolution_backward_weights_scratch(const convolution_
     return demand;
 }
 
-// output = convolution of input with weights (no bias): for every image n,
+// y = convolution of the input x with weights (no bias): for every image n,
 // output channel co and output pixel (oh, ow),
-//   output[n][co][oh][ow] = sum over ci, kh, kw of weights[co][ci][kh][kw]
-//                           * input[n][ci][oh * stride + kh - padding][ow * stride + kw - padding],
-// reading zero outside the input. Every element of output is written.
+//   y[n][co][oh][ow] = sum over ci, kh, kw of weights[co][ci][kh][kw]
+//                      * x[n][ci][oh * stride + kh - padding][ow * stride + kw - padding],
+// reading zero outside the input. Every element of y is written.
 //
 // Each of the three kernels takes its scratch from `scratch` (scratch.hpp):
 // per-thread buffers when it is empty, otherwise the caller's region of at
@@ -916,7 +916,7 @@ constexpr scratch_demand convolution_backward_weights_scratch(const convolution_
 // kernel; the _backward_input_ and _backward_weights_ demands for the
 // others), and then allocates nothing.
 template <class T>
-void convolution_forward(const convolution_shape& shape, const T* input, const T* weights, T* output,
+void convolution_forward(const convolution_shape& shape, const T* x, const T* weights, T* y,
                          std::span<std::byte> scratch = {})
 {
     PETRA_PROFILE_KERNEL("convolution forward", detail::convolution_geometry, detail::convolution_sizes(shape),
@@ -927,19 +927,19 @@ void convolution_forward(const convolution_shape& shape, const T* input, const T
     if (shape.batch == 0) return;
     scratch_source source(scratch);
     if (detail::winograd_applies(shape)) {
-        detail::winograd_forward(shape, input, weights, output, T(0), source);
+        detail::winograd_forward(shape, x, weights, y, T(0), source);
     } else {
-        detail::forward_accumulate(shape, input, weights, output, T(0), source);
+        detail::forward_accumulate(shape, x, weights, y, T(0), source);
     }
 }
 
-// grad_input = (gradient of the forward pass with respect to its input,
-// applied to grad_output) + beta * grad_input. With beta == 0, grad_input is
+// grad_x = (gradient of the forward pass with respect to its input,
+// applied to grad_y) + beta * grad_x. With beta == 0, grad_x is
 // not read on entry. Computed phase by phase as stride-1 correlations of
-// grad_output (see detail::backward_input_by_phases).
+// grad_y (see detail::backward_input_by_phases).
 template <class T>
-void convolution_backward_input(const convolution_shape& shape, const T* grad_output, const T* weights,
-                                T* grad_input, T beta = T(0), std::span<std::byte> scratch = {})
+void convolution_backward_input(const convolution_shape& shape, const T* grad_y, const T* weights,
+                                T* grad_x, T beta = T(0), std::span<std::byte> scratch = {})
 {
     PETRA_PROFILE_KERNEL("convolution input gradient", detail::convolution_geometry,
                          detail::convolution_sizes(shape), double(shape.flops()),
@@ -949,17 +949,17 @@ void convolution_backward_input(const convolution_shape& shape, const T* grad_ou
     if (shape.batch == 0) return;
     scratch_source source(scratch);
     if (detail::winograd_applies(shape)) {
-        detail::winograd_backward_input(shape, grad_output, weights, grad_input, beta, source);
+        detail::winograd_backward_input(shape, grad_y, weights, grad_x, beta, source);
     } else {
-        detail::backward_input_by_phases(shape, grad_output, weights, grad_input, beta, source);
+        detail::backward_input_by_phases(shape, grad_y, weights, grad_x, beta, source);
     }
 }
 
 // grad_weights = (gradient of the forward pass with respect to its weights,
-// applied to grad_output, summed over the batch) + beta * grad_weights. With
+// applied to grad_y, summed over the batch) + beta * grad_weights. With
 // beta == 0, grad_weights is not read on entry; beta == 1 accumulates.
 template <class T>
-void convolution_backward_weights(const convolution_shape& shape, const T* input, const T* grad_output,
+void convolution_backward_weights(const convolution_shape& shape, const T* x, const T* grad_y,
                                   T* grad_weights, T beta = T(0), std::span<std::byte> scratch = {})
 {
     PETRA_PROFILE_KERNEL("convolution weight gradient", detail::convolution_geometry,
@@ -971,12 +971,11 @@ void convolution_backward_weights(const convolution_shape& shape, const T* input
     if (shape.batch == 0) return;
     scratch_source source(scratch);
     if (detail::winograd_applies(shape)) {
-        detail::winograd_weight_gradient(detail::forward_winograd_geometry<T>(shape), input, grad_output, grad_weights,
-                                         source);
+        detail::winograd_weight_gradient(detail::forward_winograd_geometry<T>(shape), x, grad_y, grad_weights, source);
         return;
     }
-    const detail::phased_input<T> phased = detail::prepare_input(shape, input, source);
-    detail::weight_gradient(shape, phased, grad_output, grad_weights, source);
+    const detail::phased_input<T> phased = detail::prepare_input(shape, x, source);
+    detail::weight_gradient(shape, phased, grad_y, grad_weights, source);
 }
 
 } // namespace petra::kernels

@@ -123,14 +123,14 @@ void relu_forward(std::size_t n, const T* x, T* out)
         out, x);
 }
 
-// grad_in[i] = grad_out[i] where x[i] > 0, and exactly 0 where x[i] <= 0 (or
+// grad_x[i] = grad_y[i] where x[i] > 0, and exactly 0 where x[i] <= 0 (or
 // x[i] is NaN), for i in [0, n). x is the ReLU's input; its output
 // y = relu_forward(x) may be passed instead, because y > 0 exactly where x > 0.
-// The zero is selected, not multiplied, so it stays 0 even where grad_out is
-// infinite or NaN. grad_in may be x or grad_out itself; any other overlap is
+// The zero is selected, not multiplied, so it stays 0 even where grad_y is
+// infinite or NaN. grad_x may be x or grad_y itself; any other overlap is
 // not allowed.
 template <class T>
-void relu_backward(std::size_t n, const T* x, const T* grad_out, T* grad_in)
+void relu_backward(std::size_t n, const T* x, const T* grad_y, T* grad_x)
 {
     static_assert(std::is_floating_point_v<T>, "relu_backward is defined for float and double");
     PETRA_PROFILE_KERNEL("relu_backward", detail::values_geometry, {n}, 0.0, 3.0 * double(n * sizeof(T)));
@@ -140,7 +140,7 @@ void relu_backward(std::size_t n, const T* x, const T* grad_out, T* grad_in)
             using type = decltype(value);
             return detail::choose(value > type(0), gradient, type(0));
         },
-        grad_in, x, grad_out);
+        grad_x, x, grad_y);
 }
 
 } // namespace petra::kernels

@@ -77,22 +77,21 @@ struct record {
 // The records of one thread, in the order their keys first appeared.
 class table {
 public:
-    void add(const char* kind, const char* geometry_format, const profile::sizes& sizes, std::uint64_t calls,
-             std::uint64_t nanoseconds, double flops, double bytes)
+    // Adds the calls, nanoseconds, FLOPs and bytes of totals to the record
+    // keyed by its kind, geometry format and sizes (a new one if none is).
+    void add(const record& totals)
     {
-        record& entry = find(kind, geometry_format, sizes);
-        entry.calls += calls;
-        entry.nanoseconds += nanoseconds;
-        entry.flops += flops;
-        entry.bytes += bytes;
+        record& entry = find(totals.kind, totals.geometry_format, totals.sizes);
+        entry.calls += totals.calls;
+        entry.nanoseconds += totals.nanoseconds;
+        entry.flops += totals.flops;
+        entry.bytes += totals.bytes;
     }
 
     // Adds every record of other to this table.
     void add(const table& other)
     {
-        for (const record& r : other.records_) {
-            add(r.kind, r.geometry_format, r.sizes, r.calls, r.nanoseconds, r.flops, r.bytes);
-        }
+        for (const record& r : other.records_) add(r);
     }
 
     const std::vector<record>& records() const { return records_; }
@@ -145,8 +144,13 @@ public:
         const auto elapsed = clock::now() - start_;
         if (--depth() != 0 || !outermost_) return;
         const auto nanoseconds = std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count();
-        this_thread().add(kind_, geometry_format_, sizes_, 1, static_cast<std::uint64_t>(nanoseconds), flops_,
-                          bytes_);
+        this_thread().add(record{.kind = kind_,
+                                 .geometry_format = geometry_format_,
+                                 .sizes = sizes_,
+                                 .calls = 1,
+                                 .nanoseconds = static_cast<std::uint64_t>(nanoseconds),
+                                 .flops = flops_,
+                                 .bytes = bytes_});
     }
 
 private:

@@ -131,31 +131,51 @@ void softmax_rows(std::size_t rows, std::size_t classes, const T* logits, std::s
     }
 }
 
+// The arguments of softmax_cross_entropy. Row r of the logits is
+// logits[r * ld_logits .. r * ld_logits + classes) and its true class is
+// labels[r]; the outputs, each optional (null when not wanted), hold row r at
+// [r * ld_out .. r * ld_out + classes).
+template <class T>
+struct softmax_cross_entropy_arguments {
+    std::size_t rows;
+    std::size_t classes;
+    const T* logits;
+    std::size_t ld_logits;
+    const std::int32_t* labels;
+    T* probabilities; // or null
+    T* grad_logits;   // or null
+    std::size_t ld_out;
+};
+
 // Mean softmax cross-entropy of rows examples, and optionally its gradient.
-// Row r holds logits z = logits[r * ld .. r * ld + classes) and its true class
-// is labels[r]. With m = max_k z_k and p = softmax(z), the loss of row r is
+// With z the logits of row r, m = max_k z_k and p = softmax(z), the loss of
+// row r is
 //   log(sum_k exp(z_k - m)) - (z_label - m)   (= -log p_label, stably),
 // and the function returns the mean of these losses over the rows.
-//   probabilities_out, when not null, receives p for each row at
-//     probabilities_out[r * ld_out + j];
-//   grad_logits_out, when not null, receives the gradient of the returned mean
+//   probabilities, when not null, receives p for each row at
+//     probabilities[r * ld_out + j];
+//   grad_logits, when not null, receives the gradient of the returned mean
 //     with respect to the logits, (p_j - [j == label]) / rows, at
-//     grad_logits_out[r * ld_out + j].
+//     grad_logits[r * ld_out + j].
 // Either output may be null, both at once too (loss only); ld_out is then
-// unused. T is deduced from logits alone, so a literal nullptr works. The outputs must not overlap logits, labels or each other.
+// unused. The outputs must not overlap logits, labels or each other.
 // Throws std::invalid_argument, before writing anything, when rows == 0,
-// classes == 0, ld < classes, ld_out < classes with an output requested, or a
-// label lies outside [0, classes); the message names the first such row and
-// its label.
+// classes == 0, ld_logits < classes, ld_out < classes with an output
+// requested, or a label lies outside [0, classes); the message names the
+// first such row and its label.
 //
 // Example: logits (0, 0) with label 1 give loss log 2 = 0.6931, probabilities
 // (0.5, 0.5) and, for one row, gradient (0.5, -0.5).
 template <class T>
-T softmax_cross_entropy(std::size_t rows, std::size_t classes, const T* logits, std::size_t ld,
-                        const std::int32_t* labels, std::type_identity_t<T>* probabilities_out,
-                        std::type_identity_t<T>* grad_logits_out, std::size_t ld_out)
+T softmax_cross_entropy(const softmax_cross_entropy_arguments<T>& arguments)
 {
     static_assert(std::is_floating_point_v<T>, "softmax_cross_entropy is defined for float and double");
+    const std::size_t rows = arguments.rows, classes = arguments.classes;
+    const std::size_t ld_logits = arguments.ld_logits, ld_out = arguments.ld_out;
+    const T* logits = arguments.logits;
+    const std::int32_t* labels = arguments.labels;
+    T* probabilities_out = arguments.probabilities;
+    T* grad_logits_out = arguments.grad_logits;
     // As softmax_rows, plus a division for the gradient; logits and labels
     // read, each requested output written.
     PETRA_PROFILE_KERNEL("softmax_cross_entropy", "%zu rows x %zu classes", {rows, classes},
@@ -166,7 +186,7 @@ T softmax_cross_entropy(std::size_t rows, std::size_t classes, const T* logits, 
     constexpr const char* function = "softmax_cross_entropy";
     detail::softmax_require(rows > 0, function, "rows is 0; the mean loss of no example is undefined");
     detail::softmax_require(classes > 0, function, "classes is 0; a softmax needs at least one class");
-    detail::softmax_require(ld >= classes, function, "ld is smaller than the number of classes");
+    detail::softmax_require(ld_logits >= classes, function, "ld_logits is smaller than the number of classes");
     detail::softmax_require((probabilities_out == nullptr && grad_logits_out == nullptr) || ld_out >= classes,
                             function, "ld_out is smaller than the number of classes");
     for (std::size_t r = 0; r < rows; ++r) {
@@ -182,7 +202,7 @@ T softmax_cross_entropy(std::size_t rows, std::size_t classes, const T* logits, 
     const T rows_t = static_cast<T>(rows);
     T loss_total = T(0);
     for (std::size_t r = 0; r < rows; ++r) {
-        const T* row = logits + r * ld;
+        const T* row = logits + r * ld_logits;
         const auto label = static_cast<std::size_t>(labels[r]);
         const T shift = detail::row_max(classes, row);
         // The exponentials land in whichever output exists, and are turned

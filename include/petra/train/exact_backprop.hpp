@@ -82,11 +82,11 @@ private:
     {
         using block = typename Network::template block<I>;
         // The images' gradient is not needed; skipped where the block allows.
-        const auto grad_input = [&] {
+        const auto grad_x = [&] {
             if constexpr (I == 0 && input_gradient_optional<block>()) return batch_view<T, typename block::input>{};
             else return gradient_at<I>();
         }();
-        block::backward(parameters.template block_values<I>(), input_of<I>(images), gradient_at<I + 1>(), grad_input,
+        block::backward(parameters.template block_values<I>(), input_of<I>(images), gradient_at<I + 1>(), grad_x,
                         Network::template parameters_of<I>(gradient), workspace_of(I));
     }
 

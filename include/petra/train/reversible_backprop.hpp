@@ -104,12 +104,12 @@ private:
                 else return batch_view<const T, typename block::input>(activation_at<I>());
             }();
             // The images' gradient is not needed; skipped where the block allows.
-            const auto grad_input = [&] {
+            const auto grad_x = [&] {
                 if constexpr (I == 0 && input_gradient_optional<block>()) return batch_view<T, typename block::input>{};
                 else return gradient_at<I>();
             }();
             recompute_backward<block>(parameters.template block_values<I>(), parameters.template block_state<I>(), x,
-                                      gradient_at<I + 1>(), grad_input, grad_parameters, workspace,
+                                      gradient_at<I + 1>(), grad_x, grad_parameters, workspace,
                                       batch_view<T, typename block::output>(recomputed_.data(), batch_));
         }
     }
