@@ -123,10 +123,10 @@ struct reconstruct_then_backward : block_as_layer_base<Block> {
                          petra::const_batch<T, typename base::input> x,
                          petra::const_batch<T, typename base::output> grad_y,
                          petra::batch_view<T, typename base::input> grad_x,
-                         std::span<T, base::parameter_count> grad_parameters, std::span<T> workspace)
+                         std::span<T, base::parameter_count> grad_parameters, std::span<T> scratch)
     {
         const std::size_t batch = x.batch();
-        const std::span<T> workspace = workspace.first(Block::workspace_size(batch));
+        const std::span<T> workspace = scratch.first(Block::workspace_size(batch));
         const petra::batch_view<T, typename Block::output> y(workspace.data() + workspace.size(), batch);
         const petra::batch_view<T, typename Block::input> reconstructed(y.data() + y.size(), batch);
         const auto block_x = x.template as<typename Block::input>();
