@@ -67,6 +67,7 @@
 
 #include <petra/batch_view.hpp>
 #include <petra/layers/chain.hpp>
+#include <petra/layers/contract.hpp>
 #include <petra/layers/parts.hpp>
 #include <petra/layers/layer.hpp>
 #include <petra/shape.hpp>
@@ -178,10 +179,8 @@ enum class block_requirement {
 
 namespace detail {
 
-template <class Value>
-concept a_block_size = std::convertible_to<Value, std::size_t>;
-
-// The first requirement a bound block B fails, or met.
+// The first requirement a bound block B fails, or met (the requirements it
+// shares with layers are layers/contract.hpp's).
 template <class B>
 constexpr block_requirement first_unmet_requirement_of_block()
 {
@@ -191,32 +190,21 @@ constexpr block_requirement first_unmet_requirement_of_block()
         return block_requirement::shapes;
     } else if constexpr (!requires { requires std::convertible_to<decltype(B::reversible), bool>; }) {
         return block_requirement::reversible;
-    } else if constexpr (!requires { requires a_block_size<decltype(B::parameter_count)>; }) {
+    } else if constexpr (!states_parameter_count<B>) {
         return block_requirement::parameter_count;
-    } else if constexpr (!requires { requires a_block_size<decltype(B::state_count)>; }) {
+    } else if constexpr (!states_state_count<B>) {
         return block_requirement::state_count;
-    } else if constexpr (!requires { requires a_block_size<decltype(B::forward_flops)>; }) {
+    } else if constexpr (!states_forward_flops<B>) {
         return block_requirement::forward_flops;
-    } else if constexpr (!requires { requires a_block_size<decltype(B::backward_flops)>; }) {
+    } else if constexpr (!states_backward_flops<B>) {
         return block_requirement::backward_flops;
-    } else if constexpr (!requires { { B::workspace_size(std::size_t{1}) } -> a_block_size; }) {
+    } else if constexpr (!states_workspace_size<B>) {
         return block_requirement::workspace_size;
-    } else if constexpr (!requires(std::span<float, B::parameter_count> parameters,
-                                   std::span<float, B::state_count> state, std::mt19937_64& generator) {
-                             B::initialize(parameters, state, generator);
-                         }) {
+    } else if constexpr (!initializes<B>) {
         return block_requirement::initialize;
-    } else if constexpr (!requires(std::span<float, B::parameter_count> parameters,
-                                   std::span<float, B::state_count> state, batch_view<float, typename B::input> x,
-                                   batch_view<float, typename B::output> y, std::span<float> workspace) {
-                             B::forward(pass::training, parameters, state, x, y, workspace);
-                             B::forward(pass::recomputation, parameters, state, x, y, workspace);
-                             B::forward(pass::inference, parameters, state, x, y, workspace);
-                         }) {
+    } else if constexpr (!runs_forward<B>) {
         return block_requirement::forward;
-    } else if constexpr (!requires(std::span<float, B::parameter_count> parameters,
-                                   batch_view<float, typename B::input> x, batch_view<float, typename B::output> y,
-                                   std::span<float> workspace) { B::backward(parameters, x, y, x, parameters, workspace); }) {
+    } else if constexpr (!runs_backward<B>) {
         return block_requirement::backward;
     } else if constexpr (B::reversible &&
                          !requires(std::span<float, B::parameter_count> parameters,

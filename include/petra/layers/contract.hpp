@@ -50,8 +50,35 @@ enum class layer_requirement {
 
 namespace detail {
 
+// The requirements layers and blocks share (blocks/block.hpp checks its
+// own with them too), each of a bound type B, with float values.
 template <class Value>
 concept a_size = std::convertible_to<Value, std::size_t>;
+template <class B>
+concept states_parameter_count = requires { requires a_size<decltype(B::parameter_count)>; };
+template <class B>
+concept states_state_count = requires { requires a_size<decltype(B::state_count)>; };
+template <class B>
+concept states_workspace_size = requires { { B::workspace_size(std::size_t{1}) } -> a_size; };
+template <class B>
+concept states_forward_flops = requires { requires a_size<decltype(B::forward_flops)>; };
+template <class B>
+concept states_backward_flops = requires { requires a_size<decltype(B::backward_flops)>; };
+template <class B>
+concept initializes = requires(std::span<float, B::parameter_count> parameters, std::span<float, B::state_count> state,
+                               std::mt19937_64& generator) { B::initialize(parameters, state, generator); };
+template <class B>
+concept runs_forward = requires(std::span<float, B::parameter_count> parameters, std::span<float, B::state_count> state,
+                                batch_view<float, typename B::input> x, batch_view<float, typename B::output> y,
+                                std::span<float> workspace) {
+    B::forward(pass::training, parameters, state, x, y, workspace);
+    B::forward(pass::recomputation, parameters, state, x, y, workspace);
+    B::forward(pass::inference, parameters, state, x, y, workspace);
+};
+template <class B>
+concept runs_backward = requires(std::span<float, B::parameter_count> parameters,
+                                 batch_view<float, typename B::input> x, batch_view<float, typename B::output> y,
+                                 std::span<float> workspace) { B::backward(parameters, x, y, x, parameters, workspace); };
 
 // The first requirement a bound layer B fails, or met.
 template <class B>
@@ -61,32 +88,21 @@ constexpr layer_requirement first_unmet_requirement_of_bound()
         return layer_requirement::shapes;
     } else if constexpr (!a_shape<typename B::input> || !a_shape<typename B::output>) {
         return layer_requirement::shapes;
-    } else if constexpr (!requires { requires a_size<decltype(B::parameter_count)>; }) {
+    } else if constexpr (!states_parameter_count<B>) {
         return layer_requirement::parameter_count;
-    } else if constexpr (!requires { requires a_size<decltype(B::state_count)>; }) {
+    } else if constexpr (!states_state_count<B>) {
         return layer_requirement::state_count;
-    } else if constexpr (!requires { { B::workspace_size(std::size_t{1}) } -> a_size; }) {
+    } else if constexpr (!states_workspace_size<B>) {
         return layer_requirement::workspace_size;
-    } else if constexpr (!requires { requires a_size<decltype(B::forward_flops)>; }) {
+    } else if constexpr (!states_forward_flops<B>) {
         return layer_requirement::forward_flops;
-    } else if constexpr (!requires { requires a_size<decltype(B::backward_flops)>; }) {
+    } else if constexpr (!states_backward_flops<B>) {
         return layer_requirement::backward_flops;
-    } else if constexpr (!requires(std::span<float, B::parameter_count> parameters,
-                                   std::span<float, B::state_count> state, std::mt19937_64& generator) {
-                             B::initialize(parameters, state, generator);
-                         }) {
+    } else if constexpr (!initializes<B>) {
         return layer_requirement::initialize;
-    } else if constexpr (!requires(std::span<float, B::parameter_count> parameters,
-                                   std::span<float, B::state_count> state, batch_view<float, typename B::input> x,
-                                   batch_view<float, typename B::output> y, std::span<float> workspace) {
-                             B::forward(pass::training, parameters, state, x, y, workspace);
-                             B::forward(pass::recomputation, parameters, state, x, y, workspace);
-                             B::forward(pass::inference, parameters, state, x, y, workspace);
-                         }) {
+    } else if constexpr (!runs_forward<B>) {
         return layer_requirement::forward;
-    } else if constexpr (!requires(std::span<float, B::parameter_count> parameters,
-                                   batch_view<float, typename B::input> x, batch_view<float, typename B::output> y,
-                                   std::span<float> workspace) { B::backward(parameters, x, y, x, parameters, workspace); }) {
+    } else if constexpr (!runs_backward<B>) {
         return layer_requirement::backward;
     } else {
         return layer_requirement::met;
