@@ -51,6 +51,20 @@ public:
     // Bytes written so far.
     std::size_t size() const { return written_; }
 
+    // Writes over bytes already written, from `offset` (a header whose
+    // fields are known only at the end); later writes go on at the end.
+    void overwrite(std::size_t offset, const void* data, std::size_t size)
+    {
+        if (file_ == nullptr) raise_error(error_kind::logic_error, caller_ + "'" + path_ + "': written after commit().");
+        if (offset + size > written_) {
+            raise_error(error_kind::logic_error, caller_ + "'" + path_ + "': overwrite() past the bytes written.");
+        }
+        if (std::fseek(file_, long(offset), SEEK_SET) != 0 || std::fwrite(data, 1, size, file_) != size ||
+            std::fseek(file_, 0, SEEK_END) != 0) {
+            fail_io();
+        }
+    }
+
     // Flushes the file to disk and renames it over path(). Once only.
     void commit()
     {

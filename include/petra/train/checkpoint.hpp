@@ -20,8 +20,8 @@
 // the other order.
 //
 // Writing streams to "<path>.partial.<pid>" in the same directory, flushes
-// it to disk, then renames it over <path>: a crash leaves the old
-// checkpoint or the new one, never a mixture. Reading checks the whole file
+// it to disk, then renames it over <path> (replacing_file.hpp): a crash
+// leaves the old checkpoint or the new one, never a mixture. Reading checks the whole file
 // (length, checksum, version, signature) before it interprets a byte, so a
 // damaged or foreign file is refused before anything is overwritten; then
 // every record is checked against what the reader expects. Every failure is
@@ -31,9 +31,6 @@
 #if !(defined(__cpp_exceptions) || defined(__EXCEPTIONS))
 #error "petra: train/checkpoint.hpp needs exceptions: it reports its errors with them only (see error.hpp)."
 #endif
-
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -50,6 +47,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include <petra/replacing_file.hpp>
 #include <petra/state_archive.hpp>
 #include <petra/train/crc32.hpp>
 
@@ -106,6 +104,17 @@ struct file_closer {
 };
 using file_handle = std::unique_ptr<std::FILE, file_closer>;
 
+// Runs an I/O step of a checkpoint file, its failures as checkpoint_errors.
+template <class Step>
+auto as_checkpoint_error(Step&& step)
+{
+    try {
+        return step();
+    } catch (const std::runtime_error& error) {
+        throw checkpoint_error(error.what());
+    }
+}
+
 } // namespace detail
 
 // Writes a checkpoint, record by record, to a temporary file; commit()
@@ -116,28 +125,13 @@ public:
     static constexpr bool loading = false;
 
     checkpoint_writer(std::string path, std::uint64_t signature)
-        : path_(std::move(path)), partial_(path_ + ".partial." + std::to_string(::getpid()))
+        : file_(detail::as_checkpoint_error([&] { return replacing_file(std::move(path), "checkpoint"); }))
     {
-        file_.reset(std::fopen(partial_.c_str(), "wb"));
-        if (!file_) fail("cannot be written (" + std::string(std::strerror(errno)) + ")", partial_);
         header_.signature = signature;
-        try {
-            write_raw(&header_, sizeof header_, false); // the length is filled in by commit()
-        } catch (...) {
-            file_.reset();
-            std::remove(partial_.c_str());
-            throw;
-        }
+        write_raw(&header_, sizeof header_, false); // the length is filled in by commit()
     }
     checkpoint_writer(const checkpoint_writer&) = delete;
     checkpoint_writer& operator=(const checkpoint_writer&) = delete;
-    ~checkpoint_writer()
-    {
-        if (file_) {
-            file_.reset();
-            std::remove(partial_.c_str());
-        }
-    }
 
     void section(std::string_view name)
     {
@@ -177,35 +171,19 @@ public:
     }
 
     // Finishes the file (header, checksum), flushes it to disk and renames
-    // it over `path`. The writer is spent afterwards.
+    // it over `path` (replacing_file.hpp). The writer is spent afterwards.
     void commit()
     {
-        if (!file_) throw std::logic_error("checkpoint: commit() called twice.");
+        if (committed_) throw std::logic_error("checkpoint: commit() called twice.");
         header_.payload_bytes = payload_bytes_;
         const std::uint32_t header_crc = detail::crc32_update(0, &header_, sizeof header_);
         const std::uint32_t crc = detail::crc32_combine(header_crc, payload_crc_, payload_bytes_);
         write_raw(&crc, sizeof crc, false);
-        if (std::fseek(file_.get(), 0, SEEK_SET) != 0) fail_io();
-        write_raw(&header_, sizeof header_, false);
-        if (std::fflush(file_.get()) != 0 || ::fsync(::fileno(file_.get())) != 0) fail_io();
-        const int closed = std::fclose(file_.release());
-        if (closed != 0) {
-            std::remove(partial_.c_str());
-            fail_io();
-        }
-        if (std::rename(partial_.c_str(), path_.c_str()) != 0) {
-            const std::string reason = std::strerror(errno);
-            std::remove(partial_.c_str());
-            fail("cannot replace the checkpoint (" + reason + ")", path_);
-        }
-        // The rename itself reaches the disk with the directory.
-        const std::size_t slash = path_.rfind('/');
-        const std::string directory = slash == std::string::npos ? "." : slash == 0 ? "/" : path_.substr(0, slash);
-        const int descriptor = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY);
-        if (descriptor >= 0) {
-            ::fsync(descriptor);
-            ::close(descriptor);
-        }
+        detail::as_checkpoint_error([&] {
+            file_.overwrite(0, &header_, sizeof header_);
+            file_.commit();
+        });
+        committed_ = true;
     }
 
     std::uint64_t payload_bytes() const { return payload_bytes_; }
@@ -216,22 +194,16 @@ private:
 
     void write_raw(const void* data, std::size_t size, bool payload = true)
     {
-        if (size > 0 && std::fwrite(data, 1, size, file_.get()) != size) fail_io();
+        detail::as_checkpoint_error([&] { file_.write(data, size); });
         if (payload) {
             payload_crc_ = detail::crc32_update(payload_crc_, data, size);
             payload_bytes_ += size;
         }
     }
 
-    [[noreturn]] void fail_io() { fail("could not be written (" + std::string(std::strerror(errno)) + ")", partial_); }
-    [[noreturn]] static void fail(const std::string& what, const std::string& path)
-    {
-        throw checkpoint_error("checkpoint '" + path + "' " + what + ".");
-    }
 
-    std::string path_;
-    std::string partial_;
-    detail::file_handle file_;
+    replacing_file file_;
+    bool committed_ = false;
     detail::checkpoint_header header_;
     std::uint32_t payload_crc_ = 0;
     std::uint64_t payload_bytes_ = 0;
