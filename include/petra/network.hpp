@@ -45,6 +45,7 @@
 #include <petra/state_archive.hpp>
 #include <petra/tensor_batch.hpp>
 #include <petra/layers/layer.hpp>
+#include <petra/owned_batch.hpp>
 #include <petra/parameter_names.hpp>
 #include <petra/shape.hpp>
 #include <petra/type_list.hpp>

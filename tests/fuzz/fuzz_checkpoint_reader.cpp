@@ -61,7 +61,7 @@ void load(const std::string& path)
     // may be any floats (the checksum was repaired), and a loss that is not
     // finite is reported as in any training run.
     try {
-        pipeline.feed(data.images[0].data(), data.labels[0].data());
+        pipeline.feed(data.images[0], data.labels[0]);
         pipeline.drain();
     } catch (const std::runtime_error& error) {
         if (std::string_view(error.what()).find("is not finite") == std::string_view::npos) throw;

@@ -51,7 +51,7 @@ void save(const std::string& path, std::size_t micro_batches)
     const test::micro_batches data(micro_batches, fuzz::options.batch, /*seed=*/5);
     auto parameters = fuzz::network::make_parameters<float>(/*seed=*/1);
     fuzz::pipeline pipeline(parameters, test::plain_sgd, test::constant_rate, fuzz::options);
-    for (std::size_t m = 0; m < micro_batches; ++m) pipeline.feed(data.images[m].data(), data.labels[m].data());
+    for (std::size_t m = 0; m < micro_batches; ++m) pipeline.feed(data.images[m], data.labels[m]);
     checkpoint_writer out(path, fuzz::network::signature);
     pipeline.transfer_state(out);
     parameters.transfer_state(out);

@@ -40,7 +40,7 @@ std::vector<fashion::stage_fidelity> measure(double learning_rate, std::size_t a
             probe.remember(m, data.images[m].data(), data.labels[m].data());
             const bool measured = probe.measurable() && m % 3 == 0;
             if (measured) probe.before_tick(pipeline.pause(), m);
-            pipeline.feed(data.images[m].data(), data.labels[m].data());
+            pipeline.feed(data.images[m], data.labels[m]);
             if (measured) {
                 const auto paused = pipeline.pause();
                 for (const auto& result : probe.after_tick()) {

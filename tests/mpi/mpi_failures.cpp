@@ -32,7 +32,7 @@ int main(int argc, char** argv)
                                                                                     test::constant_rate, {.batch = 4});
         for (std::size_t m = 0; m < data.images.size(); ++m) {
             if (mode == "kill" && m == 5 && mpi.rank() == 1) ::kill(::getpid(), SIGKILL);
-            pipeline.feed(data.images[m].data(), data.labels[m].data());
+            pipeline.feed(data.images[m], data.labels[m]);
         }
         const epoch_statistics epoch = pipeline.drain();
         if (mpi.rank() == 0) std::printf("trained %zu micro-batches\n", epoch.micro_batches);

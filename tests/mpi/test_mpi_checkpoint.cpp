@@ -78,7 +78,7 @@ struct run_result {
 template <class Pipeline>
 void feed_range(Pipeline& pipeline, const test::micro_batches& data, std::size_t first, std::size_t end)
 {
-    for (std::size_t m = first; m < end; ++m) pipeline.feed(data.images[m].data(), data.labels[m].data());
+    for (std::size_t m = first; m < end; ++m) pipeline.feed(data.images[m], data.labels[m]);
 }
 
 // The rest of epoch 2 from micro-batch `at`, then epoch 3.

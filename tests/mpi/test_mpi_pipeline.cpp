@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -62,7 +63,7 @@ void check_ranks_equal_simulation(const pipeline_options& options)
         CHECK(pipeline.threaded() == (pipeline.end_stage() - pipeline.first_stage() > 1));
         for (std::size_t epoch = 0; epoch < 2; ++epoch) {
             for (std::size_t m = 0; m < data.images.size(); ++m) {
-                if (pipeline.feeds()) pipeline.feed(data.images[m].data(), data.labels[m].data());
+                if (pipeline.feeds()) pipeline.feed(data.images[m], data.labels[m]);
                 else pipeline.feed();
             }
             mpi_epochs.push_back(pipeline.drain());
@@ -141,7 +142,7 @@ TEST_CASE("mpi pipeline: a forward-only pass through the ranks scores as predict
     mpi_pipeline<pipeline_network, cuts_of<J>, sgd<float>> pipeline(MPI_COMM_WORLD, 5, plain_sgd, test::constant_rate,
                                                                     {.batch = 4});
     for (std::size_t m = 0; m < data.images.size(); ++m) {
-        if (pipeline.feeds()) pipeline.feed(data.images[m].data(), data.labels[m].data());
+        if (pipeline.feeds()) pipeline.feed(data.images[m], data.labels[m]);
         else pipeline.feed();
     }
     pipeline.drain();
@@ -184,7 +185,7 @@ TEST_CASE("mpi pipeline: every rank learns the epoch's statistics so far, one mi
         sequential_pipeline<pipeline_network, cuts_of<J>, sgd<float>> pipeline(simulated, plain_sgd,
                                                                                test::constant_rate, {.batch = 4});
         for (std::size_t m = 0; m < data.images.size(); ++m) {
-            pipeline.feed(data.images[m].data(), data.labels[m].data());
+            pipeline.feed(data.images[m], data.labels[m]);
             expected.push_back(pipeline.progress());
         }
         pipeline.drain();
@@ -192,7 +193,7 @@ TEST_CASE("mpi pipeline: every rank learns the epoch's statistics so far, one mi
     mpi_pipeline<pipeline_network, cuts_of<J>, sgd<float>> pipeline(MPI_COMM_WORLD, 2, plain_sgd, test::constant_rate,
                                                                     {.batch = 4});
     for (std::size_t m = 0; m < data.images.size(); ++m) {
-        pipeline.feed(data.images[m].data(), data.labels[m].data());
+        pipeline.feed(data.images[m], data.labels[m]);
         const epoch_statistics so_far = pipeline.progress();
         CAPTURE(m);
         if (pipeline.scores()) { // as after feed m
@@ -206,4 +207,49 @@ TEST_CASE("mpi pipeline: every rank learns the epoch's statistics so far, one mi
         CHECK(so_far.loss_sum == expected[m - 1].loss_sum);
     }
     pipeline.drain();
+}
+
+TEST_CASE("mpi pipeline: feed takes pointers, a view, an owned_batch and tensors as the other drivers do, and refuses "
+          "a label count other than the micro-batch's")
+{
+    // Each rank alone (MPI_COMM_SELF hosts both stages), so that a refusal
+    // on the rank that feeds leaves no other rank waiting.
+    const test::micro_batches data(5, 3, 13);
+    auto simulated = pipeline_network::make_parameters<float>(6);
+    epoch_statistics expected;
+    {
+        sequential_pipeline<pipeline_network, cuts_of<2>, sgd<float>> pipeline(simulated, plain_sgd,
+                                                                               test::constant_rate, {.batch = 3});
+        expected = test::train_epochs(pipeline, data, 1).front();
+    }
+    for (int form = 0; form < 4; ++form) {
+        CAPTURE(form);
+        mpi_pipeline<pipeline_network, cuts_of<2>, sgd<float>> pipeline(MPI_COMM_SELF, 6, plain_sgd,
+                                                                        test::constant_rate, {.batch = 3});
+        for (std::size_t m = 0; m < data.images.size(); ++m) {
+            const owned_batch<float, pipeline_network::input>& images = data.images[m];
+            const std::vector<std::int32_t>& labels = data.labels[m];
+            if (form == 0) pipeline.feed(images.data(), labels.data());
+            if (form == 1) pipeline.feed(images.view(), labels);
+            if (form == 2) pipeline.feed(images, labels);
+            if (form == 3) {
+                auto image_tensor = xt::xtensor<float, 4>::from_shape({3, 1, 6, 6});
+                std::copy(images.begin(), images.end(), image_tensor.begin());
+                pipeline.feed(image_tensor, labels);
+            }
+        }
+        const epoch_statistics epoch = pipeline.drain();
+        auto gathered = pipeline_network::make_parameters<float>(0);
+        pipeline.gather_parameters(&gathered);
+        CHECK(epoch.loss_sum == expected.loss_sum);
+        CHECK(std::ranges::equal(gathered.values(), simulated.values()));
+    }
+    mpi_pipeline<pipeline_network, cuts_of<2>, sgd<float>> pipeline(MPI_COMM_SELF, 6, plain_sgd, test::constant_rate,
+                                                                    {.batch = 3});
+    CHECK_THROWS_WITH_AS(pipeline.feed(data.images[0], std::vector<std::int32_t>{0, 1}),
+                         "pipeline feed: 3 images and 2 labels; every micro-batch holds 3 of each.",
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(pipeline.feed(nullptr, nullptr),
+                         "mpi pipeline: the rank that feeds needs the images and labels.", std::invalid_argument);
+    pipeline.drain(); // nothing was fed
 }

@@ -18,9 +18,11 @@ using pipeline_network =
             repeated<2, additive_coupling<residual_function<4>>>, downsampling<4>,
             revnet_coupling<residual_function<8>, residual_function<8>>, classifier_head<16, 3>>;
 
+// Micro-batches as a user holds them: each an owned_batch of images and a
+// vector of as many labels.
 struct micro_batches {
     std::size_t batch;
-    std::vector<std::vector<float>> images;
+    std::vector<owned_batch<float, pipeline_network::input>> images;
     std::vector<std::vector<std::int32_t>> labels;
 
     micro_batches(std::size_t count, std::size_t batch_size, std::uint64_t seed) : batch(batch_size)
@@ -29,14 +31,14 @@ struct micro_batches {
         std::normal_distribution<float> pixel(0.0f, 1.0f);
         std::uniform_int_distribution<std::int32_t> label(0, 2);
         for (std::size_t m = 0; m < count; ++m) {
-            std::vector<float> values(batch * pipeline_network::input::size);
+            owned_batch<float, pipeline_network::input> values(batch);
             for (float& value : values) value = pixel(generator);
             std::vector<std::int32_t> classes(batch);
             for (auto& value : classes) value = label(generator);
             // Class-dependent brightness, so that there is something to learn.
             for (std::size_t n = 0; n < batch; ++n) {
                 for (std::size_t i = 0; i < pipeline_network::input::size; ++i) {
-                    values[n * pipeline_network::input::size + i] += 0.5f * float(classes[n]);
+                    values.data()[n * pipeline_network::input::size + i] += 0.5f * float(classes[n]);
                 }
             }
             images.push_back(std::move(values));
@@ -67,7 +69,7 @@ std::vector<epoch_statistics> train_epochs(Pipeline& pipeline, const micro_batch
     std::vector<epoch_statistics> statistics;
     for (std::size_t epoch = 0; epoch < epochs; ++epoch) {
         for (std::size_t m = 0; m < data.images.size(); ++m) {
-            pipeline.feed(data.images[m].data(), data.labels[m].data());
+            pipeline.feed(data.images[m], data.labels[m]);
         }
         statistics.push_back(pipeline.drain());
     }

@@ -401,7 +401,7 @@ TEST_CASE("pipeline: a non-finite loss stops training with the stage and micro-b
 {
     constexpr auto cuts = cuts_of<2>;
     test::micro_batches data(10, 4, 11);
-    data.images[5][3] = std::nanf("");
+    data.images[5].data()[3] = std::nanf("");
     auto parameters = pipeline_network::make_parameters<float>(1);
     thread_pipeline<pipeline_network, cuts, sgd<float>> pipeline(parameters, plain_sgd, test::constant_rate,
                                                                  {.batch = 4});
@@ -416,12 +416,12 @@ TEST_CASE("pipeline: a non-finite loss stops training with the stage and micro-b
 TEST_CASE("pipeline: after a failure the simulator reports it again instead of computing on a broken state")
 {
     test::micro_batches data(6, 4, 12);
-    data.images[2][0] = std::nanf("");
+    data.images[2].data()[0] = std::nanf("");
     auto parameters = pipeline_network::make_parameters<float>(1);
     sequential_pipeline<pipeline_network, cuts_of<2>, sgd<float>> pipeline(parameters, plain_sgd,
                                                                          test::constant_rate, {.batch = 4});
     CHECK_THROWS_AS(test::train_epochs(pipeline, data, 1), std::runtime_error);
-    CHECK_THROWS_WITH_AS(pipeline.feed(data.images[0].data(), data.labels[0].data()),
+    CHECK_THROWS_WITH_AS(pipeline.feed(data.images[0], data.labels[0]),
                          doctest::Contains("is not finite"), std::runtime_error);
     CHECK_THROWS_WITH_AS(pipeline.drain(), doctest::Contains("is not finite"), std::runtime_error);
 }

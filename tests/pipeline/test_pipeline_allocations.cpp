@@ -25,7 +25,7 @@ namespace {
 template <class Pipeline>
 void run_epoch(Pipeline& pipeline, const test::micro_batches& data)
 {
-    for (std::size_t m = 0; m < data.images.size(); ++m) pipeline.feed(data.images[m].data(), data.labels[m].data());
+    for (std::size_t m = 0; m < data.images.size(); ++m) pipeline.feed(data.images[m], data.labels[m]);
     pipeline.drain();
 }
 

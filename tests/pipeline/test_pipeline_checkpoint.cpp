@@ -55,7 +55,7 @@ constexpr std::size_t epochs = 3;
 template <class Pipeline>
 void feed_range(Pipeline& pipeline, const test::micro_batches& data, std::size_t first, std::size_t end)
 {
-    for (std::size_t m = first; m < end; ++m) pipeline.feed(data.images[m].data(), data.labels[m].data());
+    for (std::size_t m = first; m < end; ++m) pipeline.feed(data.images[m], data.labels[m]);
 }
 
 // The rest of epoch 1 from micro-batch `at`, then epoch 2.
@@ -272,7 +272,7 @@ TEST_CASE("pipeline checkpoint: a load that fails part-way leaves a pipeline tha
     }
     // Every later call reports that failure: no half-restored stage runs.
     CHECK_THROWS_AS(restored.drain(), checkpoint_error);
-    CHECK_THROWS_AS(restored.feed(data.images[0].data(), data.labels[0].data()), checkpoint_error);
+    CHECK_THROWS_AS(restored.feed(data.images[0], data.labels[0]), checkpoint_error);
     checkpoint_reader again(path, pipeline_network::signature);
     CHECK_THROWS_AS(restored.transfer_state(again), checkpoint_error);
     std::remove(path.c_str());

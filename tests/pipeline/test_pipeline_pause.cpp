@@ -58,8 +58,8 @@ void check_guards_agree(std::size_t accumulation)
         for (std::size_t m = 0; m < data.images.size(); ++m) {
             CAPTURE(epoch);
             CAPTURE(m);
-            running.feed(data.images[m].data(), data.labels[m].data());
-            stepping.feed(data.images[m].data(), data.labels[m].data());
+            running.feed(data.images[m], data.labels[m]);
+            stepping.feed(data.images[m], data.labels[m]);
             const auto thread_view = running.pause();
             const auto simulator_view = stepping.pause();
             // The guard reads the network_parameters the pipeline trains.
@@ -91,7 +91,7 @@ void check_guards_agree(std::size_t accumulation)
 template <class Pipeline>
 void feed_range(Pipeline& pipeline, const test::micro_batches& data, std::size_t first, std::size_t end)
 {
-    for (std::size_t m = first; m < end; ++m) pipeline.feed(data.images[m].data(), data.labels[m].data());
+    for (std::size_t m = first; m < end; ++m) pipeline.feed(data.images[m], data.labels[m]);
 }
 
 // Under a guard, feed() and drain() are refused and feed nothing: once the
@@ -113,7 +113,7 @@ void check_refusal_changes_nothing()
         feed_range(pipeline, data, 0, 5);
         {
             const auto paused = pipeline.pause();
-            CHECK_THROWS_WITH_AS(pipeline.feed(data.images[5].data(), data.labels[5].data()), feed_refused,
+            CHECK_THROWS_WITH_AS(pipeline.feed(data.images[5], data.labels[5]), feed_refused,
                                  std::logic_error);
             CHECK_THROWS_WITH_AS(pipeline.drain(), drain_refused, std::logic_error);
         }
@@ -151,7 +151,7 @@ void check_release()
         std::remove(path.c_str());
     }
     // One guard is gone, the moved-in one lives on.
-    CHECK_THROWS_WITH_AS(pipeline.feed(data.images[2].data(), data.labels[2].data()), feed_refused,
+    CHECK_THROWS_WITH_AS(pipeline.feed(data.images[2], data.labels[2]), feed_refused,
                          std::logic_error);
     held.reset();
     feed_range(pipeline, data, 2, data.images.size());
@@ -179,7 +179,7 @@ TEST_CASE("pipeline pause: pause() reports a stage's failure instead of reading 
           doctest::timeout(60))
 {
     test::micro_batches data(6, 4, 33);
-    data.images[2][0] = std::nanf("");
+    data.images[2].data()[0] = std::nanf("");
     auto parameters = pipeline_network::make_parameters<float>(1);
     simulator<2> stepping(parameters, plain_sgd, test::constant_rate, {.batch = 4});
     CHECK_THROWS_AS(feed_range(stepping, data, 0, data.images.size()), std::runtime_error);

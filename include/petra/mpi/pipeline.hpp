@@ -137,7 +137,9 @@ inline int communicator_size(MPI_Comm communicator)
 } // namespace detail
 
 template <class Network, auto Cuts, class Optimizer, class T = float>
-class mpi_pipeline {
+class mpi_pipeline : public feed_forms<mpi_pipeline<Network, Cuts, Optimizer, T>, Network, T> {
+    using forms = feed_forms<mpi_pipeline<Network, Cuts, Optimizer, T>, Network, T>;
+
 public:
     static constexpr std::size_t stage_count = Cuts.size() - 1;
     static_assert(valid_cuts<Network>(Cuts),
@@ -196,17 +198,22 @@ public:
     // Observes every forward, backward and step of this rank's stages.
     void set_trace(std::function<void(const pipeline_event<T>&)> trace) { shared_.trace = std::move(trace); }
 
-    // Collective: one micro-batch of options.batch images and labels, read
-    // on the rank that feeds (others may pass null), then one tick of every
-    // stage this rank hosts: run before feed() returns, or granted to the
-    // stages' threads.
-    void feed(const T* images, const std::int32_t* labels)
+    // The other forms: pointers, or tensors (feed_forms, pipeline/core.hpp).
+    using forms::feed;
+
+    // Collective: one micro-batch of options().batch images and as many
+    // labels, read on the rank that feeds (the others pass none: feed()),
+    // then one tick of every stage this rank hosts: run before feed()
+    // returns, or granted to the stages' threads.
+    void feed(const_batch<T, typename Network::input> images, std::span<const std::int32_t> labels)
     {
         if (feeds()) {
-            if (images == nullptr || labels == nullptr) {
-                throw std::invalid_argument("mpi pipeline: the rank that feeds needs the images and labels.");
+            if (!images || labels.data() == nullptr) {
+                raise_error(error_kind::invalid_argument,
+                            "mpi pipeline: the rank that feeds needs the images and labels.");
             }
-            send_micro_batch(images, labels);
+            detail::check_micro_batch(options_.batch, images.batch(), labels.size());
+            send_micro_batch(images.data(), labels.data());
         }
         ++fed_;
         if (!threaded_) {
@@ -219,20 +226,8 @@ public:
         }
         to_stages_.notify_all();
     }
-    void feed(const_batch<T, typename Network::input> images, std::span<const std::int32_t> labels)
-    {
-        check_micro_batch(images.batch(), labels.size());
-        feed(images.data(), labels.data());
-    }
-    template <tensor_like Images, tensor_like Labels>
-    void feed(const Images& images, const Labels& labels)
-    {
-        const batch_view<const T, typename Network::input> x =
-            as_batch<typename Network::input>(images, "pipeline feed: images");
-        feed(x, as_labels(labels, x.batch(), "pipeline feed: labels"));
-    }
     // On a rank that does not feed: the tick, without data.
-    void feed() { feed(nullptr, nullptr); }
+    void feed() { feed(const_batch<T, typename Network::input>(), {}); }
 
     // Collective: ends the epoch (every micro-batch fed differentiated by
     // every stage, a last partial accumulation applied) and returns its
@@ -644,15 +639,6 @@ private:
         }
         if constexpr (I > 0) connections.backward_out = backward_links_[I - 1].get();
         return connections;
-    }
-
-    void check_micro_batch(std::size_t images, std::size_t labels) const
-    {
-        if (images != options_.batch || labels != options_.batch) {
-            throw std::invalid_argument("pipeline feed: " + std::to_string(images) + " images and " +
-                                        std::to_string(labels) + " labels; every micro-batch holds " +
-                                        std::to_string(options_.batch) + " of each.");
-        }
     }
 
     void send_micro_batch(const T* images, const std::int32_t* labels)

@@ -35,6 +35,7 @@
 #include <petra/error.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/network.hpp>
+#include <petra/owned_batch.hpp>
 #include <petra/parameter_slice.hpp>
 #include <petra/pipeline/accumulation.hpp>
 #include <petra/pipeline/channel.hpp>
@@ -60,25 +61,54 @@ struct worker_tuple<Network, Cuts, Optimizer, T, std::index_sequence<I...>> {
 
 } // namespace detail
 
-// The forms of feed a driver offers beside its own feed(const T* images,
-// const std::int32_t* labels): a view of the images and a span of labels,
-// or tensors (tensor_batch.hpp: images N x C x H x W, labels N or any range
-// of them), each checked against the network's input and the pipeline's
-// batch, then handed to the driver's feed. A driver derives from
-// feed_forms<itself, Network, T> and says `using feed_forms<...>::feed;`.
+namespace detail {
+
+// One micro-batch is `batch` images and as many labels: the sentence that
+// refuses any other count, in every driver.
+inline void check_micro_batch(std::size_t batch, std::size_t images, std::size_t labels)
+{
+    if (images != batch || labels != batch) {
+        raise_error(error_kind::invalid_argument, "pipeline feed: " + std::to_string(images) + " images and " +
+                                                      std::to_string(labels) + " labels; every micro-batch holds " +
+                                                      std::to_string(batch) + " of each.");
+    }
+}
+
+} // namespace detail
+
+// The forms of feed, the same in every driver (thread_pipeline,
+// sequential_pipeline, mpi_pipeline). A driver implements one,
+//
+//   void feed(const_batch<T, Network::input> images, std::span<const std::int32_t> labels);
+//
+// one micro-batch of options().batch images (an owned_batch, or a
+// batch_view of the caller's memory) and as many labels (a std::vector,
+// an array), refused otherwise with detail::check_micro_batch's sentence.
+// The others build those arguments and call it:
+//
+//   feed(const T* images, const std::int32_t* labels);   // options().batch of each (images NCHW)
+//   feed(const Images& images, const Labels& labels);    // tensors (tensor_batch.hpp): images
+//                                                         // N x C x H x W, labels N or any range of them
+//
+//   owned_batch<float, net::input> images(64);
+//   std::vector<std::int32_t> labels(64);
+//   pipeline.feed(images, labels);
+//
+// mpi_pipeline adds feed() without data, for the ranks that do not read
+// it. A driver derives from feed_forms<itself, Network, T> and says
+// `using feed_forms<...>::feed;`.
 template <class Driver, class Network, class T>
 class feed_forms {
 public:
-    void feed(const_batch<T, typename Network::input> images, std::span<const std::int32_t> labels)
+    // A null pointer stands for no data (the ranks of an mpi_pipeline that
+    // do not feed); the driver refuses it where it needs data.
+    void feed(const T* images, const std::int32_t* labels)
     {
         const std::size_t batch = driver().options().batch;
-        if (images.batch() != batch || labels.size() != batch) {
-            raise_error(error_kind::invalid_argument, "pipeline feed: " + std::to_string(images.batch()) +
-                                                          " images and " + std::to_string(labels.size()) +
-                                                          " labels; every micro-batch holds " + std::to_string(batch) +
-                                                          " of each.");
-        }
-        driver().feed(images.data(), labels.data());
+        driver().feed(images != nullptr ? const_batch<T, typename Network::input>(images, batch)
+                                        : const_batch<T, typename Network::input>(),
+                      labels != nullptr ? std::span<const std::int32_t>(labels, batch)
+                                        : std::span<const std::int32_t>());
     }
 
     template <tensor_like Images, label_source Labels>
@@ -86,7 +116,7 @@ public:
     {
         const batch_view<const T, typename Network::input> x =
             as_batch<typename Network::input>(images, "pipeline feed: images");
-        feed(x, as_labels(labels, x.batch(), "pipeline feed: labels"));
+        driver().feed(x, as_labels(labels, x.batch(), "pipeline feed: labels"));
     }
 
 private:
@@ -219,15 +249,16 @@ protected:
         }
     }
 
-    // The feeder's side: one micro-batch of options.batch examples.
-    void send_micro_batch(const T* images, const std::int32_t* labels)
+    // The feeder's side: one micro-batch, whose counts the driver has
+    // checked (detail::check_micro_batch).
+    void send_micro_batch(const_batch<T, typename Network::input> images, std::span<const std::int32_t> labels)
     {
         message<T> in = forward_.front()->begin_send();
-        std::copy(images, images + options_.batch * input_values, in.values);
+        std::copy(images.begin(), images.end(), in.values);
         *in.header = {fed_, false};
         forward_.front()->end_send();
         message<std::int32_t> out = labels_.begin_send();
-        std::copy(labels, labels + options_.batch, out.values);
+        std::copy(labels.begin(), labels.end(), out.values);
         *out.header = {fed_, false};
         labels_.end_send();
         ++fed_;

@@ -43,12 +43,14 @@ public:
         core::start_epoch();
     }
 
-    // The other forms: a view and a span, or tensors (feed_forms).
+    // The other forms: pointers, or tensors (feed_forms, core.hpp).
     using forms::feed;
 
-    // One micro-batch: options.batch images (NCHW) and their labels.
-    void feed(const T* images, const std::int32_t* labels)
+    // One micro-batch: options().batch images and as many labels; one tick
+    // of every stage.
+    void feed(const_batch<T, typename Network::input> images, std::span<const std::int32_t> labels)
     {
+        detail::check_micro_batch(core::options().batch, images.batch(), labels.size());
         core::refuse_while_paused("feed()");
         guarded([&] {
             core::send_micro_batch(images, labels);

@@ -81,16 +81,19 @@ public:
 
     ~thread_pipeline() { shut_down(); }
 
-    // The other forms: a view and a span, or tensors (feed_forms).
+    // The other forms: pointers, or tensors (feed_forms, core.hpp).
     using forms::feed;
 
+    // One micro-batch: options().batch images and as many labels.
+    //
     // A stage runs tick t of an epoch only once micro-batch t has been fed
     // (or the epoch's end announced), so that the stages can be stopped all
     // at the same tick (pause). Stage 0 needs micro-batch t at tick t
     // anyway, and the others depend on it: the feeder, up to two
     // micro-batches ahead, rarely holds anyone back.
-    void feed(const T* images, const std::int32_t* labels)
+    void feed(const_batch<T, typename Network::input> images, std::span<const std::int32_t> labels)
     {
+        detail::check_micro_batch(core::options().batch, images.batch(), labels.size());
         rethrow_if_failed();
         core::refuse_while_paused("feed()");
         guarded([&] { core::send_micro_batch(images, labels); });
