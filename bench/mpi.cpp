@@ -48,7 +48,7 @@ using net = petra::reference_network<>;
 constexpr std::size_t batch = 64;
 
 struct epoch_data {
-    std::vector<std::vector<float>> images;
+    std::vector<petra::owned_batch<float, net::input>> images;
     std::vector<std::vector<std::int32_t>> labels;
 
     explicit epoch_data(std::size_t count)
@@ -57,7 +57,7 @@ struct epoch_data {
         std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
         std::uniform_int_distribution<std::int32_t> label(0, 9);
         for (std::size_t m = 0; m < count; ++m) {
-            images.emplace_back(batch * net::input::size);
+            images.emplace_back(batch);
             labels.emplace_back(batch);
             for (float& value : images.back()) value = pixel(generator);
             for (auto& value : labels.back()) value = label(generator);
@@ -97,7 +97,7 @@ template <class Pipeline>
 double epoch_seconds(Pipeline& pipeline, const epoch_data& data)
 {
     const auto start = std::chrono::steady_clock::now();
-    for (std::size_t m = 0; m < data.images.size(); ++m) pipeline.feed(data.images[m].data(), data.labels[m].data());
+    for (std::size_t m = 0; m < data.images.size(); ++m) pipeline.feed(data.images[m], data.labels[m]);
     pipeline.drain();
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -258,7 +258,7 @@ int memory(bool on_threads)
         petra::mpi_pipeline<net, cuts, petra::sgd<float>> pipeline(MPI_COMM_WORLD, 1, petra::sgd_options{},
                                                                    learning_rate, {.batch = batch});
         for (std::size_t m = 0; m < 12; ++m) {
-            if (pipeline.feeds()) pipeline.feed(data.images[m].data(), data.labels[m].data());
+            if (pipeline.feeds()) pipeline.feed(data.images[m], data.labels[m]);
             else pipeline.feed();
         }
         pipeline.drain();

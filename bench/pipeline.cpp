@@ -23,7 +23,7 @@ constexpr std::size_t batch = 64;
 constexpr std::size_t micro_batches = 96;
 
 struct epoch_data {
-    std::vector<std::vector<float>> images;
+    std::vector<petra::owned_batch<float, net::input>> images;
     std::vector<std::vector<std::int32_t>> labels;
 
     epoch_data()
@@ -32,7 +32,7 @@ struct epoch_data {
         std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
         std::uniform_int_distribution<std::int32_t> label(0, 9);
         for (std::size_t m = 0; m < micro_batches; ++m) {
-            images.emplace_back(batch * net::input::size);
+            images.emplace_back(batch);
             labels.emplace_back(batch);
             for (float& value : images.back()) value = pixel(generator);
             for (auto& value : labels.back()) value = label(generator);
@@ -57,7 +57,7 @@ void pipeline_epoch(benchmark::State& state)
                                                                   {.batch = batch});
     for (auto _ : state) {
         for (std::size_t m = 0; m < micro_batches; ++m) {
-            pipeline.feed(data().images[m].data(), data().labels[m].data());
+            pipeline.feed(data().images[m], data().labels[m]);
         }
         benchmark::DoNotOptimize(pipeline.drain());
     }
@@ -100,8 +100,8 @@ void exact_backprop_epoch(benchmark::State& state)
     for (auto _ : state) {
         for (std::size_t m = 0; m < micro_batches; ++m) {
             std::fill(gradient.begin(), gradient.end(), 0.0f);
-            benchmark::DoNotOptimize(trainer.accumulate_gradient(parameters, batch, data().images[m].data(),
-                                                                 data().labels[m].data(), gradient));
+            benchmark::DoNotOptimize(
+                trainer.accumulate_gradient(parameters, data().images[m], data().labels[m], gradient));
             optimizer.step(parameters.values(), gradient, 1, learning_rate(m));
         }
     }

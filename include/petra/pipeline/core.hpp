@@ -59,10 +59,6 @@ struct worker_tuple<Network, Cuts, Optimizer, T, std::index_sequence<I...>> {
     using type = std::tuple<stage_worker<stage<Network, Cuts, I, T>, Optimizer, T>...>;
 };
 
-} // namespace detail
-
-namespace detail {
-
 // One micro-batch is `batch` images and as many labels: the sentence that
 // refuses any other count, in every driver.
 inline void check_micro_batch(std::size_t batch, std::size_t images, std::size_t labels)
