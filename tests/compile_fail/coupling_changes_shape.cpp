@@ -1,6 +1,6 @@
 // expected: additive_coupling: F must give an output of the same shape as its input.
 // F doubles the channels, so y = x~ + F(x) is not defined.
-#include <petra/petra.hpp>
+#include <petra/core.hpp>
 
 using namespace petra;
 

@@ -1,6 +1,6 @@
 // expected: The first block of the network cannot take the network's input shape.
 // A colour image given to a stem made for one channel.
-#include <petra/petra.hpp>
+#include <petra/core.hpp>
 
 using namespace petra;
 

@@ -3,7 +3,7 @@
 // and the argument order of layers/layer.hpp.
 #include <cstddef>
 
-#include <petra/petra.hpp>
+#include <petra/core.hpp>
 
 using namespace petra;
 

@@ -1,6 +1,6 @@
 // expected: A network begins with the shape of its input, input<C, H, W>.
 // The input shape forgotten.
-#include <petra/petra.hpp>
+#include <petra/core.hpp>
 
 using namespace petra;
 

@@ -1,6 +1,6 @@
 // expected: Every element of a network after its input must be a block (a coupling, stem, downsample or head), not a layer.
 // A layer given where a block belongs.
-#include <petra/petra.hpp>
+#include <petra/core.hpp>
 
 using namespace petra;
 

@@ -2,7 +2,7 @@
 // A network that stops at its couplings (its output is the pair of halves,
 // which petra computes) exported to ONNX, whose graph must end in logits.
 #include <petra/interchange/onnx.hpp>
-#include <petra/petra.hpp>
+#include <petra/core.hpp>
 
 using namespace petra;
 

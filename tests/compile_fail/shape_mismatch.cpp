@@ -1,6 +1,6 @@
 // expected: A block cannot take the output of the block before it: their shapes do not match.
 // The stem gives halves of 8 channels; the coupling's F expects 4.
-#include <petra/petra.hpp>
+#include <petra/core.hpp>
 
 using namespace petra;
 

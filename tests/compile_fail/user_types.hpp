@@ -8,7 +8,7 @@
 #include <random>
 #include <span>
 
-#include <petra/petra.hpp>
+#include <petra/core.hpp>
 
 namespace user {
 
