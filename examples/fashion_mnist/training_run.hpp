@@ -65,7 +65,7 @@ private:
     {
         if constexpr (requires { method_.parameters(); }) {
             if (options_.init_weights_path.empty()) return;
-            const auto paused = method_.pause();
+            [[maybe_unused]] const auto paused = method_.pause(); // nothing runs while the weights are read or written
             petra::load_npz(options_.init_weights_path, method_.parameters());
         }
     }
@@ -73,7 +73,7 @@ private:
     void write_weights()
     {
         if constexpr (requires { method_.parameters(); }) {
-            const auto paused = method_.pause();
+            [[maybe_unused]] const auto paused = method_.pause(); // nothing runs while the weights are read or written
             if (!options_.save_weights_path.empty()) petra::save_npz(options_.save_weights_path, method_.parameters());
             if (!options_.onnx_path.empty()) petra::export_onnx(method_.parameters(), options_.onnx_path);
         }
