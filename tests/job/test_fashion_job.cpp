@@ -205,7 +205,10 @@ TEST_CASE("fashion_mnist job: --save-weights writes the run's weights, --init-we
     const generated_data data;
     const std::string weights = (data.dir / "weights.npz").string(), again = (data.dir / "again.npz").string(),
                       graph = (data.dir / "model.onnx").string();
-    for (const auto& [method, stages] : {std::pair<std::string, std::size_t>{"petra", 3}, {"backprop", 1}}) {
+    // No structured binding: clang++ 14 cannot capture one in INFO's lambda.
+    for (const auto& run : {std::pair<std::string, std::size_t>{"petra", 3}, {"backprop", 1}}) {
+        const std::string method = run.first;
+        const std::size_t stages = run.second;
         INFO(method);
         auto options = quick(data, method, stages);
         options.max_steps = 10;
