@@ -7,6 +7,7 @@
 // does not depend on where it falls (see kernels/optimizer.hpp).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <type_traits>
 
@@ -132,55 +133,87 @@ struct channel_gradient_sums_arguments {
 
 namespace detail {
 
+// Channels whose sums gated_gradient_sums keeps at once: two pairs of
+// vectors and two scalars each, 8 KiB of stack with AVX-512 floats.
+inline constexpr std::size_t gradient_sums_channel_chunk = 32;
+
 // The sums of channel_gradient_sums, over the gradient as gate(c, grad_y, x)
 // makes it from grad_y and x (grad_y itself, or grad_y where a ReLU let the
 // value through).
+//
+// The batch is read in memory order, image by image and, within an image,
+// a chunk of channels after another (rows (n, c) are contiguous for
+// consecutive c), so that it streams from memory: reading a channel's rows
+// across the images instead jumps C * S values between rows of S, and ran
+// 2 to 2.8 times slower on the reference network's shapes when the batch
+// came from memory (bench/RESULTS.md). Each channel of the chunk keeps two
+// vector accumulators per sum over all its rows, which take the row's
+// vectors in turn, and one scalar per sum for the S % width values at each
+// row's end; the lanes and the scalar are added at the end. The order is
+// fixed by N, C, S and the vector width alone.
 template <class T, class Gate>
 void gated_gradient_sums(const channel_gradient_sums_arguments<T>& arguments, Gate&& gate)
 {
     using vector = simd<T>;
     constexpr std::size_t width = vector::size;
-    constexpr std::size_t accumulators = reduction_accumulators;
-    constexpr std::size_t block = accumulators * width;
+    constexpr std::size_t chunk = gradient_sums_channel_chunk;
     const std::size_t N = arguments.batch, C = arguments.channels, S = arguments.positions;
+    const std::size_t vector_end = S - S % width;
     const T* grad_y = arguments.grad_y;
     const T* x = arguments.x;
     const T* mean = arguments.mean;
-    for (std::size_t c = 0; c < C; ++c) {
-        T total_grad = T(0), total_grad_deviation = T(0);
-        const vector center(mean[c]);
-        for (std::size_t n = 0; n < N; ++n) {
-            const T* gradient = grad_y + (n * C + c) * S;
-            const T* value = x + (n * C + c) * S;
-            vector sum_grad[accumulators], sum_grad_deviation[accumulators];
-            for (std::size_t a = 0; a < accumulators; ++a) sum_grad[a] = sum_grad_deviation[a] = vector(T(0));
-            std::size_t s = 0;
-            for (; s < S - S % block; s += block) {
-#pragma GCC unroll 4
-                for (std::size_t a = 0; a < accumulators; ++a) {
-                    const vector xv = vector::load_unaligned(value + s + a * width);
-                    const vector gv = gate(c, vector::load_unaligned(gradient + s + a * width), xv);
-                    sum_grad[a] += gv;
-                    sum_grad_deviation[a] = xsimd::fma(gv, xv - center, sum_grad_deviation[a]);
-                }
-            }
-            for (; s < S - S % width; s += width) {
-                const vector xv = vector::load_unaligned(value + s);
-                const vector gv = gate(c, vector::load_unaligned(gradient + s), xv);
-                sum_grad[0] += gv;
-                sum_grad_deviation[0] = xsimd::fma(gv, xv - center, sum_grad_deviation[0]);
-            }
-            T row_grad = horizontal_sum(sum_grad), row_grad_deviation = horizontal_sum(sum_grad_deviation);
-            for (; s < S; ++s) {
-                const T gs = gate(c, gradient[s], value[s]);
-                row_grad += gs;
-                row_grad_deviation = xsimd::fma(gs, value[s] - mean[c], row_grad_deviation);
-            }
-            total_grad += row_grad;
-            total_grad_deviation += row_grad_deviation;
+    struct channel_sums {
+        vector grad[2], grad_deviation[2];
+        T tail_grad, tail_grad_deviation;
+    };
+    channel_sums sums[chunk];
+    for (std::size_t c0 = 0; c0 < C; c0 += chunk) {
+        const std::size_t channels = std::min(chunk, C - c0);
+        for (std::size_t k = 0; k < channels; ++k) {
+            sums[k].grad[0] = sums[k].grad[1] = sums[k].grad_deviation[0] = sums[k].grad_deviation[1] = vector(T(0));
+            sums[k].tail_grad = sums[k].tail_grad_deviation = T(0);
         }
-        arguments.sum_grad_y[c] = total_grad;
-        arguments.sum_grad_y_deviation[c] = total_grad_deviation;
+        for (std::size_t n = 0; n < N; ++n) {
+            for (std::size_t k = 0; k < channels; ++k) {
+                const std::size_t c = c0 + k;
+                const T* gradient = grad_y + (n * C + c) * S;
+                const T* value = x + (n * C + c) * S;
+                const vector center(mean[c]);
+                vector grad0 = sums[k].grad[0], grad1 = sums[k].grad[1];
+                vector deviation0 = sums[k].grad_deviation[0], deviation1 = sums[k].grad_deviation[1];
+                std::size_t s = 0;
+                for (; s < vector_end - vector_end % (2 * width); s += 2 * width) {
+                    const vector x0 = vector::load_unaligned(value + s);
+                    const vector x1 = vector::load_unaligned(value + s + width);
+                    const vector g0 = gate(c, vector::load_unaligned(gradient + s), x0);
+                    const vector g1 = gate(c, vector::load_unaligned(gradient + s + width), x1);
+                    grad0 += g0;
+                    grad1 += g1;
+                    deviation0 = xsimd::fma(g0, x0 - center, deviation0);
+                    deviation1 = xsimd::fma(g1, x1 - center, deviation1);
+                }
+                if (s < vector_end) {
+                    const vector x0 = vector::load_unaligned(value + s);
+                    const vector g0 = gate(c, vector::load_unaligned(gradient + s), x0);
+                    grad0 += g0;
+                    deviation0 = xsimd::fma(g0, x0 - center, deviation0);
+                }
+                for (s = vector_end; s < S; ++s) {
+                    const T gs = gate(c, gradient[s], value[s]);
+                    sums[k].tail_grad += gs;
+                    sums[k].tail_grad_deviation = xsimd::fma(gs, value[s] - mean[c], sums[k].tail_grad_deviation);
+                }
+                sums[k].grad[0] = grad0;
+                sums[k].grad[1] = grad1;
+                sums[k].grad_deviation[0] = deviation0;
+                sums[k].grad_deviation[1] = deviation1;
+            }
+        }
+        for (std::size_t k = 0; k < channels; ++k) {
+            arguments.sum_grad_y[c0 + k] = horizontal_sum(sums[k].grad) + sums[k].tail_grad;
+            arguments.sum_grad_y_deviation[c0 + k] =
+                horizontal_sum(sums[k].grad_deviation) + sums[k].tail_grad_deviation;
+        }
     }
 }
 
@@ -204,9 +237,8 @@ struct relu_gate {
 
 // sum_grad_y[c] = sum of grad_y over channel c, and
 // sum_grad_y_deviation[c] = sum of grad_y * (x - mean[c]) over it: the two
-// sums of batch normalisation's backward pass, accumulated as in
-// reduction.hpp (several vector accumulators per row, then the rows of a
-// channel). The outputs must not overlap the inputs.
+// sums of batch normalisation's backward pass, accumulated in memory order
+// (detail::gated_gradient_sums). The outputs must not overlap the inputs.
 template <class T>
 void channel_gradient_sums(const channel_gradient_sums_arguments<T>& arguments)
 {
