@@ -133,10 +133,6 @@ struct channel_gradient_sums_arguments {
 
 namespace detail {
 
-// Channels whose sums gated_gradient_sums keeps at once: two pairs of
-// vectors and two scalars each, 8 KiB of stack with AVX-512 floats.
-inline constexpr std::size_t gradient_sums_channel_chunk = 32;
-
 // The sums of channel_gradient_sums, over the gradient as gate(c, grad_y, x)
 // makes it from grad_y and x (grad_y itself, or grad_y where a ReLU let the
 // value through).
@@ -146,17 +142,18 @@ inline constexpr std::size_t gradient_sums_channel_chunk = 32;
 // consecutive c), so that it streams from memory: reading a channel's rows
 // across the images instead jumps C * S values between rows of S, and ran
 // 2 to 2.8 times slower on the reference network's shapes when the batch
-// came from memory (bench/RESULTS.md). Each channel of the chunk keeps two
-// vector accumulators per sum over all its rows, which take the row's
-// vectors in turn, and one scalar per sum for the S % width values at each
-// row's end; the lanes and the scalar are added at the end. The order is
-// fixed by N, C, S and the vector width alone.
+// came from memory (bench/RESULTS.md). As in reduction.hpp, a row is summed
+// on two vector accumulators per sum, which take its vectors in turn, and
+// added as vectors to its channel's; the S % width values at each row's end
+// go to one scalar per sum of the channel; the lanes and the scalar are
+// added at the end. The order is fixed by N, C, S and the vector width
+// alone.
 template <class T, class Gate>
 void gated_gradient_sums(const channel_gradient_sums_arguments<T>& arguments, Gate&& gate)
 {
     using vector = simd<T>;
     constexpr std::size_t width = vector::size;
-    constexpr std::size_t chunk = gradient_sums_channel_chunk;
+    constexpr std::size_t chunk = channel_chunk; // two pairs of vectors and two scalars each: 8 KiB of stack
     const std::size_t N = arguments.batch, C = arguments.channels, S = arguments.positions;
     const std::size_t vector_end = S - S % width;
     const T* grad_y = arguments.grad_y;
@@ -179,8 +176,7 @@ void gated_gradient_sums(const channel_gradient_sums_arguments<T>& arguments, Ga
                 const T* gradient = grad_y + (n * C + c) * S;
                 const T* value = x + (n * C + c) * S;
                 const vector center(mean[c]);
-                vector grad0 = sums[k].grad[0], grad1 = sums[k].grad[1];
-                vector deviation0 = sums[k].grad_deviation[0], deviation1 = sums[k].grad_deviation[1];
+                vector grad0(T(0)), grad1(T(0)), deviation0(T(0)), deviation1(T(0));
                 std::size_t s = 0;
                 for (; s < vector_end - vector_end % (2 * width); s += 2 * width) {
                     const vector x0 = vector::load_unaligned(value + s);
@@ -203,10 +199,10 @@ void gated_gradient_sums(const channel_gradient_sums_arguments<T>& arguments, Ga
                     sums[k].tail_grad += gs;
                     sums[k].tail_grad_deviation = xsimd::fma(gs, value[s] - mean[c], sums[k].tail_grad_deviation);
                 }
-                sums[k].grad[0] = grad0;
-                sums[k].grad[1] = grad1;
-                sums[k].grad_deviation[0] = deviation0;
-                sums[k].grad_deviation[1] = deviation1;
+                sums[k].grad[0] += grad0;
+                sums[k].grad[1] += grad1;
+                sums[k].grad_deviation[0] += deviation0;
+                sums[k].grad_deviation[1] += deviation1;
             }
         }
         for (std::size_t k = 0; k < channels; ++k) {

@@ -3,14 +3,16 @@
 // (n, c, s) at x[(n * C + c) * S + s]. Every (n, c) pair owns one contiguous
 // "row" of S values, and channel c gathers the N rows n * C + c.
 //
-// Accumulation: each row is summed in T with several independent vector
-// accumulators, and the N row partials of a channel are then added in T. So no
-// chain of additions is longer than about S / (4 * simd_width<T>) + N, which
+// Accumulation: each row is summed in T with two independent vector
+// accumulators (and a scalar for its last S % simd_width<T> values), and the
+// row partials of a channel are then added, still as vectors, in T. So no
+// chain of additions is longer than about S / (2 * simd_width<T>) + N, which
 // keeps float accurate for the sizes a network meets (S up to a few thousand,
 // N up to a few hundred) without paying for double accumulators, which would
 // halve the vector width.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <type_traits>
@@ -29,10 +31,6 @@ namespace detail {
 // normalization.hpp) read their sizes (see kernels/profile.hpp).
 inline constexpr const char* channel_geometry = "%zu x %zu channels x %zu positions";
 
-// Independent accumulators per row: enough to hide the latency of a vector
-// add, few enough to leave registers to the caller.
-inline constexpr std::size_t reduction_accumulators = 4;
-
 // Sum of every lane of every accumulator.
 template <class T, std::size_t Count>
 T horizontal_sum(const simd<T> (&accumulator)[Count])
@@ -42,48 +40,61 @@ T horizontal_sum(const simd<T> (&accumulator)[Count])
     return lane_sum(combined);
 }
 
-// Folds row[0 .. S) into a sum: total = step(total, row[s]) from total = 0,
-// on reduction_accumulators independent vectors, then on scalars for the
-// last S % simd_width<T> elements. step must work on vectors and on scalars.
-template <class T, class Step>
-T row_accumulate(std::size_t S, const T* row, Step&& step)
-{
+// Channels whose sums channel_chunk_sums keeps at once.
+inline constexpr std::size_t channel_chunk = 32;
+
+// Per-channel sums over a batch read in memory order: image by image, and
+// within an image the rows of channels [c0, c0 + count) one after another,
+// which are contiguous. Reading one channel's rows across the images
+// instead jumps C * S values between rows of S, and ran up to 1.5 times
+// slower on the reference network's shapes when the batch came from memory
+// (bench/RESULTS.md). A row is summed on two vector accumulators, which take
+// its vectors in turn, and added as vectors to its channel's pair; the S %
+// width values at each row's end go to a scalar of the channel; total() adds
+// the lanes and the scalar. The order of the additions is fixed by N, C, S
+// and the vector width alone.
+template <class T>
+struct channel_chunk_sums {
     using vector = simd<T>;
-    constexpr std::size_t width = vector::size;
-    constexpr std::size_t block = reduction_accumulators * width;
-    vector accumulator[reduction_accumulators];
-    for (auto& partial : accumulator) partial = vector(T(0));
-    std::size_t s = 0;
-    // Bounds written as S - S % step, not s + step <= S: see detail::map in
-    // elementwise.hpp.
-    for (; s < S - S % block; s += block) {
-#pragma GCC unroll 4
-        for (std::size_t a = 0; a < reduction_accumulators; ++a) {
-            accumulator[a] = step(accumulator[a], vector::load_unaligned(row + s + a * width));
+    struct channel {
+        vector lanes[2];
+        T tail;
+    };
+    channel sums[channel_chunk];
+    std::size_t count;
+
+    explicit channel_chunk_sums(std::size_t channels) : count(channels)
+    {
+        for (std::size_t k = 0; k < count; ++k) sums[k] = {{vector(T(0)), vector(T(0))}, T(0)};
+    }
+
+    // sum of channel c0 + k = step(k, sum, value) over its values, from 0;
+    // step works on vectors and on scalars.
+    template <class Step>
+    void accumulate(std::size_t N, std::size_t C, std::size_t S, const T* x, std::size_t c0, Step&& step)
+    {
+        constexpr std::size_t width = vector::size;
+        const std::size_t vector_end = S - S % width;
+        const std::size_t pair_end = vector_end - vector_end % (2 * width);
+        for (std::size_t n = 0; n < N; ++n) {
+            for (std::size_t k = 0; k < count; ++k) {
+                const T* row = x + (n * C + c0 + k) * S;
+                vector first(T(0)), second(T(0));
+                std::size_t s = 0;
+                for (; s < pair_end; s += 2 * width) {
+                    first = step(k, first, vector::load_unaligned(row + s));
+                    second = step(k, second, vector::load_unaligned(row + s + width));
+                }
+                if (s < vector_end) first = step(k, first, vector::load_unaligned(row + s));
+                for (s = vector_end; s < S; ++s) sums[k].tail = step(k, sums[k].tail, row[s]);
+                sums[k].lanes[0] += first;
+                sums[k].lanes[1] += second;
+            }
         }
     }
-    for (; s < S - S % width; s += width) accumulator[0] = step(accumulator[0], vector::load_unaligned(row + s));
-    T total = detail::horizontal_sum(accumulator);
-    for (; s < S; ++s) total = step(total, row[s]);
-    return total;
-}
 
-// Sum of row[0 .. S).
-template <class T>
-T row_sum(std::size_t S, const T* row)
-{
-    return row_accumulate(S, row, [](auto total, auto value) { return total + value; });
-}
-
-// Sum of (row[s] - mean)^2 over s in [0, S).
-template <class T>
-T row_squared_deviation_sum(std::size_t S, const T* row, T mean)
-{
-    return row_accumulate(S, row, [mean](auto total, auto value) {
-        const auto deviation = value - decltype(value)(mean);
-        return xsimd::fma(deviation, deviation, total);
-    });
-}
+    T total(std::size_t k) const { return horizontal_sum(sums[k].lanes) + sums[k].tail; }
+};
 
 } // namespace detail
 
@@ -97,10 +108,10 @@ void channel_sum(std::size_t N, std::size_t C, std::size_t S, const T* x, T* sum
     // One addition per element; x read once, C sums written.
     PETRA_PROFILE_KERNEL("channel_sum", detail::channel_geometry, {N, C, S}, double(N * C * S),
                          double((N * C * S + C) * sizeof(T)));
-    for (std::size_t c = 0; c < C; ++c) {
-        T total = T(0);
-        for (std::size_t n = 0; n < N; ++n) total += detail::row_sum(S, x + (n * C + c) * S);
-        sum_out[c] = total;
+    for (std::size_t c0 = 0; c0 < C; c0 += detail::channel_chunk) {
+        detail::channel_chunk_sums<T> sums(std::min(detail::channel_chunk, C - c0));
+        sums.accumulate(N, C, S, x, c0, [](std::size_t, auto total, auto value) { return total + value; });
+        for (std::size_t k = 0; k < sums.count; ++k) sum_out[c0 + k] = sums.total(k);
     }
 }
 
@@ -129,16 +140,17 @@ void channel_mean_variance(std::size_t N, std::size_t C, std::size_t S, const T*
                         std::to_string(N) + ", S = " + std::to_string(S) + "), so mean and variance are undefined");
     }
     const T count = static_cast<T>(N * S);
-    for (std::size_t c = 0; c < C; ++c) {
-        T total = T(0);
-        for (std::size_t n = 0; n < N; ++n) total += detail::row_sum(S, x + (n * C + c) * S);
-        const T mean = total / count;
-        T squared_deviations = T(0);
-        for (std::size_t n = 0; n < N; ++n) {
-            squared_deviations += detail::row_squared_deviation_sum(S, x + (n * C + c) * S, mean);
-        }
-        mean_out[c] = mean;
-        variance_out[c] = squared_deviations / count;
+    for (std::size_t c0 = 0; c0 < C; c0 += detail::channel_chunk) {
+        const std::size_t channels = std::min(detail::channel_chunk, C - c0);
+        detail::channel_chunk_sums<T> sums(channels);
+        sums.accumulate(N, C, S, x, c0, [](std::size_t, auto total, auto value) { return total + value; });
+        for (std::size_t k = 0; k < channels; ++k) mean_out[c0 + k] = sums.total(k) / count;
+        sums = detail::channel_chunk_sums<T>(channels);
+        sums.accumulate(N, C, S, x, c0, [mean_out, c0](std::size_t k, auto total, auto value) {
+            const auto deviation = value - decltype(value)(mean_out[c0 + k]);
+            return xsimd::fma(deviation, deviation, total);
+        });
+        for (std::size_t k = 0; k < channels; ++k) variance_out[c0 + k] = sums.total(k) / count;
     }
 }
 
