@@ -159,4 +159,43 @@ inline void store_row_stride_two(std::size_t count, const T* in, T* out, T beta)
     }
 }
 
+// even[t] = in[2 t] and odd[t] = in[2 t + 1] for the count values of in
+// (even gets (count + 1) / 2 values, odd count / 2); a null target is not
+// written: a row of a stride-2 input split into its two phase columns. On
+// AVX-512, float values go 32 at a time, two vectors gathered into their
+// even and odd lanes by two permutations (the scalar copies took a fifth of
+// a stride-2 3x3 convolution's time on the reference network); elsewhere
+// value by value.
+template <class T>
+inline void split_row_stride_two(std::size_t count, const T* in, T* even, T* odd)
+{
+    std::size_t t = 0;
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+        const __m512i even_lanes = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+        const __m512i odd_lanes = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+        const auto first = [](std::size_t values) {
+            return static_cast<__mmask16>(values >= 16 ? 0xFFFFu : (1u << values) - 1u);
+        };
+        for (; t < count; t += 32) {
+            const std::size_t values = std::min<std::size_t>(32, count - t);
+            const __m512 low = _mm512_maskz_loadu_ps(first(values), in + t);
+            const __m512 high = _mm512_maskz_loadu_ps(first(values > 16 ? values - 16 : 0), in + t + 16);
+            if (even != nullptr) {
+                _mm512_mask_storeu_ps(even + t / 2, first((values + 1) / 2),
+                                      _mm512_permutex2var_ps(low, even_lanes, high));
+            }
+            if (odd != nullptr) {
+                _mm512_mask_storeu_ps(odd + t / 2, first(values / 2), _mm512_permutex2var_ps(low, odd_lanes, high));
+            }
+        }
+        return;
+    }
+#endif
+    for (; 2 * t < count; ++t) {
+        if (even != nullptr) even[t] = in[2 * t];
+        if (odd != nullptr && 2 * t + 1 < count) odd[t] = in[2 * t + 1];
+    }
+}
+
 } // namespace petra::kernels::detail
