@@ -149,7 +149,8 @@ inline tap tap_of(const convolution_shape& shape, std::size_t q)
 // pixel (oh, ow), phase (kh % stride, kw % stride) at row oh + kh / stride and
 // column ow + kw / stride: consecutive output pixels read consecutive memory
 // whatever the stride, and no tap needs a bounds check. With stride 1 there is
-// one phase, the padded image itself. The buffer ends with two vectors of
+// one phase, the padded image itself; a 1x1 kernel with stride 2 reads phase
+// (0, 0) only, and only that one is kept. The buffer ends with two vectors of
 // zeros: readers load whole vectors, which run up to (kernel - 1) / stride +
 // simd_width - 1 elements past a plane (see forward_accumulate and
 // weight_gradient).
@@ -157,23 +158,29 @@ template <class T>
 struct phased_input {
     const T* data;
     std::size_t stride;
+    std::size_t phases; // per axis: the stride, or 1 for a 1x1 kernel, which reads phase (0, 0) only
     std::size_t in_channels;
     std::size_t height; // of one phase plane
     std::size_t width;  // of one phase plane
 
     std::size_t plane() const { return height * width; }
-    std::size_t image_stride() const { return in_channels * stride * stride * plane(); }
+    std::size_t image_stride() const { return in_channels * phases * phases * plane(); }
     // Where tap k reads for output pixel (0, 0) of image 0; output pixel
     // (oh, ow) of image n is then image n * image_stride() + oh * width + ow
     // further.
     const T* tap_origin(const tap& k) const
     {
-        const std::size_t phase = (k.row % stride) * stride + k.column % stride;
-        return data + (k.channel * stride * stride + phase) * plane() + (k.row / stride) * width + k.column / stride;
+        const std::size_t phase = (k.row % stride) * phases + k.column % stride;
+        return data + (k.channel * phases * phases + phase) * plane() + (k.row / stride) * width + k.column / stride;
     }
 };
 
 struct phased_input_tag {};
+
+// Phases a tap reads along each axis: the stride, but one for a 1x1 kernel
+// (whose only tap reads phase (0, 0)), so that the phased input holds only
+// planes some tap reads.
+constexpr std::size_t phases_read(const convolution_shape& shape) { return std::min(shape.stride, shape.kernel); }
 
 // Height and width of one phase plane, and values of the phased input with
 // its slack.
@@ -188,21 +195,23 @@ constexpr std::size_t phase_width(const convolution_shape& shape)
 template <class T>
 constexpr std::size_t phased_input_count(const convolution_shape& shape)
 {
-    return shape.batch * shape.in_channels * shape.stride * shape.stride * phase_height(shape) * phase_width(shape) +
+    const std::size_t phases = phases_read(shape);
+    return shape.batch * shape.in_channels * phases * phases * phase_height(shape) * phase_width(shape) +
            2 * simd_width<T>;
 }
 
 template <class T>
 phased_input<T> prepare_input(const convolution_shape& shape, const T* input, scratch_source& scratch)
 {
-    const std::size_t stride = shape.stride, padding = shape.padding;
+    const std::size_t stride = shape.stride, padding = shape.padding, phases = phases_read(shape);
     const std::size_t height = phase_height(shape);
     const std::size_t width = phase_width(shape);
     const std::size_t plane = height * width;
-    const std::size_t planes = shape.batch * shape.in_channels * stride * stride;
+    const std::size_t planes = shape.batch * shape.in_channels * phases * phases;
     constexpr std::size_t slack = 2 * simd_width<T>;
     T* phased = scratch.take<phased_input_tag, T>(phased_input_count<T>(shape));
     std::fill(phased + planes * plane, phased + planes * plane + slack, T(0));
+    const phased_input<T> result{phased, stride, phases, shape.in_channels, height, width};
     if (stride == 1) {
         // One pass: each padded row is its border zeros and an input row.
         for (std::size_t channel = 0; channel < planes; ++channel) {
@@ -217,30 +226,29 @@ phased_input<T> prepare_input(const convolution_shape& shape, const T* input, sc
             }
             std::fill(target + (shape.in_height + padding) * width, target + plane, T(0));
         }
-        return {phased, stride, shape.in_channels, height, width};
+        return result;
     }
     std::fill(phased, phased + planes * plane, T(0));
     // Stride 2 (the only other the kernels take): input row i is padded row
     // i + padding, row (i + padding) / 2 of phase row (i + padding) % 2; its
     // even and odd columns go likewise to the two phase columns, which
-    // split_row_stride_two writes in one pass. Phase rows and columns from
-    // `kernel` on hold values no tap reads (a 1x1 kernel with stride 2 reads
-    // phase (0, 0) only): they stay zero. (Zeroing only the border instead of
-    // every plane first measured slower: a row's border is one or two values.)
-    const std::size_t phases_read = std::min(stride, shape.kernel);
+    // split_row_stride_two writes in one pass; values of phases no tap reads
+    // (rows and columns of phase 1 for a 1x1 kernel) are left out. (Zeroing
+    // only the planes' borders instead of every plane first measured slower:
+    // a row's border is one or two values.)
     const std::size_t even_phase = padding % 2, odd_phase = (padding + 1) % 2;
     for (std::size_t channel = 0; channel < shape.batch * shape.in_channels; ++channel) {
         const T* source = input + channel * shape.input_pixels();
         for (std::size_t row = 0; row < shape.in_height; ++row) {
             const std::size_t phase_row = (row + padding) % 2;
-            if (phase_row >= phases_read) continue;
-            T* target = phased + (channel * stride * stride + phase_row * stride) * plane + (row + padding) / 2 * width;
+            if (phase_row >= phases) continue;
+            T* target = phased + (channel * phases + phase_row) * phases * plane + (row + padding) / 2 * width;
             split_row_stride_two(shape.in_width, source + row * shape.in_width,
-                                 even_phase < phases_read ? target + even_phase * plane + padding / 2 : nullptr,
-                                 odd_phase < phases_read ? target + odd_phase * plane + (padding + 1) / 2 : nullptr);
+                                 even_phase < phases ? target + even_phase * plane + padding / 2 : nullptr,
+                                 odd_phase < phases ? target + odd_phase * plane + (padding + 1) / 2 : nullptr);
         }
     }
-    return {phased, stride, shape.in_channels, height, width};
+    return result;
 }
 
 // Register blocking of the weight gradient: Taps taps (broadcast from the
@@ -560,6 +568,142 @@ void direct_correlation(std::size_t images, const T* source, std::size_t image_s
                                                                         weights, channels, wide_pixels, store, scratch);
 }
 
+// Correlations of few taps whose output rows are close to whole vectors (the
+// stem's 9 taps, a 1x1 stride-2 downsampling's 16 or 32) spend more time
+// moving the tiles of direct_correlation than multiplying: the tile goes to a
+// buffer and from there, row piece by row piece, to the output. Here a block
+// of Rows result channels times OutRows output rows of Vectors vectors each
+// stays in registers and is stored straight to the output, the last vector of
+// a row through a mask. Output row r of an image reads tap t's values at
+// source + offsets[t] + r * row_stride, a vector per simd_width pixels.
+template <class T>
+struct row_blocking {
+    static constexpr std::size_t accumulators = gemm_blocking<T>::wide_register_file ? 24 : 12;
+    static constexpr std::size_t rows = gemm_blocking<T>::mr;
+    // Output rows per block for rows of `vectors` vectors: as many as fill
+    // the accumulators, at least one.
+    static constexpr std::size_t out_rows_for(std::size_t vectors)
+    {
+        return std::max<std::size_t>(1, accumulators / (rows * vectors));
+    }
+};
+
+// Whether forward_accumulate takes the row blocks: few taps (the tiles'
+// traffic weighs against them) and rows whose vectors are at least three
+// quarters used.
+template <class T>
+constexpr bool uses_row_blocks(const convolution_shape& shape)
+{
+    constexpr std::size_t width = simd_width<T>;
+    const std::size_t out_width = shape.out_width();
+    const std::size_t vectors = (out_width + width - 1) / width;
+    return shape.patch_size() <= 64 && vectors <= 4 && 4 * out_width >= 3 * vectors * width;
+}
+
+// One vector of results, count <= simd_width of them, stored at out with
+// beta (store_row's masked form for a part).
+template <class T>
+inline void store_vector(const simd<T>& values, std::size_t count, T* out, T beta)
+{
+    if (count == simd_width<T>) {
+        if (beta == T(0)) {
+            values.store_unaligned(out);
+        } else {
+            xsimd::fma(simd<T>(beta), simd<T>::load_unaligned(out), values).store_unaligned(out);
+        }
+        return;
+    }
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+        const __mmask16 part = static_cast<__mmask16>((1u << count) - 1u);
+        __m512 result = values;
+        if (beta != T(0)) result = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(part, out), result);
+        _mm512_mask_storeu_ps(out, part, result);
+        return;
+    }
+#endif
+    alignas(buffer_alignment) T lanes[simd_width<T>];
+    values.store_aligned(lanes);
+    store_row(count, lanes, out, beta);
+}
+
+// The block of Rows result channels (a packed sliver of taps x Rows weights)
+// and OutRows output rows of Vectors vectors at source (tap t of output row
+// r at source + offsets[t] + r * row_stride), stored to out (result channel
+// i's row r at out + i * channel_stride + r * out_width) for the first
+// `channels` channels and out_width pixels of each row.
+template <class T, std::size_t Rows, std::size_t OutRows, std::size_t Vectors>
+void correlation_row_block(std::size_t taps, const T* __restrict sliver, const T* source,
+                           const std::size_t* offsets, std::size_t row_stride, T* out, std::size_t channel_stride,
+                           std::size_t out_width, std::size_t channels, T beta)
+{
+    using vector = simd<T>;
+    constexpr std::size_t width = vector::size;
+    constexpr std::size_t lanes = OutRows * Vectors;
+    vector accumulator[Rows][lanes];
+#pragma GCC unroll 16
+    for (std::size_t i = 0; i < Rows; ++i) {
+#pragma GCC unroll 8
+        for (std::size_t k = 0; k < lanes; ++k) accumulator[i][k] = vector(T(0));
+    }
+    for (std::size_t t = 0; t < taps; ++t) {
+        const T* tap = source + offsets[t];
+        vector values[lanes];
+#pragma GCC unroll 8
+        for (std::size_t k = 0; k < lanes; ++k) {
+            values[k] = vector::load_unaligned(tap + (k / Vectors) * row_stride + (k % Vectors) * width);
+        }
+#pragma GCC unroll 16
+        for (std::size_t i = 0; i < Rows; ++i) {
+            const vector weight(sliver[i]);
+#pragma GCC unroll 8
+            for (std::size_t k = 0; k < lanes; ++k) accumulator[i][k] = xsimd::fma(weight, values[k], accumulator[i][k]);
+        }
+        sliver += Rows;
+    }
+    for (std::size_t i = 0; i < channels; ++i) {
+        for (std::size_t k = 0; k < lanes; ++k) {
+            const std::size_t first = (k % Vectors) * width;
+            store_vector(accumulator[i][k], std::min(width, out_width - first),
+                         out + i * channel_stride + (k / Vectors) * out_width + first, beta);
+        }
+    }
+}
+
+// forward_accumulate's row blocks over every image, Vectors vectors per row.
+template <class T, std::size_t Vectors>
+void correlation_by_row_blocks(const convolution_shape& shape, const phased_input<T>& phased,
+                               const std::size_t* offsets, const T* packed, T* output, T beta)
+{
+    constexpr std::size_t rows = row_blocking<T>::rows;
+    constexpr std::size_t out_rows = row_blocking<T>::out_rows_for(Vectors);
+    const std::size_t taps = shape.patch_size(), channels = shape.out_channels;
+    const std::size_t out_height = shape.out_height(), out_width = shape.out_width(), pixels = shape.output_pixels();
+    const std::size_t whole_blocks_end = out_height - out_height % out_rows;
+    for (std::size_t image = 0; image < shape.batch; ++image) {
+        const T* image_source = phased.data + image * phased.image_stride();
+        for (std::size_t c0 = 0; c0 < channels; c0 += rows) {
+            const T* sliver = packed + c0 * taps;
+            T* out = output + (image * channels + c0) * pixels;
+            const std::size_t count = std::min(rows, channels - c0);
+            std::size_t r = 0;
+            for (; r < whole_blocks_end; r += out_rows) {
+                correlation_row_block<T, rows, out_rows, Vectors>(taps, sliver, image_source + r * phased.width,
+                                                                  offsets, phased.width, out + r * out_width, pixels,
+                                                                  out_width, count, beta);
+            }
+            // The last rows one at a time: a block reads whole blocks of
+            // rows, and past the image's last row lies the next plane or the
+            // end of the buffer.
+            for (; r < out_height; ++r) {
+                correlation_row_block<T, rows, 1, Vectors>(taps, sliver, image_source + r * phased.width, offsets,
+                                                           phased.width, out + r * out_width, pixels, out_width,
+                                                           count, beta);
+            }
+        }
+    }
+}
+
 struct tap_offsets_tag {};
 
 // output = convolution(input, weights) + beta * output, for a validated shape
@@ -580,6 +724,19 @@ void forward_accumulate(const convolution_shape& shape, const T* input, const T*
     std::size_t* offsets = scratch.take<tap_offsets_tag, std::size_t>(taps);
     for (std::size_t q = 0; q < taps; ++q) {
         offsets[q] = static_cast<std::size_t>(phased.tap_origin(tap_of(shape, q)) - phased.data);
+    }
+    if (uses_row_blocks<T>(shape)) {
+        constexpr std::size_t rows = row_blocking<T>::rows;
+        T* packed = scratch.take<correlation_weights_tag, T>((channels + rows - 1) / rows * rows * taps);
+        pack_slivers<rows>(weights, taps, 1, channels, taps, packed);
+        const std::size_t vectors = (shape.out_width() + simd_width<T> - 1) / simd_width<T>;
+        [&]<std::size_t... Index>(std::index_sequence<Index...>) {
+            ((vectors == Index + 1
+                  ? correlation_by_row_blocks<T, Index + 1>(shape, phased, offsets, packed, output, beta)
+                  : void()),
+             ...);
+        }(std::make_index_sequence<4>{});
+        return;
     }
     const std::size_t out_width = shape.out_width(), pixels = shape.output_pixels();
     direct_correlation(
@@ -841,8 +998,11 @@ constexpr scratch_demand convolution_forward_scratch(const convolution_shape& sh
     demand.template ask<detail::phased_input_tag, T>(detail::phased_input_count<T>(shape));
     demand.template ask<detail::tap_offsets_tag, std::size_t>(shape.patch_size());
     const std::size_t wide_pixels = shape.out_height() * detail::phase_width(shape);
+    constexpr std::size_t block_rows = detail::row_blocking<T>::rows;
     demand.template ask<detail::correlation_weights_tag, T>(
-        detail::correlation_weights_count<T>(shape.out_channels, shape.patch_size(), wide_pixels));
+        detail::uses_row_blocks<T>(shape)
+            ? (shape.out_channels + block_rows - 1) / block_rows * block_rows * shape.patch_size()
+            : detail::correlation_weights_count<T>(shape.out_channels, shape.patch_size(), wide_pixels));
     return demand;
 }
 
