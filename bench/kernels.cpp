@@ -41,17 +41,19 @@ void set_flops(benchmark::State& state, double flops_per_iteration)
                                                  benchmark::Counter::OneK::kIs1000);
 }
 
-// The FMA peak of one core: independent vector FMAs (bench/fma_peak.hpp).
+// The FMA peak of one core: independent vector FMAs, as many chains as run
+// fastest here (bench/fma_peak.hpp).
 void fma_peak(benchmark::State& state)
 {
     constexpr std::size_t iterations = 1 << 16;
+    const std::size_t chains = petra::bench::fastest_fma_chains(iterations);
     float start = 1.0f;
     for (auto _ : state) {
         benchmark::DoNotOptimize(start);
-        benchmark::DoNotOptimize(petra::bench::fma_loop(iterations, start));
+        benchmark::DoNotOptimize(petra::bench::fma_loop(chains, iterations, start));
     }
-    set_flops(state, petra::bench::fma_loop_flops(iterations));
-    state.counters["accumulators"] = double(petra::bench::fma_accumulators);
+    set_flops(state, petra::bench::fma_loop_flops(iterations, chains));
+    state.counters["accumulators"] = double(chains);
     state.counters["lanes"] = double(xsimd::batch<float>::size);
 }
 
