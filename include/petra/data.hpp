@@ -3,4 +3,5 @@
 
 #include <petra/data/augmentation.hpp>
 #include <petra/data/dataset.hpp>
+#include <petra/data/dataset_source.hpp>
 #include <petra/data/idx.hpp>

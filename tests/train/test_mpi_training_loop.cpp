@@ -1,0 +1,196 @@
+// The training loop with PETRA on MPI ranks (run on 2 ranks): a run
+// stopped twice and resumed, on ranks, ends with the parameters of a run
+// never stopped on the simulator; a checkpoint saved on ranks resumes on
+// the simulator, and one saved there on ranks; checkpoints on the clock are
+// saved by every rank together.
+#include <mpi.h>
+
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include <petra/petra.hpp>
+#include <petra/train/mpi_training.hpp>
+
+#include "pipeline/pipeline_support.hpp"
+
+namespace {
+
+using net = petra::test::pipeline_network;
+using input = net::input;
+constexpr auto cuts = petra::test::cuts_of<3>;
+using on_ranks = petra::petra_on_ranks<net, cuts>;
+using on_simulator = petra::petra_on_simulator<net, cuts>;
+
+int world_rank()
+{
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    return rank;
+}
+
+// A directory every rank sees, made by rank 0 and removed at the end.
+struct shared_directory {
+    std::filesystem::path path;
+    shared_directory()
+    {
+        std::string name;
+        if (world_rank() == 0) {
+            name = (std::filesystem::temp_directory_path() / ("petra_mpi_loop_" + std::to_string(::getpid()))).string();
+            std::filesystem::create_directories(name);
+        }
+        unsigned long long size = name.size();
+        MPI_Bcast(&size, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+        name.resize(size);
+        MPI_Bcast(name.data(), int(size), MPI_CHAR, 0, MPI_COMM_WORLD);
+        path = name;
+    }
+    ~shared_directory()
+    {
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (world_rank() == 0) std::filesystem::remove_all(path);
+    }
+    std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+struct examples {
+    std::vector<float> images = std::vector<float>(40 * input::size);
+    std::vector<std::int32_t> labels = std::vector<std::int32_t>(40);
+    examples()
+    {
+        std::mt19937_64 generator(7);
+        std::normal_distribution<float> pixel(0.0f, 1.0f);
+        for (std::size_t n = 0; n < labels.size(); ++n) {
+            labels[n] = std::int32_t(n % 3);
+            for (std::size_t i = 0; i < input::size; ++i) {
+                images[n * input::size + i] = pixel(generator) + 0.5f * float(labels[n]);
+            }
+        }
+    }
+};
+
+std::uint64_t digest(const petra::network_parameters<net, float>& parameters)
+{
+    std::uint64_t hash = 14695981039346656037ull;
+    for (std::span<const float> values : {parameters.values(), parameters.state()}) {
+        const auto* bytes = reinterpret_cast<const unsigned char*>(values.data());
+        for (std::size_t i = 0; i < values.size_bytes(); ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
+    }
+    return hash;
+}
+
+const petra::sgd_options optimizer{.momentum = 0.9, .nesterov = true, .weight_decay = 5e-4};
+const petra::training_plan plan({.epochs = 3, .batches_per_epoch = 10, .accumulation = 2},
+                                {.peak = 0.05, .warmup_epochs = 0.5,
+                                 .shape = petra::learning_rate_schedule::decay::cosine});
+constexpr std::uint64_t seed = 1;
+
+struct run_end {
+    bool finished = false;
+    std::size_t steps = 0;
+    std::uint64_t digest = 0; // on rank 0 for the ranks' runs
+};
+
+// On every rank: the stop request is the same on each (a count), so the
+// ranks agree on it.
+run_end run_on_ranks(const std::string& path, std::size_t stop_at, double every_seconds = 0)
+{
+    const examples data;
+    petra::tensor_source<input> source(data.images, data.labels, 4, 5);
+    on_ranks method(MPI_COMM_WORLD, seed, optimizer, plan.schedule(), {.batch = 4, .accumulation = 2});
+    std::size_t asked = 0;
+    petra::training_loop loop(method, source, plan,
+                              {.checkpoint_path = path,
+                               .checkpoint_every = 4,
+                               .checkpoint_every_seconds = every_seconds,
+                               .stop_requested = [&] { return stop_at != 0 && asked++ == stop_at; }});
+    run_end end{loop.run(), loop.position().steps, 0};
+    auto whole = net::make_parameters<float>(0);
+    method.pipeline().gather_parameters(world_rank() == 0 ? &whole : nullptr);
+    end.digest = digest(whole);
+    return end;
+}
+
+run_end run_on_simulator(const std::string& path, std::size_t stop_at)
+{
+    const examples data;
+    petra::tensor_source<input> source(data.images, data.labels, 4, 5);
+    auto weights = net::make_parameters<float>(seed);
+    on_simulator method(weights, optimizer, plan.schedule(), {.batch = 4, .accumulation = 2});
+    std::size_t asked = 0;
+    petra::training_loop loop(method, source, plan,
+                              {.checkpoint_path = path,
+                               .checkpoint_every = 4,
+                               .stop_requested = [&] { return stop_at != 0 && asked++ == stop_at; }});
+    run_end end{loop.run(), loop.position().steps, 0};
+    end.digest = digest(weights);
+    return end;
+}
+
+} // namespace
+
+TEST_CASE("training loop on ranks: stopped twice and resumed, it ends as a run never stopped" * doctest::timeout(120))
+{
+    const shared_directory directory;
+    const run_end whole = run_on_simulator("", 0);
+    const run_end ranks_whole = run_on_ranks("", 0);
+    CHECK(ranks_whole.finished);
+    if (world_rank() == 0) CHECK(ranks_whole.digest == whole.digest);
+
+    const std::string path = directory.file("ranks.checkpoint");
+    const run_end first = run_on_ranks(path, 13);
+    CHECK_FALSE(first.finished);
+    CHECK(first.steps == 13);
+    const run_end second = run_on_ranks(path, 9);
+    CHECK_FALSE(second.finished);
+    CHECK(second.steps == 22);
+    const run_end last = run_on_ranks(path, 0);
+    CHECK(last.finished);
+    CHECK(last.steps == 30);
+    if (world_rank() == 0) CHECK(last.digest == whole.digest);
+}
+
+TEST_CASE("training loop on ranks: a checkpoint saved on ranks resumes on the simulator, and back" *
+          doctest::timeout(120))
+{
+    const shared_directory directory;
+    const run_end whole = run_on_simulator("", 0);
+    const std::string path = directory.file("moved.checkpoint");
+    CHECK_FALSE(run_on_ranks(path, 11).finished);
+    // Rank 0 goes on alone on the simulator to another stop; then every rank.
+    std::string moved = directory.file("simulator.checkpoint");
+    if (world_rank() == 0) {
+        for (const auto& entry : std::filesystem::directory_iterator(directory.path)) {
+            const std::string name = entry.path().filename().string();
+            if (name.starts_with("moved.checkpoint")) {
+                std::filesystem::copy_file(entry.path(), directory.path / ("simulator" + name.substr(5)));
+            }
+        }
+        const run_end part = run_on_simulator(moved, 6);
+        CHECK_FALSE(part.finished);
+        CHECK(part.steps == 17);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    const run_end last = run_on_ranks(moved, 0);
+    CHECK(last.finished);
+    if (world_rank() == 0) CHECK(last.digest == whole.digest);
+}
+
+TEST_CASE("training loop on ranks: checkpoints on the clock are saved by every rank together" * doctest::timeout(120))
+{
+    const shared_directory directory;
+    const run_end whole = run_on_simulator("", 0);
+    // Every micro-batch is due on the clock: every rank saves at every one
+    // (a rank alone would wait for the others forever).
+    const run_end end = run_on_ranks(directory.file("clock.checkpoint"), 0, 1e-9);
+    CHECK(end.finished);
+    if (world_rank() == 0) CHECK(end.digest == whole.digest);
+}
