@@ -292,14 +292,23 @@ void print_geometries(const measurement& m, double peak_gflops)
     print_rows(std::move(rows), m, peak_gflops, true);
 }
 
+// The CPU's name with its family and model numbers (a virtual machine's name
+// may say no more than "AMD EPYC") and the caches the kernels block for.
 std::string cpu_model()
 {
     std::ifstream cpuinfo("/proc/cpuinfo");
-    std::string line;
-    while (std::getline(cpuinfo, line)) {
-        if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+    std::string line, name = "unknown CPU", family, model;
+    while (std::getline(cpuinfo, line) && line.find(':') != std::string::npos) {
+        const std::size_t colon = line.find(':');
+        const std::string value = colon + 2 <= line.size() ? line.substr(colon + 2) : std::string();
+        if (line.rfind("model name", 0) == 0) name = value;
+        else if (line.rfind("cpu family", 0) == 0) family = value;
+        else if (line.rfind("model", 0) == 0 && model.empty()) model = value;
     }
-    return "unknown CPU";
+    if (!family.empty()) name += " (family " + family + " model " + model + ")";
+    const petra::kernels::cache_sizes& caches = petra::kernels::this_core_caches();
+    return name + ", L1d " + std::to_string(caches.l1_data >> 10) + " KiB, L2 " + std::to_string(caches.l2 >> 10) +
+           " KiB, L3 " + std::to_string(caches.l3 >> 20) + " MiB";
 }
 
 std::string utc_now()

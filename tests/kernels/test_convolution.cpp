@@ -260,13 +260,13 @@ TEST_CASE("a convolution's scratch demand is a compile-time figure, merged per b
     static_assert(forward.thread_bytes() >= 64 * 16 * 30 * 30 * sizeof(float));
     // Winograd's form: six buffers (the input transposed and bordered, the
     // transformed patches, weights and products, one image's results), of
-    // one group of images at most (its patches and products stay under half
-    // a MiB); the input gradient, which may accumulate, also stages one
-    // image's results.
+    // one group of images at most (its patches and products within
+    // winograd_max_group_bytes, the ceiling of any core's budget); the input
+    // gradient, which may accumulate, also stages one image's results.
     constexpr scratch_demand winograd = convolution_forward_scratch<float>({64, 16, 28, 28, 16, 3, 1, 1});
     static_assert(winograd.buffer_count() == 6);
     static_assert(convolution_backward_input_scratch<float>({64, 16, 28, 28, 16, 3, 1, 1}).buffer_count() == 7);
-    static_assert(winograd.thread_bytes() < std::size_t(1) << 20);
+    static_assert(winograd.thread_bytes() < 2 * detail::winograd_max_group_bytes);
     static_assert(forward.region_bytes() >= forward.thread_bytes());
     // The weight gradient reads the same phased input: one buffer, the larger
     // request, for per-thread memory; the larger region for a caller's.

@@ -31,6 +31,7 @@
 #include <utility>
 
 #include <petra/error.hpp>
+#include <petra/kernels/cache_sizes.hpp>
 #include <petra/kernels/gemm.hpp>
 #include <petra/kernels/layout.hpp>
 #include <petra/kernels/profile.hpp>
@@ -341,7 +342,8 @@ void tap_gradients(std::size_t images, std::size_t rows, std::size_t row_length,
 {
     using blocking = weight_gradient_blocking<T>;
     constexpr std::size_t pixels = blocking::pixels_for(Vectors);
-    constexpr std::size_t l1_values = (16u << 10) / sizeof(T);
+    // Half of the core's L1 data cache (cache_sizes.hpp) for the rows' gradients.
+    const std::size_t l1_values = this_core_caches().l1_data / 2 / sizeof(T);
     const std::size_t row_block = std::clamp<std::size_t>(l1_values / (row_length * channel_stride), 1, rows);
     const T** image_tap = scratch.take<image_tap_tag, const T*>(taps);
     for (std::size_t image = 0; image < images; ++image) {

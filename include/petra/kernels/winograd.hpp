@@ -35,8 +35,10 @@
 #include <cstddef>
 #include <cstring>
 #include <numeric>
+#include <type_traits>
 #include <utility>
 
+#include <petra/kernels/cache_sizes.hpp>
 #include <petra/kernels/gemm.hpp>
 #include <petra/kernels/layout.hpp>
 #include <petra/kernels/scratch.hpp>
@@ -65,16 +67,32 @@ struct winograd_blocking {
     static constexpr std::size_t rows_for(std::size_t vectors) { return accumulators / vectors; }
 };
 
+// The bytes a group of images may hold in V and M: half of the L2 cache of
+// the core that runs the kernel (cache_sizes.hpp), at least 64 KiB and at
+// most winograd_max_group_bytes. Evaluated at compile time, as scratch
+// demands are for static memory plans, it is that ceiling, which bounds
+// every group a core will choose (more bytes never choose fewer images). On
+// a Zen 4 core (1 MiB of L2) budgets of 128 KiB to 2 MiB measured within
+// noise of each other on the reference network's convolutions
+// (bench/RESULTS.md); half of L2 is the budget the form was written for.
+inline constexpr std::size_t winograd_max_group_bytes = std::size_t(1) << 20;
+
+constexpr std::size_t winograd_group_bytes()
+{
+    if (std::is_constant_evaluated()) return winograd_max_group_bytes;
+    return std::clamp<std::size_t>(this_core_caches().l2 / 2, std::size_t(64) << 10, winograd_max_group_bytes);
+}
+
 // Sizes of one call: per image and per group of images. The tiles of a
 // group are multiplied together, their count rounded up to the row counts of
 // the blocks that multiply them (rows computed and never read); a group
 // holds as many images as keep its transformed patches and products within
-// group_bytes (about half of a core's L2 cache), choosing among those counts
-// the one that wastes the smallest share of rows.
+// group_bytes (winograd_group_bytes: half of the L2 cache of the core that
+// runs it), choosing among those counts the one that wastes the smallest
+// share of rows.
 template <class T>
 struct winograd_geometry {
     static constexpr std::size_t width_of_vector = simd_width<T>;
-    static constexpr std::size_t group_bytes = std::size_t(512) << 10;
 
     std::size_t batch, height, width, source_channels, result_channels;
     std::size_t tile_rows, tile_columns, tiles;
@@ -84,13 +102,14 @@ struct winograd_geometry {
     std::size_t group_images, group_tiles;
 
     constexpr winograd_geometry(std::size_t batch_, std::size_t height_, std::size_t width_,
-                                std::size_t source_channels_, std::size_t result_channels_)
+                                std::size_t source_channels_, std::size_t result_channels_,
+                                std::size_t group_bytes = winograd_group_bytes())
         : batch(batch_), height(height_), width(width_), source_channels(source_channels_),
           result_channels(result_channels_), tile_rows((height_ + 1) / 2), tile_columns((width_ + 1) / 2),
           tiles(tile_rows * tile_columns), source_stride(round_up(source_channels_)),
           result_stride(round_up(result_channels_)), bordered_width(2 * tile_columns + 2),
           bordered_pixels((2 * tile_rows + 2) * bordered_width), row_multiple(rows_multiple(result_stride)),
-          group_images(best_group(batch_, tiles, source_stride + result_stride, row_multiple)),
+          group_images(best_group(batch_, tiles, source_stride + result_stride, row_multiple, group_bytes)),
           group_tiles(padded_tiles(group_images * tiles, row_multiple))
     {
     }
@@ -114,7 +133,7 @@ struct winograd_geometry {
         return rest == 0 ? full : std::lcm(full, blocking::rows_for(rest));
     }
     static constexpr std::size_t best_group(std::size_t batch, std::size_t tiles, std::size_t channels,
-                                            std::size_t multiple)
+                                            std::size_t multiple, std::size_t group_bytes)
     {
         const std::size_t per_tile = 16 * channels * sizeof(T);
         std::size_t best = 1;

@@ -1,0 +1,139 @@
+// The data cache sizes of the core a kernel runs on, read once at run time,
+// so that blocking follows the CPU the code meets rather than the one it was
+// tuned on. Kernels size their blocks from these (a Winograd group within
+// half of L2, a weight gradient's rows within half of L1d) and keep a
+// compile-time ceiling wherever a size reaches a scratch demand, which must
+// stay a constant expression (scratch.hpp).
+//
+// Where they come from, first found wins: Linux's description of cpu0's
+// caches (/sys/devices/system/cpu/cpu0/cache/index*/{level,type,size}, read
+// without the heap);
+// on x86, CPUID's deterministic cache parameters (leaf 4, or 0x8000001D on
+// AMD); otherwise the sizes of a current server core, fallback_cache_sizes.
+// A level 1 or 2 the source does not describe keeps its fallback; a level 3
+// it does not describe is taken to be absent (0).
+#pragma once
+
+#include <cstddef>
+#include <cstdio>
+
+#if defined(__linux__)
+#include <fcntl.h>
+#include <unistd.h>
+#endif
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+namespace petra::kernels {
+
+struct cache_sizes {
+    std::size_t l1_data; // bytes of one core's level-1 data cache
+    std::size_t l2;      // bytes of the level-2 cache of one core (or of the core's share of it)
+    std::size_t l3;      // bytes of the last-level cache, 0 where there is none
+};
+
+inline constexpr cache_sizes fallback_cache_sizes{32u << 10, 1u << 20, 32u << 20};
+
+namespace detail {
+
+// "48K", "2048K", "32M" or a plain count of bytes; 0 for anything else.
+inline std::size_t parse_cache_size(const char* text)
+{
+    std::size_t value = 0;
+    const char* c = text;
+    if (*c < '0' || *c > '9') return 0;
+    for (; *c >= '0' && *c <= '9'; ++c) value = value * 10 + std::size_t(*c - '0');
+    if (*c == 'K') value <<= 10, ++c;
+    else if (*c == 'M') value <<= 20, ++c;
+    else if (*c == 'G') value <<= 30, ++c;
+    return (*c == '\0' || *c == '\n') ? value : 0;
+}
+
+// The start of a small text file, null-terminated, or false. (open and
+// read, not the C streams, whose buffers come from the heap: a kernel's
+// first call must allocate nothing, test_heap_free_inference.)
+inline bool read_line([[maybe_unused]] const char* path, [[maybe_unused]] char (&line)[32])
+{
+#if defined(__linux__)
+    const int file = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (file < 0) return false;
+    const ssize_t count = ::read(file, line, sizeof line - 1);
+    ::close(file);
+    if (count <= 0) return false;
+    line[count] = '\0';
+    return true;
+#else
+    return false;
+#endif
+}
+
+// Records a cache of `level` holding data (type Data or Unified) of `bytes`.
+inline void record_cache(cache_sizes& sizes, unsigned level, bool holds_data, std::size_t bytes)
+{
+    if (!holds_data || bytes == 0) return;
+    if (level == 1) sizes.l1_data = bytes;
+    if (level == 2) sizes.l2 = bytes;
+    if (level == 3) sizes.l3 = bytes;
+}
+
+inline bool read_sysfs_caches(cache_sizes& sizes)
+{
+    bool found = false;
+    for (unsigned index = 0; index < 16; ++index) {
+        char path[96], level[32], type[32], size[32];
+        const auto read = [&](const char* field, char (&line)[32]) {
+            std::snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%u/%s", index, field);
+            return read_line(path, line);
+        };
+        if (!read("level", level) || !read("type", type) || !read("size", size)) continue;
+        const bool holds_data = type[0] == 'D' || type[0] == 'U'; // Data or Unified, not Instruction
+        record_cache(sizes, unsigned(level[0] - '0'), holds_data, parse_cache_size(size));
+        found = true;
+    }
+    return found;
+}
+
+inline bool read_cpuid_caches([[maybe_unused]] cache_sizes& sizes)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return false;
+    // "AuthenticAMD" and "HygonGenuine" describe their caches in 0x8000001D.
+    const bool amd_leaf = ebx == 0x68747541 || ebx == 0x6f677948;
+    const unsigned leaf = amd_leaf ? 0x8000001D : 4;
+    bool found = false;
+    for (unsigned index = 0; index < 16; ++index) {
+        if (__get_cpuid_count(leaf, index, &eax, &ebx, &ecx, &edx) == 0) return found;
+        const unsigned type = eax & 0x1f; // 0 none (the end), 1 data, 2 instruction, 3 unified
+        if (type == 0) break;
+        const std::size_t ways = ((ebx >> 22) & 0x3ff) + 1, partitions = ((ebx >> 12) & 0x3ff) + 1;
+        const std::size_t line = (ebx & 0xfff) + 1, sets = std::size_t(ecx) + 1;
+        record_cache(sizes, (eax >> 5) & 0x7, type == 1 || type == 3, ways * partitions * line * sets);
+        found = true;
+    }
+    return found;
+#else
+    return false;
+#endif
+}
+
+} // namespace detail
+
+// The caches of the core that runs the program, read on the first call and
+// kept (thread-safe).
+inline const cache_sizes& this_core_caches()
+{
+    static const cache_sizes sizes = [] {
+        cache_sizes described{0, 0, 0};
+        if (!detail::read_sysfs_caches(described) && !detail::read_cpuid_caches(described)) {
+            return fallback_cache_sizes;
+        }
+        return cache_sizes{described.l1_data != 0 ? described.l1_data : fallback_cache_sizes.l1_data,
+                           described.l2 != 0 ? described.l2 : fallback_cache_sizes.l2, described.l3};
+    }();
+    return sizes;
+}
+
+} // namespace petra::kernels
