@@ -336,3 +336,61 @@ TEST_CASE("batch_norm_relu: gradients away from the kink")
     test::check_gradients<layer_for<batch_norm_relu<3>, shape<3, 4, 5>>>(generator);
     test::check_gradients<layer_for<batch_norm_relu<4>, shape<4>>>(generator, {.batch = 7});
 }
+
+namespace {
+
+// forward_onto_of (layer.hpp) against forward and then kernels::add or
+// kernels::subtract, bit for bit, for each pass and both combinations; with
+// shape<4, 5, 7> the rows have a scalar tail as well as whole vectors.
+template <class Layer, class T>
+void check_forward_onto(std::mt19937_64& generator)
+{
+    using input = typename Layer::input;
+    using output = typename Layer::output;
+    const std::size_t batch = 3;
+    auto parameters = test::random_vector<T>(Layer::parameter_count, generator);
+    const auto values = test::span_of<Layer::parameter_count>(std::as_const(parameters));
+    const auto x = test::random_vector<T>(batch * input::size, generator);
+    const auto addend = test::random_vector<T>(batch * output::size, generator);
+    std::vector<T> initial_state(Layer::state_count, T(1));
+    const auto run = [&]<class Pass>(Pass mode, combination how) {
+        std::vector<T> state = initial_state, onto_state = initial_state;
+        std::vector<T> y(addend.size()), onto(addend.size()), workspace(Layer::workspace_size(batch)),
+            onto_workspace(Layer::workspace_size(batch));
+        Layer::forward(mode, values, test::span_of<Layer::state_count>(state), test::batch_of<input>(x, batch),
+                       test::batch_of<output>(y, batch), std::span<T>(workspace));
+        if (how == combination::add) {
+            kernels::add(y.size(), y.data(), addend.data(), y.data());
+        } else {
+            kernels::subtract(y.size(), addend.data(), y.data(), y.data());
+        }
+        forward_onto_of<Layer>(mode, how, values, test::span_of<Layer::state_count>(onto_state),
+                               test::batch_of<input>(x, batch), test::batch_of<output>(addend, batch),
+                               test::batch_of<output>(onto, batch), std::span<T>(onto_workspace));
+        CHECK(onto == y);
+        CHECK(onto_state == state);
+        CHECK(onto_workspace == workspace);
+    };
+    for (const combination how : {combination::add, combination::subtract_from}) {
+        run(pass::training, how);
+        run(pass::recomputation, how);
+    }
+}
+
+} // namespace
+
+TEST_CASE_TEMPLATE("forward_onto: a block's addition in a layer's last pass changes no bit", T, float, double)
+{
+    using input = shape<4, 5, 7>;
+    std::mt19937_64 generator(43);
+    check_forward_onto<layer_for<batch_norm<4>, input>, T>(generator);
+    check_forward_onto<layer_for<batch_norm_relu<4>, input>, T>(generator);
+    // A chain: its last layer's forward_onto (batch_norm_relu after fusion,
+    // batch_norm), or forward and the kernel where the layer has none (conv2d).
+    using residual = chain<conv2d<4, 4, 3>, batch_norm<4>, relu, conv2d<4, 4, 3>, batch_norm<4>, relu>;
+    static_assert(requires { &layer_for<batch_norm_relu<4>, input>::template forward_onto<pass::training_t, T>; });
+    check_forward_onto<layer_for<residual, input>, T>(generator);
+    check_forward_onto<layer_for<chain<conv2d<4, 4, 1>, batch_norm<4>>, input>, T>(generator);
+    check_forward_onto<layer_for<chain<batch_norm<4>, conv2d<4, 6, 3, 2>>, input>, T>(generator);
+    check_forward_onto<layer_for<conv2d<4, 4, 3>, input>, T>(generator);
+}

@@ -53,9 +53,9 @@ struct additive_coupling : block_kind {
                             state_view<Pass, T, state_count> state, const_batch<T, input> x,
                             batch_view<T, output> y, std::span<T> workspace)
         {
-            // y = x~ + F(x), F written straight into the first output half.
-            function::forward(mode, parameters, state, x.first_half(), y.first_half(), workspace);
-            kernels::add(y.first_half().size(), y.first_half().data(), x.second_half().data(), y.first_half().data());
+            // y = F(x) + x~ into the first output half, the addition in F's last pass.
+            forward_onto_of<function>(mode, combination::add, parameters, state, x.first_half(), x.second_half(),
+                                      y.first_half(), workspace);
             copy_batch<T>(x.first_half(), y.second_half());
         }
 
@@ -65,10 +65,9 @@ struct additive_coupling : block_kind {
                             batch_view<T, input> x, std::span<T> workspace)
         {
             copy_batch<T>(y.second_half(), x.first_half());
-            // x~ = y - F(y~), F written straight into the second input half.
-            function::forward(pass::recomputation, parameters, state, x.first_half(), x.second_half(), workspace);
-            kernels::subtract(x.second_half().size(), y.first_half().data(), x.second_half().data(),
-                              x.second_half().data());
+            // x~ = y - F(y~) into the second input half, the subtraction in F's last pass.
+            forward_onto_of<function>(pass::recomputation, combination::subtract_from, parameters, state,
+                                      x.first_half(), y.first_half(), x.second_half(), workspace);
         }
 
         // With y = x~ + F(x) and y~ = x: dL/dx~ = dL/dy and

@@ -68,11 +68,10 @@ struct downsample : block_kind {
             const workspace_layout<T> at{workspace, x.batch()};
             first::forward(mode, parts::template parameters_of<0>(parameters),
                            parts::template state_of<0>(state), x.first_half(), y.first_half(), at.first_workspace());
-            second::forward(mode, parts::template parameters_of<1>(parameters),
-                            parts::template state_of<1>(state), x.second_half(), y.second_half(),
-                            at.second_workspace());
-            kernels::add(y.second_half().size(), y.second_half().data(), y.first_half().data(),
-                         y.second_half().data());
+            // y~ = G(x~) + y, the addition in G's last pass.
+            forward_onto_of<second>(mode, combination::add, parts::template parameters_of<1>(parameters),
+                                    parts::template state_of<1>(state), x.second_half(), y.first_half(),
+                                    y.second_half(), at.second_workspace());
         }
 
         // y~ depends on y, so F receives dL/dy + dL/dy~; G receives dL/dy~.

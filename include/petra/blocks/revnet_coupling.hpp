@@ -65,17 +65,14 @@ struct revnet_coupling : block_kind {
             const workspace_layout<T> at{workspace, x.batch()};
             const auto [x1, x2] = std::pair(x.first_half(), x.second_half());
             const auto [y1, y2] = std::pair(y.first_half(), y.second_half());
-            first::forward(mode, parts::template parameters_of<0>(parameters),
-                           parts::template state_of<0>(state), x2, y1, at.first_workspace());
-            kernels::add(y1.size(), y1.data(), x1.data(), y1.data()); // y1 = x1 + F(x2)
-            second::forward(mode, parts::template parameters_of<1>(parameters),
-                            parts::template state_of<1>(state), y1, y2, at.second_workspace());
-            kernels::add(y2.size(), y2.data(), x2.data(), y2.data()); // y2 = x2 + G(y1)
+            // y1 = F(x2) + x1, y2 = G(y1) + x2: each addition in its function's last pass.
+            forward_onto_of<first>(mode, combination::add, parts::template parameters_of<0>(parameters),
+                                   parts::template state_of<0>(state), x2, x1, y1, at.first_workspace());
+            forward_onto_of<second>(mode, combination::add, parts::template parameters_of<1>(parameters),
+                                    parts::template state_of<1>(state), y1, x2, y2, at.second_workspace());
             copy_batch<T>(y1, at.first_output());
         }
 
-        // Each function's value is written straight into the input half it
-        // is subtracted from.
         template <class T>
         static void inverse(parameters_view<T, parameter_count> parameters,
                             state_view<pass::recomputation_t, T, state_count> state, const_batch<T, output> y,
@@ -84,12 +81,13 @@ struct revnet_coupling : block_kind {
             const workspace_layout<T> at{workspace, x.batch()};
             const auto [x1, x2] = std::pair(x.first_half(), x.second_half());
             const auto [y1, y2] = std::pair(y.first_half(), y.second_half());
-            second::forward(pass::recomputation, parts::template parameters_of<1>(parameters),
-                            parts::template state_of<1>(state), y1, x2, at.second_workspace());
-            kernels::subtract(x2.size(), y2.data(), x2.data(), x2.data()); // x2 = y2 - G(y1)
-            first::forward(pass::recomputation, parts::template parameters_of<0>(parameters),
-                           parts::template state_of<0>(state), x2, x1, at.first_workspace());
-            kernels::subtract(x1.size(), y1.data(), x1.data(), x1.data()); // x1 = y1 - F(x2)
+            // x2 = y2 - G(y1), x1 = y1 - F(x2): each subtraction in its function's last pass.
+            forward_onto_of<second>(pass::recomputation, combination::subtract_from,
+                                    parts::template parameters_of<1>(parameters), parts::template state_of<1>(state),
+                                    y1, y2, x2, at.second_workspace());
+            forward_onto_of<first>(pass::recomputation, combination::subtract_from,
+                                   parts::template parameters_of<0>(parameters), parts::template state_of<0>(state),
+                                   x2, y1, x1, at.first_workspace());
             copy_batch<T>(y1, at.first_output());
         }
 

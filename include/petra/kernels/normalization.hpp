@@ -46,7 +46,12 @@ void channel_map(std::size_t N, std::size_t C, std::size_t S, Element&& element,
 
 // The arguments of channel_affine and channel_affine_relu: y = scale[c] * x +
 // shift[c] on a batch of `batch` examples, `channels` channels and
-// `positions` positions per channel.
+// `positions` positions per channel. With an addend, the map's value v is
+// combined with it as the block that follows would (a coupling's y = x~ +
+// F(x), its inverse's x~ = y - F(y~)): y = v + addend, or y = addend - v
+// with subtract_from_addend, each exactly as kernels::add and
+// kernels::subtract round it, so that the pass over memory they would take
+// is saved and no bit changes.
 template <class T>
 struct channel_affine_arguments {
     std::size_t batch;
@@ -56,26 +61,58 @@ struct channel_affine_arguments {
     const T* scale; // channels values
     const T* shift; // channels values
     T* y;
+    const T* addend = nullptr; // batch * channels * positions values, or none
+    bool subtract_from_addend = false;
 };
 
-// y = scale[c] * x + shift[c]. y may be x itself; no other overlap.
+namespace detail {
+
+// channel_map of map(c, x) over the arguments' batch, combined with their
+// addend where they have one.
+template <class T, class Map>
+void channel_map_onto(const channel_affine_arguments<T>& arguments, Map&& map)
+{
+    const std::size_t N = arguments.batch, C = arguments.channels, S = arguments.positions;
+    if (arguments.addend == nullptr) {
+        channel_map(N, C, S, map, arguments.y, arguments.x);
+    } else if (!arguments.subtract_from_addend) {
+        channel_map(
+            N, C, S, [&map](std::size_t c, auto value, auto addend) { return map(c, value) + addend; }, arguments.y,
+            arguments.x, arguments.addend);
+    } else {
+        channel_map(
+            N, C, S, [&map](std::size_t c, auto value, auto addend) { return addend - map(c, value); }, arguments.y,
+            arguments.x, arguments.addend);
+    }
+}
+
+// Bytes a channel map moves: x (and the addend) read, y written.
+template <class T>
+double channel_map_bytes(const channel_affine_arguments<T>& arguments)
+{
+    const double values = double(arguments.batch * arguments.channels * arguments.positions);
+    return (arguments.addend == nullptr ? 2.0 : 3.0) * values * double(sizeof(T));
+}
+
+} // namespace detail
+
+// y = scale[c] * x + shift[c] (and the addend, see the arguments). y may be x
+// itself (or the addend); no other overlap.
 template <class T>
 void channel_affine(const channel_affine_arguments<T>& arguments)
 {
     static_assert(std::is_floating_point_v<T>, "channel_affine is defined for float and double");
-    const std::size_t N = arguments.batch, C = arguments.channels, S = arguments.positions;
+    [[maybe_unused]] const std::size_t N = arguments.batch, C = arguments.channels, S = arguments.positions;
     const T* scale = arguments.scale;
     const T* shift = arguments.shift;
-    // One multiply-add per element; x read, y written.
-    PETRA_PROFILE_KERNEL("channel_affine", detail::channel_geometry, {N, C, S}, 2.0 * double(N * C * S),
-                         2.0 * double(N * C * S * sizeof(T)));
-    detail::channel_map(
-        N, C, S,
-        [scale, shift](std::size_t c, auto value) {
-            using V = decltype(value);
-            return xsimd::fma(V(scale[c]), value, V(shift[c]));
-        },
-        arguments.y, arguments.x);
+    // One multiply-add per element (and the addend's addition).
+    PETRA_PROFILE_KERNEL("channel_affine", detail::channel_geometry, {N, C, S},
+                         (arguments.addend == nullptr ? 2.0 : 3.0) * double(N * C * S),
+                         detail::channel_map_bytes(arguments));
+    detail::channel_map_onto(arguments, [scale, shift](std::size_t c, auto value) {
+        using V = decltype(value);
+        return xsimd::fma(V(scale[c]), value, V(shift[c]));
+    });
 }
 
 // The arguments of channel_combination: grad_x = grad_y_coefficient[c] *
@@ -251,25 +288,24 @@ void channel_gradient_sums(const channel_gradient_sums_arguments<T>& arguments)
 
 // y = max(scale[c] * x + shift[c], 0), with relu_forward's treatment of -0
 // and NaN (elementwise.hpp): what channel_affine then relu_forward give, in
-// one pass. y may be x itself; no other overlap.
+// one pass (and the addend, see the arguments). y may be x itself (or the
+// addend); no other overlap.
 template <class T>
 void channel_affine_relu(const channel_affine_arguments<T>& arguments)
 {
     static_assert(std::is_floating_point_v<T>, "channel_affine_relu is defined for float and double");
-    const std::size_t N = arguments.batch, C = arguments.channels, S = arguments.positions;
+    [[maybe_unused]] const std::size_t N = arguments.batch, C = arguments.channels, S = arguments.positions;
     const T* scale = arguments.scale;
     const T* shift = arguments.shift;
-    // A multiply-add and a comparison per element; x read, y written.
-    PETRA_PROFILE_KERNEL("channel_affine_relu", detail::channel_geometry, {N, C, S}, 3.0 * double(N * C * S),
-                         2.0 * double(N * C * S * sizeof(T)));
-    detail::channel_map(
-        N, C, S,
-        [scale, shift](std::size_t c, auto value) {
-            using V = decltype(value);
-            const V affine = xsimd::fma(V(scale[c]), value, V(shift[c]));
-            return detail::choose(affine <= V(T(0)), V(T(0)), affine);
-        },
-        arguments.y, arguments.x);
+    // A multiply-add and a comparison per element (and the addend's addition).
+    PETRA_PROFILE_KERNEL("channel_affine_relu", detail::channel_geometry, {N, C, S},
+                         (arguments.addend == nullptr ? 3.0 : 4.0) * double(N * C * S),
+                         detail::channel_map_bytes(arguments));
+    detail::channel_map_onto(arguments, [scale, shift](std::size_t c, auto value) {
+        using V = decltype(value);
+        const V affine = xsimd::fma(V(scale[c]), value, V(shift[c]));
+        return detail::choose(affine <= V(T(0)), V(T(0)), affine);
+    });
 }
 
 // The arguments of channel_relu_gradient_sums: those of channel_gradient_sums

@@ -78,42 +78,20 @@ struct bound_normalization {
     }
 
     template <forward_pass Pass, class T>
-    static void forward(Pass, parameters_view<T, parameter_count> parameters,
+    static void forward(Pass mode, parameters_view<T, parameter_count> parameters,
                         state_view<Pass, T, state_count> state, const_batch<T, input> x, batch_view<T, output> y,
                         std::span<T> workspace)
     {
-        const std::size_t batch = x.batch();
-        T* mean = workspace.data();
-        T* inverse_deviation = workspace.data() + Channels;
-        if constexpr (Pass::uses_running_statistics) {
-            for (std::size_t c = 0; c < Channels; ++c) {
-                mean[c] = state[c];
-                inverse_deviation[c] = T(1) / std::sqrt(state[Channels + c] + T(epsilon));
-            }
-        } else {
-            if (batch * pixels < 2) {
-                raise_error(error_kind::invalid_argument,
-                            "batch_norm: training needs at least two values per channel in a batch");
-            }
-            T* variance = inverse_deviation;
-            kernels::channel_mean_variance(batch, Channels, pixels, x.data(), mean, variance);
-            if constexpr (Pass::updates_running_statistics) {
-                const T unbiased = T(batch * pixels) / T(batch * pixels - 1);
-                for (std::size_t c = 0; c < Channels; ++c) {
-                    state[c] = T(1 - momentum) * state[c] + T(momentum) * mean[c];
-                    state[Channels + c] = T(1 - momentum) * state[Channels + c] + T(momentum) * unbiased * variance[c];
-                }
-            }
-            for (std::size_t c = 0; c < Channels; ++c) inverse_deviation[c] = T(1) / std::sqrt(variance[c] + T(epsilon));
-        }
-        const affine<T> map(parameters, workspace);
-        if constexpr (WithRelu) {
-            kernels::channel_affine_relu<T>({.batch = batch, .channels = Channels, .positions = pixels, .x = x.data(),
-                                             .scale = map.scale.data(), .shift = map.shift.data(), .y = y.data()});
-        } else {
-            kernels::channel_affine<T>({.batch = batch, .channels = Channels, .positions = pixels, .x = x.data(),
-                                        .scale = map.scale.data(), .shift = map.shift.data(), .y = y.data()});
-        }
+        normalize(mode, parameters, state, x, y, workspace, static_cast<const T*>(nullptr), false);
+    }
+
+    // forward's values combined with the addend in its last pass (layer.hpp).
+    template <forward_pass Pass, class T>
+    static void forward_onto(Pass mode, combination how, parameters_view<T, parameter_count> parameters,
+                             state_view<Pass, T, state_count> state, const_batch<T, input> x,
+                             const_batch<T, output> addend, batch_view<T, output> y, std::span<T> workspace)
+    {
+        normalize(mode, parameters, state, x, y, workspace, addend.data(), how == combination::subtract_from);
     }
 
     // The gradient of a training (or recomputation) pass, where mean and
@@ -181,6 +159,49 @@ struct bound_normalization {
     }
 
 private:
+    // forward, with the map's values combined with addend where it is not
+    // null (kernels::channel_affine_arguments).
+    template <forward_pass Pass, class T>
+    static void normalize(Pass, parameters_view<T, parameter_count> parameters,
+                          state_view<Pass, T, state_count> state, const_batch<T, input> x, batch_view<T, output> y,
+                          std::span<T> workspace, const T* addend, bool subtract_from_addend)
+    {
+        const std::size_t batch = x.batch();
+        T* mean = workspace.data();
+        T* inverse_deviation = workspace.data() + Channels;
+        if constexpr (Pass::uses_running_statistics) {
+            for (std::size_t c = 0; c < Channels; ++c) {
+                mean[c] = state[c];
+                inverse_deviation[c] = T(1) / std::sqrt(state[Channels + c] + T(epsilon));
+            }
+        } else {
+            if (batch * pixels < 2) {
+                raise_error(error_kind::invalid_argument,
+                            "batch_norm: training needs at least two values per channel in a batch");
+            }
+            T* variance = inverse_deviation;
+            kernels::channel_mean_variance(batch, Channels, pixels, x.data(), mean, variance);
+            if constexpr (Pass::updates_running_statistics) {
+                const T unbiased = T(batch * pixels) / T(batch * pixels - 1);
+                for (std::size_t c = 0; c < Channels; ++c) {
+                    state[c] = T(1 - momentum) * state[c] + T(momentum) * mean[c];
+                    state[Channels + c] = T(1 - momentum) * state[Channels + c] + T(momentum) * unbiased * variance[c];
+                }
+            }
+            for (std::size_t c = 0; c < Channels; ++c) inverse_deviation[c] = T(1) / std::sqrt(variance[c] + T(epsilon));
+        }
+        const affine<T> map(parameters, workspace);
+        if constexpr (WithRelu) {
+            kernels::channel_affine_relu<T>({.batch = batch, .channels = Channels, .positions = pixels, .x = x.data(),
+                                             .scale = map.scale.data(), .shift = map.shift.data(), .y = y.data(),
+                                        .addend = addend, .subtract_from_addend = subtract_from_addend});
+        } else {
+            kernels::channel_affine<T>({.batch = batch, .channels = Channels, .positions = pixels, .x = x.data(),
+                                        .scale = map.scale.data(), .shift = map.shift.data(), .y = y.data(),
+                                        .addend = addend, .subtract_from_addend = subtract_from_addend});
+        }
+    }
+
     // The per-channel map y = scale x + shift of a pass, from gamma, beta and
     // the mean and inverse deviation the pass used.
     template <class T>

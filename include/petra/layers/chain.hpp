@@ -141,6 +141,27 @@ struct bound_chain : made_of<Bound...> {
         });
     }
 
+    // forward with the last layer's output combined with the addend in that
+    // layer's own pass where it can (layer.hpp, forward_onto).
+    template <forward_pass Pass, class T>
+    static void forward_onto(Pass mode, combination how, parameters_view<T, parameter_count> parameters,
+                             state_view<Pass, T, state_count> state, const_batch<T, input> x,
+                             const_batch<T, output> addend, batch_view<T, output> y, std::span<T> workspace)
+    {
+        const workspace_layout<T> at{workspace.data(), x.batch(), nullptr};
+        for_each_index<length>([&](auto i) {
+            if constexpr (i + 1 < length) {
+                layer<i>::forward(mode, parts::template parameters_of<i>(parameters),
+                                  parts::template state_of<i>(state), at.template input_of<i>(x),
+                                  at.template output_of<i>(y), at.template layer_workspace<i>());
+            } else {
+                forward_onto_of<layer<i>>(mode, how, parts::template parameters_of<i>(parameters),
+                                          parts::template state_of<i>(state), at.template input_of<i>(x), addend, y,
+                                          at.template layer_workspace<i>());
+            }
+        });
+    }
+
     // Layers in reverse order; layer i writes the gradient of its input to
     // gradient buffer i % 2, which layer i - 1 reads.
     template <class T>

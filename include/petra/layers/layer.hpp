@@ -62,6 +62,21 @@
 // (backward_scratch: what its backward takes of per-thread buffers, with or
 // without the input gradient). A layer that states neither takes none.
 //
+// Optional, to fold the addition a block makes with the layer's output into
+// the layer's last pass over memory (a coupling's y = x~ + F(x), its
+// inverse's x~ = y - F(y~)):
+//   template <forward_pass Pass, class T>
+//   static void forward_onto(Pass, combination, parameters_view<T, P> parameters,
+//                            state_view<Pass, T, S> state, const_batch<T, input> x,
+//                            const_batch<T, output> addend, batch_view<T, output> y,
+//                            std::span<T> workspace);
+// y = forward(x) + addend (combination::add) or addend - forward(x)
+// (combination::subtract_from), every element exactly as forward followed by
+// kernels::add or kernels::subtract gives it; y overlaps neither x nor the
+// addend.
+// Blocks call forward_onto_of, which runs forward and then that kernel for a
+// layer without it.
+//
 // Optional, for the partitioner's cost model (network.hpp, block_profile):
 //   static constexpr std::size_t winograd_forward_flops;
 // the part of forward_flops whose kernels run in Winograd's form (a 3x3
@@ -77,6 +92,7 @@
 #include <type_traits>
 
 #include <petra/batch_view.hpp>
+#include <petra/kernels/elementwise.hpp>
 #include <petra/kernels/scratch.hpp>
 #include <petra/shape.hpp>
 
@@ -204,6 +220,33 @@ struct parameter_free {
     {
     }
 };
+
+// How forward_onto combines a layer's output with the addend.
+enum class combination {
+    add,           // y = forward(x) + addend
+    subtract_from, // y = addend - forward(x)
+};
+
+// Bound's forward(x) combined with addend into y (see forward_onto at the
+// top of the file): its forward_onto, or its forward and then kernels::add or
+// kernels::subtract. y may overlap neither x nor the addend.
+template <class Bound, forward_pass Pass, class T>
+void forward_onto_of(Pass mode, combination how, parameters_view<T, Bound::parameter_count> parameters,
+                     state_view<Pass, T, Bound::state_count> state, const_batch<T, typename Bound::input> x,
+                     const_batch<T, typename Bound::output> addend, batch_view<T, typename Bound::output> y,
+                     std::span<T> workspace)
+{
+    if constexpr (requires { Bound::forward_onto(mode, how, parameters, state, x, addend, y, workspace); }) {
+        Bound::forward_onto(mode, how, parameters, state, x, addend, y, workspace);
+    } else {
+        Bound::forward(mode, parameters, state, x, y, workspace);
+        if (how == combination::add) {
+            kernels::add(y.size(), y.data(), addend.data(), y.data());
+        } else {
+            kernels::subtract(y.size(), addend.data(), y.data(), y.data());
+        }
+    }
+}
 
 // A bound layer's or block's winograd_forward_flops, 0 where it states none.
 template <class Bound>
