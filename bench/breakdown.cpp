@@ -34,6 +34,7 @@
 
 #include <petra/petra.hpp>
 
+#include "command_line.hpp"
 #include "fma_peak.hpp"
 #include "reference_ticks.hpp"
 
@@ -221,41 +222,18 @@ void print_geometries(const measurement& m, double peak_gflops)
     print_rows(std::move(rows), m, peak_gflops, true);
 }
 
-std::size_t count_option(const std::string& name, const char* text)
-{
-    char* end = nullptr;
-    const unsigned long long value = std::strtoull(text, &end, 10);
-    if (end == text || *end != '\0' || value == 0) throw std::invalid_argument(name + " needs a positive count");
-    return std::size_t(value);
-}
-
 } // namespace
 
 int main(int argc, char** argv)
 {
     std::size_t steps = 20, warmup = 3;
-    try {
-        for (int i = 1; i < argc; ++i) {
-            const std::string name = argv[i];
-            if (name == "--help") {
-                std::fputs(usage, stdout);
-                return 0;
-            }
-            if (name == "--network-flops") {
-                std::printf("{\"forward_flops\": %zu, \"backward_flops\": %zu}\n", std::size_t(net::forward_flops),
-                            std::size_t(net::backward_flops));
-                return 0;
-            }
-            if ((name == "--steps" || name == "--warmup") && i + 1 < argc) {
-                (name == "--steps" ? steps : warmup) = count_option(name, argv[++i]);
-                continue;
-            }
-            throw std::invalid_argument("unknown option " + name);
-        }
-    } catch (const std::invalid_argument& error) {
-        std::fprintf(stderr, "bench_breakdown: %s\n%s", error.what(), usage);
-        return 2;
-    }
+    petra::bench::read_command_line(argc, argv, "bench_breakdown", usage, {{"--steps", &steps}, {"--warmup", &warmup}},
+                                    [](const std::string& name) {
+                                        if (name != "--network-flops") return false;
+                                        std::printf("{\"forward_flops\": %zu, \"backward_flops\": %zu}\n",
+                                                    std::size_t(net::forward_flops), std::size_t(net::backward_flops));
+                                        std::exit(0);
+                                    });
 
     // Everything interleaved, step by step, so that every figure (and the
     // FMA peak they are divided by) sees the same moments of a shared

@@ -28,6 +28,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include "command_line.hpp"
 #include "fma_peak.hpp"
 #include "reference_ticks.hpp"
 
@@ -134,36 +135,12 @@ double median_tick(petra_ticks& measured, std::size_t stage, std::size_t ticks, 
     return times[times.size() / 2];
 }
 
-std::size_t count_option(const std::string& name, const char* text)
-{
-    char* end = nullptr;
-    const unsigned long long value = std::strtoull(text, &end, 10);
-    if (end == text || *end != '\0' || value == 0) throw std::invalid_argument(name + " needs a positive count");
-    return std::size_t(value);
-}
-
 } // namespace
 
 int main(int argc, char** argv)
 {
     std::size_t rounds = 5, ticks = 10;
-    try {
-        for (int i = 1; i < argc; ++i) {
-            const std::string name = argv[i];
-            if (name == "--help") {
-                std::fputs(usage, stdout);
-                return 0;
-            }
-            if ((name == "--rounds" || name == "--ticks") && i + 1 < argc) {
-                (name == "--rounds" ? rounds : ticks) = count_option(name, argv[++i]);
-                continue;
-            }
-            throw std::invalid_argument("unknown option " + name);
-        }
-    } catch (const std::invalid_argument& error) {
-        std::fprintf(stderr, "bench_contention: %s\n%s", error.what(), usage);
-        return 2;
-    }
+    petra::bench::read_command_line(argc, argv, "bench_contention", usage, {{"--rounds", &rounds}, {"--ticks", &ticks}});
     if (std::thread::hardware_concurrency() < 2 || !pin_to(0) || !pin_to(1)) {
         std::fprintf(stderr, "bench_contention: needs two CPUs it may pin threads to\n");
         return 1;
