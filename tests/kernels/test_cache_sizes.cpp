@@ -60,8 +60,8 @@ TEST_CASE("a Winograd group holds half of L2, within its bounds, and the compile
                                                  kernels::detail::winograd_max_group_bytes));
     // More bytes never choose fewer images, so the ceiling's scratch bounds a core's.
     for (const std::size_t budget : {std::size_t(64) << 10, std::size_t(256) << 10, at_run_time}) {
-        const kernels::detail::winograd_geometry<float> chosen(64, 28, 28, 16, 16, budget);
-        const kernels::detail::winograd_geometry<float> ceiling(64, 28, 28, 16, 16, at_compile_time);
+        const kernels::detail::winograd_geometry<float> chosen(64, 28, 28, 16, 16, 2, budget);
+        const kernels::detail::winograd_geometry<float> ceiling(64, 28, 28, 16, 16, 2, at_compile_time);
         CHECK(chosen.group_images <= ceiling.group_images);
         CHECK(chosen.patches_count() <= ceiling.patches_count());
     }

@@ -145,6 +145,63 @@ TEST_CASE_TEMPLATE("Winograd's form and the direct correlation agree on all thre
     CHECK_FALSE(detail::winograd_applies({64, 32, 14, 14, 64, 1, 1, 0}));
 }
 
+TEST_CASE_TEMPLATE("Winograd's two tiles agree with the direct correlation, tiles past the edge included", T,
+                   float, double)
+{
+    using namespace petra::kernels;
+    std::mt19937_64 generator(6);
+    // Sides that are and are not multiples of 2 and 4, channels that are and
+    // are not whole vectors, and more images than one group holds.
+    for (const convolution_shape shape :
+         {convolution_shape{2, 16, 28, 28, 16, 3, 1, 1}, convolution_shape{3, 8, 9, 5, 12, 3, 1, 1},
+          convolution_shape{2, 32, 14, 14, 32, 3, 1, 1}, convolution_shape{5, 64, 7, 7, 64, 3, 1, 1},
+          convolution_shape{40, 9, 6, 10, 20, 3, 1, 1}, convolution_shape{2, 8, 1, 3, 8, 3, 1, 1}}) {
+        REQUIRE(detail::winograd_applies(shape));
+        const auto input = petra::test::random_vector<T>(shape.input_count(), generator);
+        const auto weights = petra::test::random_vector<T>(shape.weight_count(), generator);
+        const auto grad_y = petra::test::random_vector<T>(shape.output_count(), generator);
+        const std::size_t in_channels = shape.in_channels;
+        const auto tap = [&](std::size_t co, std::size_t ci, std::size_t kh, std::size_t kw) {
+            return weights[((co * in_channels + ci) * 3 + kh) * 3 + kw];
+        };
+        const auto flipped = [&](std::size_t ci, std::size_t co, std::size_t kh, std::size_t kw) {
+            return weights[((co * in_channels + ci) * 3 + 2 - kh) * 3 + 2 - kw];
+        };
+        scratch_source scratch;
+        for (const std::size_t tile : {2, 4}) {
+            INFO("F(" << tile << "x" << tile << ", 3x3), batch " << shape.batch << ", channels " << shape.in_channels
+                      << " -> " << shape.out_channels << ", input " << shape.in_height << "x" << shape.in_width);
+            for (T beta : {T(0), T(0.75)}) {
+                auto direct = beta == T(0) ? petra::test::nan_vector<T>(shape.output_count())
+                                           : petra::test::random_vector<T>(shape.output_count(), generator);
+                auto winograd = direct;
+                detail::forward_accumulate(shape, input.data(), weights.data(), direct.data(), beta, scratch);
+                detail::winograd_correlation(detail::forward_winograd_geometry<T>(shape, tile), input.data(), tap,
+                                             winograd.data(), beta, scratch);
+                petra::test::check_close(winograd, direct,
+                                         petra::test::accumulation_tolerance<T>(shape.patch_size() + 1));
+
+                auto direct_input = beta == T(0) ? petra::test::nan_vector<T>(shape.input_count())
+                                                 : petra::test::random_vector<T>(shape.input_count(), generator);
+                auto winograd_input = direct_input;
+                detail::backward_input_by_phases(shape, grad_y.data(), weights.data(), direct_input.data(), beta,
+                                                 scratch);
+                detail::winograd_correlation(detail::input_gradient_winograd_geometry<T>(shape, tile), grad_y.data(),
+                                             flipped, winograd_input.data(), beta, scratch);
+                petra::test::check_close(winograd_input, direct_input,
+                                         petra::test::accumulation_tolerance<T>(shape.out_channels * 9 + 1));
+            }
+        }
+    }
+    // The larger tile where it takes fewer products: every side the
+    // reference network has, not the smallest images.
+    CHECK(detail::winograd_output_tile({64, 16, 28, 28, 16, 3, 1, 1}) == 4);
+    CHECK(detail::winograd_output_tile({64, 32, 14, 14, 32, 3, 1, 1}) == 4);
+    CHECK(detail::winograd_output_tile({64, 64, 7, 7, 64, 3, 1, 1}) == 4);
+    CHECK(detail::winograd_output_tile({64, 64, 5, 5, 64, 3, 1, 1}) == 2);
+    CHECK(detail::winograd_output_tile({64, 64, 2, 2, 64, 3, 1, 1}) == 2);
+}
+
 TEST_CASE_TEMPLATE("convolution weight gradient matches the reference", T, float, double)
 {
     std::mt19937_64 generator(3);

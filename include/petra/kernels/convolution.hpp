@@ -937,16 +937,33 @@ constexpr bool winograd_applies(const convolution_shape& shape)
 
 // The forward pass reads the input's channels and makes the output's; the
 // input gradient the other way round.
+// output_tile: 2 for F(2x2, 3x3), 4 for F(4x4, 3x3) (winograd.hpp); the
+// weight gradient takes F(2x2, 3x3) only.
 template <class T>
-constexpr winograd_geometry<T> forward_winograd_geometry(const convolution_shape& shape)
+constexpr winograd_geometry<T> forward_winograd_geometry(const convolution_shape& shape, std::size_t output_tile = 2)
 {
-    return {shape.batch, shape.in_height, shape.in_width, shape.in_channels, shape.out_channels};
+    return {shape.batch, shape.in_height, shape.in_width, shape.in_channels, shape.out_channels, output_tile};
 }
 
 template <class T>
-constexpr winograd_geometry<T> input_gradient_winograd_geometry(const convolution_shape& shape)
+constexpr winograd_geometry<T> input_gradient_winograd_geometry(const convolution_shape& shape,
+                                                                std::size_t output_tile = 2)
 {
-    return {shape.batch, shape.in_height, shape.in_width, shape.out_channels, shape.in_channels};
+    return {shape.batch, shape.in_height, shape.in_width, shape.out_channels, shape.in_channels, output_tile};
+}
+
+// The tile of the forward pass and the input gradient: F(4x4, 3x3) where it
+// takes fewer products per image than F(2x2, 3x3) (36 per tile of 4x4
+// results against 16 per tile of 2x2, tiles past the edge included), F(2x2,
+// 3x3) elsewhere. On a Zen 4 core F(4x4, 3x3) measured 1.17 to 1.41 times
+// faster on every shape of the reference network (28x28 to 7x7, 16 to 64
+// channels; bench/RESULTS.md).
+constexpr std::size_t winograd_output_tile(const convolution_shape& shape)
+{
+    const auto tiles = [&](std::size_t side) {
+        return ((shape.in_height + side - 1) / side) * ((shape.in_width + side - 1) / side);
+    };
+    return 36 * tiles(4) < 16 * tiles(2) ? 4 : 2;
 }
 
 // output = convolution(input, weights) + beta * output through Winograd's
@@ -957,7 +974,7 @@ void winograd_forward(const convolution_shape& shape, const T* input, const T* w
 {
     const std::size_t in_channels = shape.in_channels;
     winograd_correlation(
-        forward_winograd_geometry<T>(shape), input,
+        forward_winograd_geometry<T>(shape, winograd_output_tile(shape)), input,
         [&](std::size_t co, std::size_t ci, std::size_t kh, std::size_t kw) {
             return weights[((co * in_channels + ci) * 3 + kh) * 3 + kw];
         },
@@ -973,7 +990,7 @@ void winograd_backward_input(const convolution_shape& shape, const T* grad_y, co
 {
     const std::size_t in_channels = shape.in_channels;
     winograd_correlation(
-        input_gradient_winograd_geometry<T>(shape), grad_y,
+        input_gradient_winograd_geometry<T>(shape, winograd_output_tile(shape)), grad_y,
         [&](std::size_t ci, std::size_t co, std::size_t kh, std::size_t kw) {
             return weights[((co * in_channels + ci) * 3 + 2 - kh) * 3 + 2 - kw];
         },
@@ -994,7 +1011,8 @@ constexpr scratch_demand convolution_forward_scratch(const convolution_shape& sh
     scratch_demand demand;
     if (shape.batch == 0) return demand;
     if (detail::winograd_applies(shape)) {
-        detail::ask_winograd_scratch(demand, detail::forward_winograd_geometry<T>(shape), false);
+        detail::ask_winograd_scratch(
+            demand, detail::forward_winograd_geometry<T>(shape, detail::winograd_output_tile(shape)), false);
         return demand;
     }
     demand.template ask<detail::phased_input_tag, T>(detail::phased_input_count<T>(shape));
@@ -1014,7 +1032,8 @@ constexpr scratch_demand convolution_backward_input_scratch(const convolution_sh
     scratch_demand demand;
     if (shape.batch == 0) return demand;
     if (detail::winograd_applies(shape)) {
-        detail::ask_winograd_scratch(demand, detail::input_gradient_winograd_geometry<T>(shape), true);
+        detail::ask_winograd_scratch(
+            demand, detail::input_gradient_winograd_geometry<T>(shape, detail::winograd_output_tile(shape)), true);
         return demand;
     }
     const detail::input_gradient_geometry geometry(shape);

@@ -95,6 +95,9 @@ struct winograd_geometry {
     static constexpr std::size_t width_of_vector = simd_width<T>;
 
     std::size_t batch, height, width, source_channels, result_channels;
+    // Results per tile along each axis (2: F(2x2, 3x3), or 4: F(4x4, 3x3)),
+    // the patch's side (output_tile + 2) and the products of a tile.
+    std::size_t output_tile, patch_side, products_per_tile;
     std::size_t tile_rows, tile_columns, tiles;
     std::size_t source_stride, result_stride;
     std::size_t bordered_width, bordered_pixels;
@@ -103,13 +106,16 @@ struct winograd_geometry {
 
     constexpr winograd_geometry(std::size_t batch_, std::size_t height_, std::size_t width_,
                                 std::size_t source_channels_, std::size_t result_channels_,
-                                std::size_t group_bytes = winograd_group_bytes())
+                                std::size_t output_tile_ = 2, std::size_t group_bytes = winograd_group_bytes())
         : batch(batch_), height(height_), width(width_), source_channels(source_channels_),
-          result_channels(result_channels_), tile_rows((height_ + 1) / 2), tile_columns((width_ + 1) / 2),
-          tiles(tile_rows * tile_columns), source_stride(round_up(source_channels_)),
-          result_stride(round_up(result_channels_)), bordered_width(2 * tile_columns + 2),
-          bordered_pixels((2 * tile_rows + 2) * bordered_width), row_multiple(rows_multiple(result_stride)),
-          group_images(best_group(batch_, tiles, source_stride + result_stride, row_multiple, group_bytes)),
+          result_channels(result_channels_), output_tile(output_tile_), patch_side(output_tile_ + 2),
+          products_per_tile(patch_side * patch_side), tile_rows((height_ + output_tile_ - 1) / output_tile_),
+          tile_columns((width_ + output_tile_ - 1) / output_tile_), tiles(tile_rows * tile_columns),
+          source_stride(round_up(source_channels_)), result_stride(round_up(result_channels_)),
+          bordered_width(output_tile_ * tile_columns + 2),
+          bordered_pixels((output_tile_ * tile_rows + 2) * bordered_width), row_multiple(rows_multiple(result_stride)),
+          group_images(best_group(batch_, tiles, products_per_tile * (source_stride + result_stride), row_multiple,
+                                  group_bytes)),
           group_tiles(padded_tiles(group_images * tiles, row_multiple))
     {
     }
@@ -132,10 +138,11 @@ struct winograd_geometry {
         const std::size_t rest = vectors % blocking::max_vectors;
         return rest == 0 ? full : std::lcm(full, blocking::rows_for(rest));
     }
-    static constexpr std::size_t best_group(std::size_t batch, std::size_t tiles, std::size_t channels,
+    // values_per_tile: of V and M together.
+    static constexpr std::size_t best_group(std::size_t batch, std::size_t tiles, std::size_t values_per_tile,
                                             std::size_t multiple, std::size_t group_bytes)
     {
-        const std::size_t per_tile = 16 * channels * sizeof(T);
+        const std::size_t per_tile = values_per_tile * sizeof(T);
         std::size_t best = 1;
         for (std::size_t images = 2; images <= batch; ++images) {
             const std::size_t rows = padded_tiles(images * tiles, multiple);
@@ -156,9 +163,9 @@ struct winograd_geometry {
     static constexpr std::size_t plane_slack = 32;
     constexpr std::size_t patch_plane() const { return group_tiles * source_stride + plane_slack; }
     constexpr std::size_t product_plane() const { return group_tiles * result_stride + plane_slack; }
-    constexpr std::size_t patches_count() const { return 16 * patch_plane(); }
-    constexpr std::size_t weights_count() const { return 16 * source_channels * result_stride; }
-    constexpr std::size_t products_count() const { return 16 * product_plane(); }
+    constexpr std::size_t patches_count() const { return products_per_tile * patch_plane(); }
+    constexpr std::size_t weights_count() const { return products_per_tile * source_channels * result_stride; }
+    constexpr std::size_t products_count() const { return products_per_tile * product_plane(); }
     constexpr std::size_t results_count() const { return height * width * result_stride; }
     constexpr std::size_t staged_count() const { return height * width * result_channels; }
 };
@@ -187,6 +194,80 @@ constexpr void ask_winograd_scratch(scratch_demand& demand, const winograd_geome
     if (accumulates) demand.template ask<winograd_staged_tag, T>(geometry.staged_count());
 }
 
+// F(4x4, 3x3), the larger tile (output_tile 4): 6x6 patches, 36 products
+// per channel pair for 16 results (2.25 per result, against 4 for F(2x2,
+// 3x3)), with the interpolation points 0, 1, -1, 2, -2 and infinity:
+//
+//   B^T = | 4  0 -5  0  1  0 |   G = |  1/4     0     0   |   A^T = | 1 1  1 1  1 0 |
+//         | 0 -4 -4  1  1  0 |       | -1/6  -1/6  -1/6  |         | 0 1 -1 2 -2 0 |
+//         | 0  4 -4 -1  1  0 |       | -1/6   1/6  -1/6  |         | 0 1  1 4  4 0 |
+//         | 0 -2 -1  2  1  0 |       |  1/24  1/12  1/6  |         | 0 1 -1 8 -8 1 |
+//         | 0  2 -1 -2  1  0 |       |  1/24 -1/12  1/6  |
+//         | 0  4  0 -5  0  1 |       |  0     0     1    |
+//
+// Its rounding error grows with the larger coefficients: the form is taken
+// where it measured faster (winograd_output_tile), and test_convolution
+// holds it to the same tolerance as the direct form.
+
+// G x for the three values x of a column of weights.
+template <class V>
+inline void weights_column_f4(const V (&x)[3], V (&out)[6])
+{
+    using T = typename V::value_type;
+    const V sum = x[0] + x[2];
+    out[0] = V(T(1) / T(4)) * x[0];
+    out[1] = V(T(-1) / T(6)) * (sum + x[1]);
+    out[2] = V(T(-1) / T(6)) * (sum - x[1]);
+    const V outer = xsimd::fma(V(T(1) / T(24)), x[0], V(T(1) / T(6)) * x[2]);
+    out[3] = xsimd::fma(V(T(1) / T(12)), x[1], outer);
+    out[4] = xsimd::fma(V(T(-1) / T(12)), x[1], outer);
+    out[5] = x[2];
+}
+
+// U's 36 values of one source channel and one vector of result channels,
+// G g G^T, stored `plane` values apart from out.
+template <class V>
+inline void transform_weights_f4(const V (&g)[3][3], std::size_t plane, typename V::value_type* out)
+{
+    V columns[3][6]; // G g, column by column
+    for (std::size_t k = 0; k < 3; ++k) {
+        const V column[3] = {g[0][k], g[1][k], g[2][k]};
+        weights_column_f4(column, columns[k]);
+    }
+    for (std::size_t i = 0; i < 6; ++i) { // (G g) G^T, row by row
+        const V row[3] = {columns[0][i], columns[1][i], columns[2][i]};
+        V transformed[6];
+        weights_column_f4(row, transformed);
+        for (std::size_t j = 0; j < 6; ++j) transformed[j].store_aligned(out + (i * 6 + j) * plane);
+    }
+}
+
+// B^T d for one column of six patch values.
+template <class V>
+inline void patch_column_f4(const V (&d)[6], V (&out)[6])
+{
+    using T = typename V::value_type;
+    const V four(T(4)), minus_five(T(-5)), two(T(2));
+    out[0] = xsimd::fma(minus_five, d[2], xsimd::fma(four, d[0], d[4]));
+    out[1] = xsimd::fma(-four, d[1] + d[2], d[3] + d[4]);
+    out[2] = xsimd::fma(four, d[1] - d[2], d[4] - d[3]);
+    out[3] = xsimd::fma(-two, d[1] - d[3], d[4] - d[2]);
+    out[4] = xsimd::fma(two, d[1] - d[3], d[4] - d[2]);
+    out[5] = xsimd::fma(minus_five, d[3], xsimd::fma(four, d[1], d[5]));
+}
+
+// A^T m for one column of six products.
+template <class V>
+inline void product_column_f4(const V (&m)[6], V (&out)[4])
+{
+    using T = typename V::value_type;
+    const V plus = m[1] + m[2], minus = m[1] - m[2], outer_plus = m[3] + m[4], outer_minus = m[3] - m[4];
+    out[0] = m[0] + plus + outer_plus;
+    out[1] = xsimd::fma(V(T(2)), outer_minus, minus);
+    out[2] = xsimd::fma(V(T(4)), outer_plus, plus);
+    out[3] = xsimd::fma(V(T(8)), outer_minus, minus) + m[5];
+}
+
 // U[e][s][r] = (G g G^T)[e / 4][e % 4] for the 3x3 weights g = tap(r, s, kh, kw)
 // of result channel r and source channel s; the padding channels of each row
 // are zero. A vector of result channels at a time: their 9 taps are gathered
@@ -209,6 +290,10 @@ void transform_weights(const winograd_geometry<T>& geometry, Tap&& tap, T* trans
             }
             vector g[3][3];
             for (std::size_t k = 0; k < 9; ++k) g[k / 3][k % 3] = vector::load_aligned(lanes[k]);
+            if (geometry.output_tile == 4) {
+                transform_weights_f4(g, sources * stride, transformed + s * stride + r0);
+                continue;
+            }
             vector rows[4][3]; // G g
             for (std::size_t k = 0; k < 3; ++k) {
                 rows[0][k] = g[0][k];
@@ -257,6 +342,35 @@ void transform_patches(const winograd_geometry<T>& geometry, const T* bordered, 
     using vector = simd<T>;
     const std::size_t stride = geometry.source_stride, plane = geometry.patch_plane();
     const std::size_t row = geometry.bordered_width * stride;
+    if (geometry.output_tile == 4) {
+        // V[e][t][s] = (B^T d B)[e / 6][e % 6], the patch of tile (ty, tx) the
+        // bordered pixels from (4 ty, 4 tx) to (4 ty + 5, 4 tx + 5).
+        for (std::size_t i = 0; i < count; ++i) {
+            for (std::size_t ty = 0; ty < geometry.tile_rows; ++ty) {
+                for (std::size_t tx = 0; tx < geometry.tile_columns; ++tx) {
+                    const std::size_t t = (i * geometry.tile_rows + ty) * geometry.tile_columns + tx;
+                    const T* patch = bordered + i * geometry.bordered_pixels * stride + 4 * ty * row + 4 * tx * stride;
+                    T* out = patches + t * stride;
+                    for (std::size_t c = 0; c < stride; c += vector::size) {
+                        vector columns[6][6]; // B^T d, column by column
+                        for (std::size_t k = 0; k < 6; ++k) {
+                            vector d[6];
+                            for (std::size_t r = 0; r < 6; ++r) d[r] = vector::load_aligned(patch + r * row + k * stride + c);
+                            patch_column_f4(d, columns[k]);
+                        }
+                        for (std::size_t r = 0; r < 6; ++r) { // (B^T d) B, row by row
+                            const vector row_values[6] = {columns[0][r], columns[1][r], columns[2][r],
+                                                          columns[3][r], columns[4][r], columns[5][r]};
+                            vector transformed[6];
+                            patch_column_f4(row_values, transformed);
+                            for (std::size_t k = 0; k < 6; ++k) transformed[k].store_aligned(out + (r * 6 + k) * plane + c);
+                        }
+                    }
+                }
+            }
+        }
+        return;
+    }
     for (std::size_t i = 0; i < count; ++i) {
         for (std::size_t ty = 0; ty < geometry.tile_rows; ++ty) {
             for (std::size_t tx = 0; tx < geometry.tile_columns; ++tx) {
@@ -330,7 +444,7 @@ void winograd_vector_group_products(const winograd_geometry<T>& geometry, const 
 {
     constexpr std::size_t rows = winograd_blocking<T>::rows_for(Vectors);
     const std::size_t width = simd_width<T>;
-    for (std::size_t e = 0; e < 16; ++e) {
+    for (std::size_t e = 0; e < geometry.products_per_tile; ++e) {
         const T* v_e = patches + e * geometry.patch_plane();
         const T* u_e = weights + e * geometry.source_channels * geometry.result_stride + v0 * width;
         T* m_e = products + e * geometry.product_plane() + v0 * width;
@@ -366,6 +480,36 @@ void transform_products(const winograd_geometry<T>& geometry, const T* products,
 {
     using vector = simd<T>;
     const std::size_t stride = geometry.result_stride, plane = geometry.product_plane();
+    if (geometry.output_tile == 4) {
+        // The 4x4 results A^T M A of every tile, of which those inside the image are stored.
+        for (std::size_t ty = 0; ty < geometry.tile_rows; ++ty) {
+            const std::size_t rows = std::min<std::size_t>(4, geometry.height - 4 * ty);
+            for (std::size_t tx = 0; tx < geometry.tile_columns; ++tx) {
+                const std::size_t columns = std::min<std::size_t>(4, geometry.width - 4 * tx);
+                const std::size_t t = (image * geometry.tile_rows + ty) * geometry.tile_columns + tx;
+                const T* m = products + t * stride;
+                T* out = results + (4 * ty * geometry.width + 4 * tx) * stride;
+                for (std::size_t c = 0; c < stride; c += vector::size) {
+                    vector columns_of[6][4]; // A^T M, column by column
+                    for (std::size_t k = 0; k < 6; ++k) {
+                        vector column[6];
+                        for (std::size_t r = 0; r < 6; ++r) column[r] = vector::load_aligned(m + (r * 6 + k) * plane + c);
+                        product_column_f4(column, columns_of[k]);
+                    }
+                    for (std::size_t r = 0; r < rows; ++r) { // (A^T M) A, row by row
+                        const vector row_values[6] = {columns_of[0][r], columns_of[1][r], columns_of[2][r],
+                                                      columns_of[3][r], columns_of[4][r], columns_of[5][r]};
+                        vector result[4];
+                        product_column_f4(row_values, result);
+                        for (std::size_t k = 0; k < columns; ++k) {
+                            result[k].store_aligned(out + (r * geometry.width + k) * stride + c);
+                        }
+                    }
+                }
+            }
+        }
+        return;
+    }
     for (std::size_t ty = 0; ty < geometry.tile_rows; ++ty) {
         for (std::size_t tx = 0; tx < geometry.tile_columns; ++tx) {
             const std::size_t t = (image * geometry.tile_rows + ty) * geometry.tile_columns + tx;
