@@ -1,9 +1,12 @@
-// What both drivers of a pipeline share (floor 7): the workers of the
-// stages of a network cut at Cuts, the channels between them, the feeder's
-// side of the first channel and of the labels channel, the pause guard's
-// bookkeeping, and the state a checkpoint saves. The drivers
+// What both drivers of a pipeline in one process share (floor 7): the
+// workers of the stages of a network cut at Cuts, the channels between
+// them (built from the link plan, links.hpp), the feeder's side, the pause
+// guard's bookkeeping, and the state a checkpoint saves. The drivers
 // (sequential_pipeline.hpp, thread_pipeline.hpp) decide who runs each
-// stage's ticks and when.
+// stage's ticks and when (stage_threads.hpp). A pipeline over MPI ranks
+// (mpi/pipeline.hpp) is another placement of the same pieces: the link
+// plan, the feeder's side, the ticks, the pause gate and a stage's
+// checkpoint records (transfer_stage_records).
 //
 // The parameters stay in the caller's network_parameters (or the caller's
 // arrays, through a network_parameters_view), ONE copy, which must outlive
@@ -39,6 +42,7 @@
 #include <petra/parameter_slice.hpp>
 #include <petra/pipeline/accumulation.hpp>
 #include <petra/pipeline/channel.hpp>
+#include <petra/pipeline/links.hpp>
 #include <petra/pipeline/options.hpp>
 #include <petra/pipeline/paused_pipeline.hpp>
 #include <petra/pipeline/stage.hpp>
@@ -137,12 +141,66 @@ void transfer_stage_header(Archive& archive, std::size_t stage_index, const pipe
     archive.count(fed, any_count);
 }
 
+// One stage's share of the state, the same records in every placement
+// (pipeline_core::transfer_stage_state says which): worker_of(index) is
+// stage `index`'s worker (index a std::integral_constant),
+// transfer_link(transport, link index) transfers the messages in transit
+// on one transport into the stage (numbered as links.hpp says),
+// transfer_parameters(index) the stage's slice of the parameters; `fed` is
+// the placement's count of micro-batches fed, read back when loading.
+template <auto Cuts, state_archive Archive, class T, class WorkerOf, class TransferLink, class TransferParameters>
+void transfer_stage_records(std::size_t stage_index, Archive& archive, const pipeline_options& options,
+                            std::size_t& fed, pipeline_shared<T>& shared, WorkerOf&& worker_of,
+                            TransferLink&& transfer_link, TransferParameters&& transfer_parameters)
+{
+    constexpr std::size_t stage_count = Cuts.size() - 1;
+    if (stage_index >= stage_count) {
+        raise_error(error_kind::invalid_argument, "pipeline: stage " + std::to_string(stage_index) + " of " +
+                                                      std::to_string(stage_count) + " stages.");
+    }
+    for_each_index<stage_count>([&](auto index) {
+        constexpr std::size_t i = decltype(index)::value;
+        if (i != stage_index) return;
+        auto& worker = worker_of(index);
+        std::size_t saved_fed = fed;
+        transfer_stage_header<Cuts>(archive, i, options, saved_fed);
+        if constexpr (Archive::loading) {
+            if (worker.next_tick() != 0 || (fed != 0 && fed != saved_fed)) {
+                raise_error(error_kind::runtime_error,
+                            "pipeline checkpoint: stage " + std::to_string(i) +
+                                " is not at the start of an epoch, or the stages' shards disagree on the "
+                                "micro-batches fed.");
+            }
+            fed = saved_fed;
+        }
+        if constexpr (i + 1 == stage_count) {
+            std::lock_guard lock(shared.statistics_mutex);
+            shared.statistics.transfer_state(archive);
+        }
+        worker.transfer_state(archive);
+        const auto& in = worker.connections();
+        transfer_link(*in.forward_in, forward_link_index(i));
+        if constexpr (i + 1 < stage_count) transfer_link(*in.backward_in, backward_link_index(stage_count, i));
+        if constexpr (i + 1 == stage_count) transfer_link(*in.labels, labels_link_index(stage_count));
+        transfer_parameters(index);
+        if constexpr (Archive::loading) {
+            if (worker.next_tick() != fed) {
+                raise_error(error_kind::runtime_error, "pipeline checkpoint: stage " + std::to_string(i) +
+                                                           " is not at the tick of the micro-batches fed; the "
+                                                           "checkpoint is inconsistent.");
+            }
+        }
+    });
+}
+
 template <class Network, auto Cuts, class Optimizer, class T>
-class pipeline_core {
+class pipeline_core : public pipeline_layout<Network, Cuts, T> {
+    using layout = pipeline_layout<Network, Cuts, T>;
+
 public:
     static constexpr std::size_t stage_count = Cuts.size() - 1;
     static constexpr std::size_t input_values = Network::input::size;
-    // What pause() returns, in either driver.
+    // What pause() returns, in either driver (paused_pipeline.hpp).
     using paused = paused_pipeline<Network, Cuts, T>;
 
     template <std::size_t I>
@@ -154,11 +212,7 @@ public:
 
     // The statistics of the current epoch so far (loss and accuracy of the
     // micro-batches the last stage has seen).
-    epoch_statistics progress()
-    {
-        std::lock_guard lock(shared_.statistics_mutex);
-        return shared_.statistics;
-    }
+    epoch_statistics progress() { return shared_.statistics_so_far(); }
 
     const pipeline_options& options() const { return options_; }
 
@@ -166,39 +220,6 @@ public:
     worker_type<I>& worker()
     {
         return std::get<I>(workers_);
-    }
-
-    // The channels' sizes for a micro-batch size, in messages and bytes:
-    // the one into stage j (its input), the one from stage j + 1 into stage
-    // j (the input stage j + 1 rebuilt, and its gradient), the labels'.
-    // Forward: at tick t stage j may send its tick-t activation before
-    // stage j + 1 has taken the tick t - 1 one (the simulator runs stage j
-    // first). Backward: one message would do for the schedule, but a stage
-    // computes straight into its outgoing slot and its neighbour reads
-    // straight from it, so with one slot the sender's backward would wait
-    // for the receiver's whole backward (measured: 467 against 652
-    // examples/s for the reference network in 2 stages).
-    static constexpr std::size_t channel_capacity = 2;
-    static constexpr std::size_t labels_capacity = 2 * stage_count + 2;
-    static constexpr std::size_t forward_message_values(std::size_t j, std::size_t batch)
-    {
-        return batch * Network::profile[Cuts[j]].input_values;
-    }
-    static constexpr std::size_t backward_message_values(std::size_t j, std::size_t batch)
-    {
-        return 2 * batch * Network::profile[Cuts[j + 1]].input_values;
-    }
-    static constexpr std::size_t forward_channel_bytes(std::size_t j, std::size_t batch)
-    {
-        return channel_capacity * (forward_message_values(j, batch) * sizeof(T) + sizeof(message_header));
-    }
-    static constexpr std::size_t backward_channel_bytes(std::size_t j, std::size_t batch)
-    {
-        return channel_capacity * (backward_message_values(j, batch) * sizeof(T) + sizeof(message_header));
-    }
-    static constexpr std::size_t labels_channel_bytes(std::size_t batch)
-    {
-        return labels_capacity * (batch * sizeof(std::int32_t) + sizeof(message_header));
     }
 
     // Bytes held by the stages (FIFOs, stashes, buffers, optimizer state) and
@@ -230,49 +251,28 @@ protected:
                 return typename paused::gradient_sums{std::span<const T>(worker.stage().gradient())...};
             },
             workers_);
-        return paused(parameters_, sums, pauses_held_);
+        return gate_.template hold<Network, Cuts, T>(parameters_, sums);
     }
 
     // Called first by feed() and drain(): while a guard lives, no stage may
     // run (see paused_pipeline.hpp).
-    void refuse_while_paused(const char* operation) const
-    {
-        if (pauses_held_ != 0) {
-            raise_error(error_kind::logic_error,
-                        std::string("pipeline: ") + operation +
-                            " while the pipeline is paused; let the paused_pipeline that pause() returned "
-                            "go out of scope first.");
-        }
-    }
+    void refuse_while_paused(const char* operation) const { gate_.refuse_while_paused(operation); }
 
     // The feeder's side: one micro-batch, whose counts the driver has
     // checked (detail::check_micro_batch).
     void send_micro_batch(const_batch<T, typename Network::input> images, std::span<const std::int32_t> labels)
     {
-        message<T> in = forward_.front()->begin_send();
-        std::copy(images.begin(), images.end(), in.values);
-        *in.header = {fed_, false};
-        forward_.front()->end_send();
-        message<std::int32_t> out = labels_.begin_send();
-        std::copy(labels.begin(), labels.end(), out.values);
-        *out.header = {fed_, false};
-        labels_.end_send();
+        petra::send_micro_batch<T>(*forward_.front(), labels_, images, labels, fed_);
         ++fed_;
     }
 
-    void send_end_of_epoch()
-    {
-        message<T> in = forward_.front()->begin_send();
-        *in.header = {fed_, true};
-        forward_.front()->end_send();
-    }
+    void send_end_of_epoch() { petra::send_end_of_epoch<T>(*forward_.front(), fed_); }
 
-    epoch_statistics take_statistics()
+    // Calls visit(worker, stage index) for every stage, in order.
+    template <class Visit>
+    void for_each_worker(Visit&& visit)
     {
-        std::lock_guard lock(shared_.statistics_mutex);
-        epoch_statistics epoch = shared_.statistics;
-        shared_.statistics = {};
-        return epoch;
+        for_each_index<stage_count>([&](auto index) { visit(std::get<decltype(index)::value>(workers_), index()); });
     }
 
     void start_epoch()
@@ -398,45 +398,17 @@ protected:
     template <state_archive Archive>
     void transfer_stage_state(std::size_t stage_index, Archive& archive)
     {
-        if (stage_index >= stage_count) {
-            raise_error(error_kind::invalid_argument, "pipeline: stage " + std::to_string(stage_index) + " of " +
-                                                          std::to_string(stage_count) + " stages.");
-        }
-        for_each_index<stage_count>([&](auto index) {
-            constexpr std::size_t i = decltype(index)::value;
-            if (i != stage_index) return;
-            auto& stage_worker = worker<i>();
-            std::size_t fed = fed_;
-            transfer_stage_header<Cuts>(archive, i, options_, fed);
-            if constexpr (Archive::loading) {
-                if (stage_worker.next_tick() != 0 || (fed_ != 0 && fed_ != fed)) {
-                    raise_error(error_kind::runtime_error,
-                                "pipeline checkpoint: stage " + std::to_string(i) +
-                                    " is not at the start of an epoch, or the stages' shards disagree on the "
-                                    "micro-batches fed.");
-                }
-                fed_ = fed;
-            }
-            if constexpr (i + 1 == stage_count) {
-                std::lock_guard lock(shared_.statistics_mutex);
-                shared_.statistics.transfer_state(archive);
-            }
-            stage_worker.transfer_state(archive);
-            forward_[i]->transfer_state(archive);
-            if constexpr (i + 1 < stage_count) backward_[i]->transfer_state(archive);
-            if constexpr (i + 1 == stage_count) labels_.transfer_state(archive);
-            using slice = parameter_slice<Network, Cuts[i], Cuts[i + 1], T>;
-            slice::transfer(archive,
-                            parameters_.values().template subspan<slice::parameter_offset, slice::parameter_count>(),
-                            parameters_.state().template subspan<slice::state_offset, slice::state_count>());
-            if constexpr (Archive::loading) {
-                if (stage_worker.next_tick() != fed_) {
-                    raise_error(error_kind::runtime_error, "pipeline checkpoint: stage " + std::to_string(i) +
-                                                               " is not at the tick of the micro-batches fed; the "
-                                                               "checkpoint is inconsistent.");
-                }
-            }
-        });
+        transfer_stage_records<Cuts>(
+            stage_index, archive, options_, fed_, shared_,
+            [&](auto index) -> auto& { return worker<decltype(index)::value>(); },
+            [&](auto& channel, std::size_t) { channel.transfer_state(archive); },
+            [&](auto index) {
+                constexpr std::size_t i = decltype(index)::value;
+                using slice = parameter_slice<Network, Cuts[i], Cuts[i + 1], T>;
+                slice::transfer(
+                    archive, parameters_.values().template subspan<slice::parameter_offset, slice::parameter_count>(),
+                    parameters_.state().template subspan<slice::state_offset, slice::state_count>());
+            });
     }
 
     pipeline_options options_;
@@ -451,7 +423,7 @@ protected:
 
 private:
     network_parameters_view<Network, T> parameters_;
-    std::size_t pauses_held_ = 0; // paused_pipeline guards alive; only the caller's thread touches it
+    pause_gate gate_;
 
     template <std::size_t... I>
     pipeline_core(network_parameters_view<Network, T> parameters, const typename Optimizer::options& optimizer_options,
@@ -460,7 +432,7 @@ private:
         : options_(options), shared_{std::move(learning_rate), {}, {}, {}},
           weight_mask_(Network::template weight_mask<T>()), forward_(make_forward(mode)),
           backward_(make_backward(mode)),
-          labels_("labels", labels_capacity, options.batch, stop_, mode),
+          labels_(make_labels(mode)),
           workers_(worker_type<I>(parameters, optimizer_options, weight_mask_, options_, links<I>(), shared_)...),
           parameters_(parameters)
     {
@@ -469,15 +441,21 @@ private:
         }
     }
 
-    // The channels, sized as channel_capacity and the message sizes above
-    // say.
+    // The channels of the plan (links.hpp).
+    std::unique_ptr<channel<T>> make_channel(const link_plan& plan, channel_waiting mode)
+    {
+        return std::make_unique<channel<T>>(plan.name, plan.capacity, plan.message_values, stop_, mode);
+    }
+    channel<std::int32_t> make_labels(channel_waiting mode)
+    {
+        const link_plan plan = layout::labels_link(options_.batch);
+        return channel<std::int32_t>(plan.name, plan.capacity, plan.message_values, stop_, mode);
+    }
     std::vector<std::unique_ptr<channel<T>>> make_forward(channel_waiting mode)
     {
         std::vector<std::unique_ptr<channel<T>>> channels;
         for (std::size_t j = 0; j < stage_count; ++j) {
-            channels.push_back(std::make_unique<channel<T>>("forward into stage " + std::to_string(j),
-                                                            channel_capacity,
-                                                            forward_message_values(j, options_.batch), stop_, mode));
+            channels.push_back(make_channel(layout::forward_link(j, options_.batch), mode));
         }
         return channels;
     }
@@ -485,9 +463,7 @@ private:
     {
         std::vector<std::unique_ptr<channel<T>>> channels;
         for (std::size_t j = 0; j + 1 < stage_count; ++j) {
-            channels.push_back(std::make_unique<channel<T>>("backward into stage " + std::to_string(j),
-                                                            channel_capacity,
-                                                            backward_message_values(j, options_.batch), stop_, mode));
+            channels.push_back(make_channel(layout::backward_link(j, options_.batch), mode));
         }
         return channels;
     }
@@ -495,16 +471,7 @@ private:
     template <std::size_t I>
     typename worker_type<I>::links links()
     {
-        typename worker_type<I>::links connections;
-        connections.forward_in = forward_[I].get();
-        if constexpr (I + 1 < stage_count) {
-            connections.forward_out = forward_[I + 1].get();
-            connections.backward_in = backward_[I].get();
-        } else {
-            connections.labels = &labels_;
-        }
-        if constexpr (I > 0) connections.backward_out = backward_[I - 1].get();
-        return connections;
+        return stage_links<typename worker_type<I>::links, I, stage_count>(forward_, backward_, &labels_);
     }
 };
 

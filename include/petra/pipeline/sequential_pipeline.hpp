@@ -3,7 +3,6 @@
 // thread_pipeline computes, bit for bit, and serves as its reference.
 #pragma once
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -16,6 +15,7 @@
 #include <petra/network.hpp>
 #include <petra/pipeline/core.hpp>
 #include <petra/pipeline/options.hpp>
+#include <petra/pipeline/stage_threads.hpp>
 #include <petra/tensor_batch.hpp>
 #include <petra/pipeline/worker.hpp>
 #include <petra/state_archive.hpp>
@@ -110,9 +110,9 @@ public:
             core::send_end_of_epoch();
             while (!run_tick()) {
             }
-            epoch = core::take_statistics();
+            epoch = core::shared_.take_statistics();
             core::start_epoch();
-            done_ = {};
+            ticks_.start_epoch();
         });
         return epoch;
     }
@@ -121,11 +121,7 @@ private:
     // One tick of every stage not yet done; true once all are.
     bool run_tick()
     {
-        bool all_done = true;
-        [&]<std::size_t... I>(std::index_sequence<I...>) {
-            ((done_[I] = done_[I] || core::template worker<I>().tick(), all_done = all_done && done_[I]), ...);
-        }(std::make_index_sequence<core::stage_count>{});
-        return all_done;
+        return ticks_.tick([this](auto&& visit) { this->for_each_worker(visit); });
     }
 
     // A stage that threw left its FIFOs and counters mid-tick: from then on
@@ -148,7 +144,7 @@ private:
 #endif
     }
 
-    std::array<bool, core::stage_count> done_{};
+    caller_ticks<core::stage_count> ticks_;
 #if PETRA_EXCEPTIONS
     std::exception_ptr failure_;
 #endif

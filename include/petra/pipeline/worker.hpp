@@ -33,6 +33,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 
 #include <petra/error.hpp>
 #include <petra/layers/softmax_cross_entropy_loss.hpp>
@@ -66,6 +67,18 @@ struct pipeline_shared {
     std::function<void(const pipeline_event<T>&)> trace; // may be empty
     std::mutex statistics_mutex;
     epoch_statistics statistics; // of the micro-batches the last stage has scored
+
+    epoch_statistics statistics_so_far()
+    {
+        std::lock_guard lock(statistics_mutex);
+        return statistics;
+    }
+    // The epoch's statistics, the count started again.
+    epoch_statistics take_statistics()
+    {
+        std::lock_guard lock(statistics_mutex);
+        return std::exchange(statistics, {});
+    }
 };
 
 template <class Stage, class Optimizer, class T, class Transport = channel<T>,
@@ -126,6 +139,8 @@ public:
     }
 
     Stage& stage() { return stage_; }
+    // The transports the stage talks through.
+    const links& connections() const { return links_; }
     Optimizer& optimizer() { return optimizer_; }
     std::size_t steps() const { return accumulation_.steps(); }
 
