@@ -11,7 +11,7 @@ foreach(expected
     "refusals.md:11: this ```cpp block is neither a complete program"
     "refusals.md:17: this block is marked as an excerpt of examples/two_spirals.cpp, but its lines are not"
     "refusals.md:23: this block is marked as an excerpt of examples/no_such_file.cpp, which does not exist"
-    "5 C++ blocks, 1 complete programs, 1 checked excerpts, 1 shell blocks run")
+    "5 C++ blocks, 1 complete programs (0 interrupted and resumed), 1 checked excerpts, 1 shell blocks run")
   string(FIND "${output}" "${expected}" position)
   if(position EQUAL -1)
     message(FATAL_ERROR "readme_extract should have said\n  ${expected}\nbut said:\n${output}")

@@ -13,6 +13,10 @@
 // in order from a directory where scripts/, bench/ and build/ stand for the
 // source tree's and the build tree's (run.cmake); other shell blocks are
 // illustrations and are left alone.
+// A program after a line that ends "(the readme test interrupts it and
+// resumes it):" is also listed in <output>/interrupted.txt: run.cmake stops
+// it with SIGINT once its checkpoint exists, runs it again, and compares the
+// digest it prints last with an uninterrupted run's (interrupt_and_resume.sh).
 // Then writes <output>/CMakeLists.txt, one target per program against an
 // installed petra (find_package, petra::petra) with warnings as errors,
 // <output>/programs.txt, the targets one a line, and <output>/commands.txt,
@@ -96,6 +100,13 @@ bool runs_in_test(const std::string& preceding)
     return std::regex_search(preceding, marker);
 }
 
+// Whether the line before a program says the readme test interrupts it.
+bool interrupted_in_test(const std::string& preceding)
+{
+    static const std::regex marker(R"(\(the readme test interrupts it and resumes it\):\s*$)");
+    return std::regex_search(preceding, marker);
+}
+
 bool contains_main(const code_block& block)
 {
     static const std::regex main_function(R"(\bint\s+main\s*\()");
@@ -142,8 +153,11 @@ void write_commands(const code_block& block, const std::filesystem::path& markdo
 }
 
 void write_project(const std::vector<std::string>& targets, const std::vector<std::string>& benchmark_targets,
-                   const std::vector<std::string>& scripts, const std::filesystem::path& directory)
+                   const std::vector<std::string>& interrupted_targets, const std::vector<std::string>& scripts,
+                   const std::filesystem::path& directory)
 {
+    std::ofstream interrupted(directory / "interrupted.txt");
+    for (const std::string& target : interrupted_targets) interrupted << target << '\n';
     std::ofstream commands(directory / "commands.txt");
     for (const std::string& script : scripts) commands << script << '\n';
     std::ofstream cmake(directory / "CMakeLists.txt");
@@ -185,7 +199,7 @@ int main(int argc, char** argv)
     const std::vector<code_block> blocks = code_blocks(lines, problems, name);
     std::filesystem::create_directories(output);
 
-    std::vector<std::string> targets, benchmark_targets, scripts;
+    std::vector<std::string> targets, benchmark_targets, interrupted_targets, scripts;
     std::size_t excerpts = 0, cpp_count = 0;
     for (const code_block& block : blocks) {
         const std::string at = name + ":" + std::to_string(block.fence_line) + ": ";
@@ -203,6 +217,7 @@ int main(int argc, char** argv)
             write_program(block, markdown, output / (target + ".cpp"));
             targets.push_back(target);
             if (uses_benchmark(block)) benchmark_targets.push_back(target);
+            if (interrupted_in_test(block.preceding)) interrupted_targets.push_back(target);
         } else if (file.empty()) {
             problems.push_back(at + "this ```cpp block is neither a complete program (with int main) nor marked as "
                                     "an excerpt (a line before it: \"An excerpt of `examples/<file>`:\").");
@@ -215,9 +230,10 @@ int main(int argc, char** argv)
             ++excerpts;
         }
     }
-    write_project(targets, benchmark_targets, scripts, output);
+    write_project(targets, benchmark_targets, interrupted_targets, scripts, output);
     for (const std::string& problem : problems) std::fprintf(stderr, "%s\n", problem.c_str());
-    std::printf("%s: %zu C++ blocks, %zu complete programs, %zu checked excerpts, %zu shell blocks run\n",
-                name.c_str(), cpp_count, targets.size(), excerpts, scripts.size());
+    std::printf("%s: %zu C++ blocks, %zu complete programs (%zu interrupted and resumed), %zu checked excerpts, %zu "
+                "shell blocks run\n",
+                name.c_str(), cpp_count, targets.size(), interrupted_targets.size(), excerpts, scripts.size());
     return problems.empty() ? 0 : 1;
 }

@@ -71,6 +71,22 @@ foreach(target IN LISTS targets)
   message(STATUS "README.md line ${line}: ok\n${output}")
 endforeach()
 
+# 4b. The programs that checkpoint: each stopped by SIGINT once its
+# checkpoint exists, run again to resume, its last line (the digest) the
+# same as an uninterrupted run's (interrupt_and_resume.sh, in a directory of
+# its own).
+file(STRINGS ${programs}/interrupted.txt interrupted_targets)
+foreach(target IN LISTS interrupted_targets)
+  string(REGEX REPLACE "^readme_line_" "" line ${target})
+  execute_process(COMMAND ${CMAKE_CURRENT_LIST_DIR}/interrupt_and_resume.sh ${programs}/build/${target}
+      ${WORK_DIR}/interrupted_${line}
+    TIMEOUT 300 RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
+  if(NOT result EQUAL 0)
+    message(FATAL_ERROR "The program at README.md line ${line}, interrupted and resumed, failed (${result}):\n${output}")
+  endif()
+  message(STATUS "README.md line ${line} (interrupted and resumed): ok\n${output}")
+endforeach()
+
 # 5. The shell blocks, in order, from one directory standing for the top of
 # a checkout.
 file(STRINGS ${programs}/commands.txt scripts)
