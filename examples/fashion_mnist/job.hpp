@@ -6,9 +6,9 @@
 // generated data.
 //
 // Its parts, each usable alone: options.hpp (what a user asks, checked into
-// a recipe), data.hpp, run_state.hpp and run_checkpoint.hpp (the plan, the
-// position and the checkpoint file), methods.hpp (PETRA and the sequential
-// baselines), training_run.hpp (the loop), evaluation.hpp, and the outputs:
+// a recipe), data.hpp, run_checkpoint.hpp (the recipe in the checkpoint),
+// methods.hpp (PETRA and the sequential baselines), training_run.hpp (a run
+// by petra's training loop), evaluation.hpp, and the outputs:
 // run_progress.hpp, metrics_files.hpp, summary.hpp. The runs of every method
 // are compiled apart (method_runs.hpp): a program that includes this header
 // links the job's method libraries (examples/CMakeLists.txt).

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <stdexcept>
@@ -155,6 +156,15 @@ struct training_recipe {
         return {.batch = batch, .accumulation = accumulation, .delay_rate_exponent = delay_rate_exponent};
     }
 
+    // The run's budget and learning-rate schedule, over the data's
+    // micro-batches per epoch.
+    petra::training_plan plan(std::size_t batches_per_epoch) const
+    {
+        return {{.epochs = epochs, .batches_per_epoch = batches_per_epoch, .accumulation = accumulation,
+                 .max_micro_batches = max_steps},
+                {.peak = learning_rate, .warmup_epochs = warmup_epochs, .shape = schedule}};
+    }
+
     // Nesterov SGD with the run's momentum and weight decay, for every method.
     petra::sgd_options optimizer() const
     {
@@ -238,6 +248,19 @@ inline training_recipe checked_recipe(const job_options& options)
             .weight_decay = options.weight_decay,
             .augment = options.augment,
             .seed = options.seed};
+}
+
+// --resume needs a checkpoint to resume; without it, an existing one is
+// never overwritten. Throws std::invalid_argument.
+inline void check_checkpoint_options(const job_options& options)
+{
+    if (options.resume && options.checkpoint_path.empty()) {
+        refuse_option("--resume needs --checkpoint PATH, the checkpoint to resume.");
+    }
+    if (!options.resume && !options.checkpoint_path.empty() && std::filesystem::exists(options.checkpoint_path)) {
+        refuse_option("--checkpoint " + options.checkpoint_path +
+                      " exists: pass --resume to go on with it, or remove it to start afresh.");
+    }
 }
 
 } // namespace fashion

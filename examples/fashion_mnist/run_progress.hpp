@@ -16,8 +16,9 @@ namespace fashion {
 
 class run_progress {
 public:
-    run_progress(bool quiet, const run_plan& plan, std::size_t batch)
-        : quiet_(quiet), epochs_(plan.epochs()), total_steps_(plan.total_steps()), reporter_(plan.total_steps(), batch)
+    run_progress(bool quiet, const petra::training_plan& plan, std::size_t batch)
+        : quiet_(quiet), epochs_(plan.epochs()), total_steps_(plan.total_micro_batches()),
+          reporter_(plan.total_micro_batches(), batch)
     {
     }
 

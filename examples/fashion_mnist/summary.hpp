@@ -34,6 +34,29 @@ struct job_summary {
     double checkpoint_seconds = 0;                       // and how long saving it took
 };
 
+// The summary of a run at `position`, with `epochs` finished: finished or
+// stopped on request. The caller adds the figures of its method and files.
+inline job_summary summary_of(const training_recipe& recipe, const run_position& position,
+                              const std::vector<epoch_record>& epochs, bool finished)
+{
+    job_summary summary;
+    summary.recipe = recipe;
+    summary.steps = position.steps;
+    summary.epochs_run = epochs.size();
+    summary.epochs = epochs;
+    summary.interrupted = !finished;
+    summary.position_epoch = position.epoch;
+    summary.position_batch = position.batch;
+    summary.train_seconds = position.training_seconds;
+    summary.examples_per_second =
+        summary.train_seconds > 0 ? double(summary.steps * recipe.batch) / summary.train_seconds : 0;
+    if (!epochs.empty()) {
+        summary.test_loss = epochs.back().test_loss;
+        summary.test_accuracy = epochs.back().test_accuracy;
+    }
+    return summary;
+}
+
 // value rounded to `decimals` places: the summary shows what is measured,
 // not float noise.
 inline double rounded(double value, int decimals)
