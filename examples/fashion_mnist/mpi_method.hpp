@@ -52,9 +52,9 @@ public:
     // learns the scoring rank's statistics one micro-batch late.
     petra::epoch_statistics progress() { return pipeline_.progress(); }
     petra::epoch_statistics end_epoch() { return pipeline_.drain(); }
-    // Between feeds nothing runs on any rank.
-    struct nothing_running {};
-    nothing_running pause() { return {}; }
+    // This rank's stages at rest between the same two ticks while the guard
+    // lives (not collective).
+    auto pause() { return pipeline_.pause(); }
 
     evaluation evaluate(const petra::labelled_images& test, std::size_t count)
     {

@@ -5,6 +5,8 @@
 
 #include <petra/mpi/channel.hpp>
 #include <petra/mpi/checkpoint.hpp>
+#include <petra/mpi/collectives.hpp>
 #include <petra/mpi/pipeline.hpp>
+#include <petra/mpi/placement.hpp>
 #include <petra/mpi/rank_link.hpp>
 #include <petra/mpi/session.hpp>

@@ -28,9 +28,9 @@
 // sender's count, which the caller gathers (messages_sent()); read back,
 // they fill the first slots and the receives are posted behind them.
 //
-// Both ends must be used from one thread at a time. A failed MPI call
-// throws std::runtime_error naming the channel (with MPI's default error
-// handler, MPI ends the job first).
+// Both ends must be used from one thread at a time. A failed MPI call is
+// a runtime_error reported through raise_error (error.hpp), naming the
+// channel (with MPI's default error handler, MPI ends the job first).
 #pragma once
 
 #include <mpi.h>
@@ -40,22 +40,22 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <type_traits>
 #include <vector>
 
+#include <petra/error.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/pipeline/channel.hpp>
 #include <petra/state_archive.hpp>
 
 namespace petra {
 
-// Throws std::runtime_error naming `what` (and the channel `name`, if any)
-// unless code is MPI_SUCCESS. Nothing is built unless it throws: calls on
-// every message must not allocate.
+// Reports a runtime_error (raise_error) naming `what` (and the channel
+// `name`, if any) unless code is MPI_SUCCESS. Nothing is built unless it
+// fails: calls on every message must not allocate.
 inline void check_mpi(int code, std::string_view what, std::string_view name = {})
 {
     if (code == MPI_SUCCESS) return;
@@ -64,7 +64,7 @@ inline void check_mpi(int code, std::string_view what, std::string_view name = {
     MPI_Error_string(code, text, &length);
     const std::string where =
         name.empty() ? std::string(what) : "channel '" + std::string(name) + "': " + std::string(what);
-    throw std::runtime_error(where + ": " + std::string(text, std::size_t(length)));
+    raise_error(error_kind::runtime_error, where + ": " + std::string(text, std::size_t(length)));
 }
 
 // The MPI datatype of float or double values.
@@ -92,7 +92,9 @@ public:
           slot_bytes_(header_bytes + round_up(message_size * sizeof(T))), buffer_(capacity * slot_bytes_),
           requests_(capacity, MPI_REQUEST_NULL)
     {
-        if (capacity == 0) throw std::invalid_argument("channel '" + name_ + "': a capacity of at least 1 is needed.");
+        if (capacity == 0) {
+            raise_error(error_kind::invalid_argument, "channel '" + name_ + "': a capacity of at least 1 is needed.");
+        }
     }
     mpi_channel(const mpi_channel&) = delete;
     mpi_channel& operator=(const mpi_channel&) = delete;
@@ -178,7 +180,8 @@ public:
         archive.count(queued, capacity_);
         if constexpr (Archive::loading) {
             if (started_ || received_ != 0) {
-                throw std::logic_error("channel '" + name_ + "': a checkpoint can only refill an unused channel.");
+                raise_error(error_kind::logic_error,
+                            "channel '" + name_ + "': a checkpoint can only refill an unused channel.");
             }
             loaded_ = queued;
         } else if (!started_ && queued > 0) {
@@ -205,8 +208,9 @@ private:
     void require(channel_end end, const char* operation) const
     {
         if (end_ != end) {
-            throw std::logic_error("channel '" + name_ + "': " + operation + " on its " +
-                                   (end_ == channel_end::sending ? "sending" : "receiving") + " end.");
+            raise_error(error_kind::logic_error, "channel '" + name_ + "': " + operation + " on its " +
+                                                     (end_ == channel_end::sending ? "sending" : "receiving") +
+                                                     " end.");
         }
     }
 

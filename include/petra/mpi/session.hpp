@@ -15,8 +15,7 @@
 
 #include <mpi.h>
 
-#include <stdexcept>
-#include <string>
+#include <petra/error.hpp>
 
 namespace petra {
 
@@ -25,7 +24,7 @@ public:
     mpi_session(int& argc, char**& argv, int wanted = MPI_THREAD_MULTIPLE)
     {
         if (MPI_Init_thread(&argc, &argv, wanted, &thread_level_) != MPI_SUCCESS) {
-            throw std::runtime_error("MPI could not be initialised.");
+            raise_error(error_kind::runtime_error, "MPI could not be initialised.");
         }
         MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
         MPI_Comm_size(MPI_COMM_WORLD, &size_);
