@@ -53,9 +53,9 @@ public:
     // statistics one micro-batch late.
     epoch_statistics progress() { return pipeline_.progress(); }
     epoch_statistics end_epoch() { return pipeline_.drain(); }
-    // Between feeds nothing runs on any rank.
-    struct nothing_running {};
-    nothing_running pause() { return {}; }
+    // This rank's stages at rest while the guard lives (not collective):
+    // the loop holds it while each rank writes its shards.
+    auto pause() { return pipeline_.pause(); }
 
     // Whether any rank finds `due`: the loop's clock-driven checkpoints are
     // saved by every rank or none.
