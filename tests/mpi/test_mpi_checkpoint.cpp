@@ -20,6 +20,7 @@
 #include <petra/mpi.hpp>
 #include <petra/petra.hpp>
 
+#include "mpi/mpi_support.hpp"
 #include "pipeline/pipeline_support.hpp"
 
 using namespace petra;
@@ -27,6 +28,9 @@ using test::pipeline_network;
 using test::plain_sgd;
 
 namespace {
+
+using petra::test::world_rank;
+using petra::test::shared_directory;
 
 constexpr std::size_t J = 3;
 constexpr auto cuts = test::cuts_of<J>;
@@ -37,38 +41,6 @@ constexpr std::size_t micro_batches_per_epoch = 13;
 constexpr std::uint64_t signature = pipeline_network::signature;
 
 double decaying_rate(std::size_t step) { return 0.03 / (1.0 + 0.05 * double(step)); }
-
-int world_rank()
-{
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    return rank;
-}
-
-// A directory every rank sees, made by rank 0 and removed at the end.
-struct shared_directory {
-    std::filesystem::path path;
-    shared_directory()
-    {
-        std::string name;
-        if (world_rank() == 0) {
-            name = (std::filesystem::temp_directory_path() / ("petra_mpi_checkpoint_" + std::to_string(::getpid())))
-                       .string();
-            std::filesystem::create_directories(name);
-        }
-        unsigned long long size = name.size();
-        MPI_Bcast(&size, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
-        name.resize(size);
-        MPI_Bcast(name.data(), int(size), MPI_CHAR, 0, MPI_COMM_WORLD);
-        path = name;
-    }
-    ~shared_directory()
-    {
-        MPI_Barrier(MPI_COMM_WORLD);
-        if (world_rank() == 0) std::filesystem::remove_all(path);
-    }
-    std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 struct run_result {
     network_parameters<pipeline_network, float> parameters{0}; // on rank 0 for the ranks' runs
@@ -208,7 +180,7 @@ std::string load_error(const std::string& path, const pipeline_options& options)
 TEST_CASE("mpi checkpoints: saved on the ranks, resumed on the ranks or the simulator; saved on threads, resumed "
           "on the ranks")
 {
-    const shared_directory directory;
+    const shared_directory directory("petra_mpi_checkpoint_");
     const test::micro_batches data(micro_batches_per_epoch, 4, 21);
     for (const pipeline_options& options :
          {pipeline_options{.batch = 4}, pipeline_options{.batch = 4, .accumulation = 2, .input_buffer = true},
@@ -236,7 +208,7 @@ TEST_CASE("mpi checkpoints: saved on the ranks, resumed on the ranks or the simu
 TEST_CASE("mpi checkpoints: a missing manifest, or a shard missing, truncated or of another save, is refused on every "
           "rank, naming the shard")
 {
-    const shared_directory directory;
+    const shared_directory directory("petra_mpi_checkpoint_");
     const test::micro_batches data(micro_batches_per_epoch, 4, 21);
     const pipeline_options options{.batch = 4};
     const std::string path = directory.file("run.checkpoint"), other = directory.file("other.checkpoint");
@@ -294,7 +266,7 @@ TEST_CASE("mpi checkpoints: a missing manifest, or a shard missing, truncated or
 
 TEST_CASE("mpi checkpoints: a save interrupted before its manifest leaves the previous checkpoint loadable")
 {
-    const shared_directory directory;
+    const shared_directory directory("petra_mpi_checkpoint_");
     const test::micro_batches data(micro_batches_per_epoch, 4, 21);
     const pipeline_options options{.batch = 4, .accumulation = 2};
     const std::size_t at = 4;

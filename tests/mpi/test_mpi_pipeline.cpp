@@ -16,6 +16,7 @@
 #include <petra/mpi.hpp>
 #include <petra/petra.hpp>
 
+#include "mpi/mpi_support.hpp"
 #include "pipeline/pipeline_support.hpp"
 
 using namespace petra;
@@ -25,19 +26,14 @@ using test::plain_sgd;
 
 namespace {
 
+using petra::test::world_rank;
+
 int world_size()
 {
     int size = 0;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     return size;
 }
-int world_rank()
-{
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    return rank;
-}
-
 template <std::size_t J>
 void check_ranks_equal_simulation(const pipeline_options& options)
 {

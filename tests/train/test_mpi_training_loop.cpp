@@ -20,9 +20,14 @@
 #include <petra/petra.hpp>
 #include <petra/train/mpi_training.hpp>
 
+#include "mpi/mpi_support.hpp"
 #include "pipeline/pipeline_support.hpp"
+#include "train/loop_support.hpp"
 
 namespace {
+
+using petra::test::world_rank;
+using petra::test::shared_directory;
 
 using net = petra::test::pipeline_network;
 using input = net::input;
@@ -30,64 +35,10 @@ constexpr auto cuts = petra::test::cuts_of<3>;
 using on_ranks = petra::petra_on_ranks<net, cuts>;
 using on_simulator = petra::petra_on_simulator<net, cuts>;
 
-int world_rank()
-{
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    return rank;
-}
+using examples = petra::test::loop_examples;
+using petra::test::parameter_digest;
 
-// A directory every rank sees, made by rank 0 and removed at the end.
-struct shared_directory {
-    std::filesystem::path path;
-    shared_directory()
-    {
-        std::string name;
-        if (world_rank() == 0) {
-            name = (std::filesystem::temp_directory_path() / ("petra_mpi_loop_" + std::to_string(::getpid()))).string();
-            std::filesystem::create_directories(name);
-        }
-        unsigned long long size = name.size();
-        MPI_Bcast(&size, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
-        name.resize(size);
-        MPI_Bcast(name.data(), int(size), MPI_CHAR, 0, MPI_COMM_WORLD);
-        path = name;
-    }
-    ~shared_directory()
-    {
-        MPI_Barrier(MPI_COMM_WORLD);
-        if (world_rank() == 0) std::filesystem::remove_all(path);
-    }
-    std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-struct examples {
-    std::vector<float> images = std::vector<float>(40 * input::size);
-    std::vector<std::int32_t> labels = std::vector<std::int32_t>(40);
-    examples()
-    {
-        std::mt19937_64 generator(7);
-        std::normal_distribution<float> pixel(0.0f, 1.0f);
-        for (std::size_t n = 0; n < labels.size(); ++n) {
-            labels[n] = std::int32_t(n % 3);
-            for (std::size_t i = 0; i < input::size; ++i) {
-                images[n * input::size + i] = pixel(generator) + 0.5f * float(labels[n]);
-            }
-        }
-    }
-};
-
-std::uint64_t digest(const petra::network_parameters<net, float>& parameters)
-{
-    std::uint64_t hash = 14695981039346656037ull;
-    for (std::span<const float> values : {parameters.values(), parameters.state()}) {
-        const auto* bytes = reinterpret_cast<const unsigned char*>(values.data());
-        for (std::size_t i = 0; i < values.size_bytes(); ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
-    }
-    return hash;
-}
-
-const petra::sgd_options optimizer{.momentum = 0.9, .nesterov = true, .weight_decay = 5e-4};
+const petra::sgd_options optimizer = petra::test::loop_optimizer;
 const petra::training_plan plan({.epochs = 3, .batches_per_epoch = 10, .accumulation = 2},
                                 {.peak = 0.05, .warmup_epochs = 0.5,
                                  .shape = petra::learning_rate_schedule::decay::cosine});
@@ -115,7 +66,7 @@ run_end run_on_ranks(const std::string& path, std::size_t stop_at, double every_
     run_end end{loop.run(), loop.position().steps, 0};
     auto whole = net::make_parameters<float>(0);
     method.pipeline().gather_parameters(world_rank() == 0 ? &whole : nullptr);
-    end.digest = digest(whole);
+    end.digest = parameter_digest(whole);
     return end;
 }
 
@@ -131,7 +82,7 @@ run_end run_on_simulator(const std::string& path, std::size_t stop_at)
                                .checkpoint_every = 4,
                                .stop_requested = [&] { return stop_at != 0 && asked++ == stop_at; }});
     run_end end{loop.run(), loop.position().steps, 0};
-    end.digest = digest(weights);
+    end.digest = parameter_digest(weights);
     return end;
 }
 
@@ -139,7 +90,7 @@ run_end run_on_simulator(const std::string& path, std::size_t stop_at)
 
 TEST_CASE("training loop on ranks: stopped twice and resumed, it ends as a run never stopped" * doctest::timeout(120))
 {
-    const shared_directory directory;
+    const shared_directory directory("petra_mpi_loop_");
     const run_end whole = run_on_simulator("", 0);
     const run_end ranks_whole = run_on_ranks("", 0);
     CHECK(ranks_whole.finished);
@@ -161,7 +112,7 @@ TEST_CASE("training loop on ranks: stopped twice and resumed, it ends as a run n
 TEST_CASE("training loop on ranks: a checkpoint saved on ranks resumes on the simulator, and back" *
           doctest::timeout(120))
 {
-    const shared_directory directory;
+    const shared_directory directory("petra_mpi_loop_");
     const run_end whole = run_on_simulator("", 0);
     const std::string path = directory.file("moved.checkpoint");
     CHECK_FALSE(run_on_ranks(path, 11).finished);
@@ -186,7 +137,7 @@ TEST_CASE("training loop on ranks: a checkpoint saved on ranks resumes on the si
 
 TEST_CASE("training loop on ranks: checkpoints on the clock are saved by every rank together" * doctest::timeout(120))
 {
-    const shared_directory directory;
+    const shared_directory directory("petra_mpi_loop_");
     const run_end whole = run_on_simulator("", 0);
     // Every micro-batch is due on the clock: every rank saves at every one
     // (a rank alone would wait for the others forever).

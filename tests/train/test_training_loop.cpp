@@ -22,6 +22,7 @@
 #include <petra/petra.hpp>
 
 #include "pipeline/pipeline_support.hpp"
+#include "train/loop_support.hpp"
 
 namespace {
 
@@ -29,36 +30,10 @@ using net = petra::test::pipeline_network;
 using input = net::input;
 constexpr std::size_t micro_batch = 4;
 
-// 40 examples whose class shows in their brightness: 10 micro-batches.
-struct examples {
-    std::vector<float> images;
-    std::vector<std::int32_t> labels;
+using examples = petra::test::loop_examples;
+using petra::test::parameter_digest;
 
-    examples() : images(40 * input::size), labels(40)
-    {
-        std::mt19937_64 generator(7);
-        std::normal_distribution<float> pixel(0.0f, 1.0f);
-        for (std::size_t n = 0; n < labels.size(); ++n) {
-            labels[n] = std::int32_t(n % 3);
-            for (std::size_t i = 0; i < input::size; ++i) {
-                images[n * input::size + i] = pixel(generator) + 0.5f * float(labels[n]);
-            }
-        }
-    }
-};
-
-// FNV-1a of the parameters and running statistics.
-std::uint64_t digest(const petra::network_parameters<net, float>& parameters)
-{
-    std::uint64_t hash = 14695981039346656037ull;
-    for (std::span<const float> values : {parameters.values(), parameters.state()}) {
-        const auto* bytes = reinterpret_cast<const unsigned char*>(values.data());
-        for (std::size_t i = 0; i < values.size_bytes(); ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
-    }
-    return hash;
-}
-
-const petra::sgd_options optimizer{.momentum = 0.9, .nesterov = true, .weight_decay = 5e-4};
+const petra::sgd_options optimizer = petra::test::loop_optimizer;
 
 petra::training_plan plan_of(std::size_t epochs, std::size_t batches_per_epoch = 10)
 {
@@ -102,7 +77,7 @@ run_end run(const std::string& path, std::size_t stop_at, std::size_t epochs = 3
     end.finished = loop.run();
     end.steps = loop.position().steps;
     [[maybe_unused]] const auto paused = method.pause();
-    end.digest = digest(weights);
+    end.digest = parameter_digest(weights);
     end.epochs = loop.epochs();
     return end;
 }
@@ -323,7 +298,7 @@ TEST_CASE("training loop: a data source of the user's own trains, scores between
                                   callbacks);
         const bool finished = loop.run();
         [[maybe_unused]] const auto paused = method.pause();
-        return std::pair{finished, std::pair{digest(weights), loop.epochs()}};
+        return std::pair{finished, std::pair{parameter_digest(weights), loop.epochs()}};
     };
     computed_examples whole_source;
     const auto whole = train("", 1000, whole_source);
@@ -389,7 +364,7 @@ TEST_CASE("training loop: a labelled_images dataset as the source, augmented, re
         petra::training_loop loop(method, source, plan,
                                   {.checkpoint_path = path, .stop_requested = [&] { return asked++ == stop_at; }});
         const bool finished = loop.run();
-        return std::pair{finished, digest(weights)};
+        return std::pair{finished, parameter_digest(weights)};
     };
     const auto whole = train("", 1000);
     CHECK(whole.first);
