@@ -7,7 +7,8 @@
 # Fashion-MNIST job's command line and JSON summary; MPI for PETRA's stages
 # on ranks (optional to the build, installed so that the tests labelled
 # 'mpi' run); the peer GEMM the benchmarks compare against; /usr/bin/time for
-# the compile-time figure; the real data; the runtimes the interchange tests
+# the compile-time figure; pkg-config for the consumer built without CMake
+# (tests/consumer); the real data; the runtimes the interchange tests
 # (label 'interchange') exchange weights with: NumPy, PyTorch, ONNX's checker
 # and OpenCV's ONNX runtime, for the system interpreter /usr/bin/python3.
 PETRA_PACKAGES=(
@@ -17,7 +18,7 @@ PETRA_PACKAGES=(
   libcli11-dev nlohmann-json3-dev
   libopenmpi-dev openmpi-bin
   libopenblas-dev
-  time
+  time pkg-config
   dataset-fashion-mnist
   python3-numpy python3-torch python3-onnx python3-opencv
 )

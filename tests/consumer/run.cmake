@@ -1,6 +1,7 @@
 # Builds and runs the consumer project of one component (COMPONENT: core,
-# data or petra) twice: against an install of petra into a temporary prefix
-# (find_package), and with add_subdirectory. Invoked by ctest with
+# data, mpi, benchmark or petra) twice: against an install of petra into a
+# temporary prefix (find_package), and with add_subdirectory; the whole
+# library (petra) a third time, with pkg-config. Invoked by ctest with
 # PETRA_SOURCE_DIR, WORK_DIR, GENERATOR, CXX_COMPILER and COMPONENT.
 #
 # For core, xtensor and zlib are made unfindable in the consumer
@@ -45,6 +46,30 @@ run_step("configure the ${COMPONENT} consumer with find_package"
     -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DPETRA_CONSUME=package)
 run_step("build the ${COMPONENT} consumer with find_package" ${CMAKE_COMMAND} --build ${WORK_DIR}/package)
 run_step("run the ${COMPONENT} consumer with find_package" ${WORK_DIR}/package/consumer)
+
+# The whole library without CMake: the same program compiled with the flags
+# `pkg-config --cflags --libs petra` gives for the installed petra.pc.
+if(COMPONENT STREQUAL "petra")
+  find_program(pkg_config pkg-config)
+  if(NOT pkg_config)
+    message(FATAL_ERROR "pkg-config is not installed (Debian's pkg-config); scripts/test installs it")
+  endif()
+  execute_process(
+    COMMAND ${CMAKE_COMMAND} -E env PKG_CONFIG_PATH=${WORK_DIR}/prefix/share/pkgconfig
+      ${pkg_config} --cflags --libs petra
+    RESULT_VARIABLE result OUTPUT_VARIABLE pkg_config_flags ERROR_VARIABLE pkg_config_error
+    OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(NOT result EQUAL 0 OR NOT pkg_config_flags MATCHES "-I${WORK_DIR}/prefix/share/pkgconfig/../../include")
+    message(FATAL_ERROR "pkg-config --cflags --libs petra failed or gave no include directory (${result}):\n"
+      "${pkg_config_flags}${pkg_config_error}")
+  endif()
+  message(STATUS "pkg-config --cflags --libs petra: ${pkg_config_flags}")
+  separate_arguments(pkg_config_flags UNIX_COMMAND "${pkg_config_flags}")
+  file(MAKE_DIRECTORY ${WORK_DIR}/pkg-config)
+  run_step("build the consumer with pkg-config"
+    ${CXX_COMPILER} -std=c++20 ${consumer_source}/main.cpp ${pkg_config_flags} -o ${WORK_DIR}/pkg-config/consumer)
+  run_step("run the consumer built with pkg-config" ${WORK_DIR}/pkg-config/consumer)
+endif()
 
 if(COMPONENT STREQUAL "core")
   execute_process(
