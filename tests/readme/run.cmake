@@ -1,9 +1,10 @@
-# The README cannot drift from the code: its complete C++ programs are
-# extracted, built against an install of petra (find_package, as a user's
-# project would, with -Wall -Wextra -Wpedantic -Werror) and run; each must
-# exit with 0. Its excerpts must match the files they name (the extractor
-# checks them, and refuses any C++ block that is neither).
-# Its shell blocks marked "(the readme test runs these commands):" run too,
+# The documentation cannot drift from the code: the complete C++ programs of
+# README.md, docs/*.md and examples/fashion_mnist/README.md are extracted,
+# built against an install of petra (find_package, as a user's project
+# would, with -Wall -Wextra -Wpedantic -Werror) and run; each must exit with
+# 0. Their excerpts must match the files they name (the extractor checks
+# them, and refuses any C++ block that is neither).
+# Their shell blocks marked "(the readme test runs these commands):" run too,
 # in order, with bash (-e: the first failing command fails the test), in a
 # directory where scripts/ and bench/ are the source tree's and build/ is
 # the build tree's (its examples built), as they are for a user at the top
@@ -29,13 +30,30 @@ function(run_step description)
   message(STATUS "${description}: ok")
 endfunction()
 
-# 1. The README's blocks sorted: programs written out, excerpts checked.
-execute_process(COMMAND ${EXTRACT} ${PETRA_SOURCE_DIR}/README.md ${programs} ${PETRA_SOURCE_DIR}
-  RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
-if(NOT result EQUAL 0)
-  message(FATAL_ERROR "README.md has C++ blocks that cannot be checked:\n${output}")
-endif()
-message(STATUS "${output}")
+# 1. Each document's blocks sorted: README.md, docs/*.md and the job's
+# README, each into a directory of its own whose targets carry its name
+# (docs/kernels.md: docs_kernels_line_<N>); one project builds them all.
+file(GLOB documents RELATIVE ${PETRA_SOURCE_DIR} ${PETRA_SOURCE_DIR}/docs/*.md)
+list(SORT documents)
+set(documents README.md ${documents} examples/fashion_mnist/README.md)
+set(prefixes)
+file(MAKE_DIRECTORY ${programs})
+set(top_project "cmake_minimum_required(VERSION 3.25)\nproject(petra_documentation_programs LANGUAGES CXX)\n")
+foreach(document IN LISTS documents)
+  string(TOLOWER "${document}" prefix)
+  string(REGEX REPLACE "\\.md$" "" prefix "${prefix}")
+  string(REGEX REPLACE "[^a-z0-9]" "_" prefix "${prefix}")
+  execute_process(COMMAND ${EXTRACT} ${PETRA_SOURCE_DIR}/${document} ${programs}/${prefix} ${PETRA_SOURCE_DIR} ${prefix}
+    RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
+  if(NOT result EQUAL 0)
+    message(FATAL_ERROR "${document} has C++ blocks that cannot be checked:\n${output}")
+  endif()
+  message(STATUS "${output}")
+  set(document_of_${prefix} ${document})
+  list(APPEND prefixes ${prefix})
+  string(APPEND top_project "add_subdirectory(${prefix})\n")
+endforeach()
+file(WRITE ${programs}/CMakeLists.txt "${top_project}")
 
 # 2. petra alone installed into a prefix.
 run_step("configure petra for installation"
@@ -45,70 +63,84 @@ run_step("configure petra for installation"
 run_step("install petra" ${CMAKE_COMMAND} --build ${WORK_DIR}/petra-build --target install)
 
 # 3. The programs, one target each, built in parallel.
-run_step("configure the README's programs"
+run_step("configure the documents' programs"
   ${CMAKE_COMMAND} -S ${programs} -B ${programs}/build -G ${GENERATOR} -DCMAKE_BUILD_TYPE=Release
     -DCMAKE_CXX_COMPILER=${CXX_COMPILER} "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}" -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
-run_step("build the README's programs" ${CMAKE_COMMAND} --build ${programs}/build --parallel ${JOBS})
+run_step("build the documents' programs" ${CMAKE_COMMAND} --build ${programs}/build --parallel ${JOBS})
 
-# 4. Each program run in the programs' directory (the checkpoint example
+# 4. Each program run in its document's directory (the checkpoint example
 # writes a file there); a non-zero exit fails the test.
-file(STRINGS ${programs}/programs.txt targets)
-file(STRINGS ${programs}/benchmarks.txt benchmark_targets)
-foreach(target IN LISTS targets)
-  string(REGEX REPLACE "^readme_line_" "" line ${target})
-  # A benchmark program runs each benchmark briefly: the test checks that it
-  # runs, not how fast.
-  set(arguments)
-  list(FIND benchmark_targets ${target} benchmark_index)
-  if(NOT benchmark_index EQUAL -1)
-    set(arguments --benchmark_min_time=0.01)
-  endif()
-  execute_process(COMMAND ${programs}/build/${target} ${arguments} WORKING_DIRECTORY ${programs} TIMEOUT 120
-    RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
-  if(NOT result EQUAL 0)
-    message(FATAL_ERROR "The program at README.md line ${line} exited with ${result}:\n${output}")
-  endif()
-  message(STATUS "README.md line ${line}: ok\n${output}")
+foreach(prefix IN LISTS prefixes)
+  set(document ${document_of_${prefix}})
+  file(STRINGS ${programs}/${prefix}/programs.txt targets)
+  file(STRINGS ${programs}/${prefix}/benchmarks.txt benchmark_targets)
+  foreach(target IN LISTS targets)
+    string(REGEX REPLACE "^.*_line_" "" line ${target})
+    # A benchmark program runs each benchmark briefly: the test checks that it
+    # runs, not how fast.
+    set(arguments)
+    list(FIND benchmark_targets ${target} benchmark_index)
+    if(NOT benchmark_index EQUAL -1)
+      set(arguments --benchmark_min_time=0.01)
+    endif()
+    execute_process(COMMAND ${programs}/build/${prefix}/${target} ${arguments} WORKING_DIRECTORY ${programs}/${prefix}
+      TIMEOUT 120 RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
+    if(NOT result EQUAL 0)
+      message(FATAL_ERROR "The program at ${document} line ${line} exited with ${result}:\n${output}")
+    endif()
+    message(STATUS "${document} line ${line}: ok\n${output}")
+  endforeach()
+
+  # 4b. The programs that checkpoint: each stopped by SIGINT once its
+  # checkpoint exists, run again to resume, its last line (the digest) the
+  # same as an uninterrupted run's (interrupt_and_resume.sh, in a directory
+  # of its own).
+  file(STRINGS ${programs}/${prefix}/interrupted.txt interrupted_targets)
+  foreach(target IN LISTS interrupted_targets)
+    string(REGEX REPLACE "^.*_line_" "" line ${target})
+    execute_process(COMMAND ${CMAKE_CURRENT_LIST_DIR}/interrupt_and_resume.sh ${programs}/build/${prefix}/${target}
+        ${WORK_DIR}/interrupted_${prefix}_${line}
+      TIMEOUT 300 RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
+    if(NOT result EQUAL 0)
+      message(FATAL_ERROR "The program at ${document} line ${line}, interrupted and resumed, failed (${result}):\n${output}")
+    endif()
+    message(STATUS "${document} line ${line} (interrupted and resumed): ok\n${output}")
+  endforeach()
 endforeach()
 
-# 4b. The programs that checkpoint: each stopped by SIGINT once its
-# checkpoint exists, run again to resume, its last line (the digest) the
-# same as an uninterrupted run's (interrupt_and_resume.sh, in a directory of
-# its own).
-file(STRINGS ${programs}/interrupted.txt interrupted_targets)
-foreach(target IN LISTS interrupted_targets)
-  string(REGEX REPLACE "^readme_line_" "" line ${target})
-  execute_process(COMMAND ${CMAKE_CURRENT_LIST_DIR}/interrupt_and_resume.sh ${programs}/build/${target}
-      ${WORK_DIR}/interrupted_${line}
-    TIMEOUT 300 RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
-  if(NOT result EQUAL 0)
-    message(FATAL_ERROR "The program at README.md line ${line}, interrupted and resumed, failed (${result}):\n${output}")
+# 5. The shell blocks, document by document and in order within each, from
+# one directory standing for the top of a checkout.
+set(any_scripts FALSE)
+foreach(prefix IN LISTS prefixes)
+  file(STRINGS ${programs}/${prefix}/commands.txt scripts)
+  if(scripts)
+    set(any_scripts TRUE)
   endif()
-  message(STATUS "README.md line ${line} (interrupted and resumed): ok\n${output}")
 endforeach()
-
-# 5. The shell blocks, in order, from one directory standing for the top of
-# a checkout.
-file(STRINGS ${programs}/commands.txt scripts)
-if(scripts)
-  execute_process(COMMAND /usr/bin/python3 -c "import numpy, torch, onnx, cv2"
-    RESULT_VARIABLE python_result OUTPUT_QUIET ERROR_QUIET)
-  if(NOT python_result EQUAL 0)
-    message(STATUS "README.md's shell blocks: skipped (/usr/bin/python3 lacks numpy, torch, onnx or cv2)")
-    return()
-  endif()
-  set(top ${WORK_DIR}/checkout)
-  file(MAKE_DIRECTORY ${top})
-  file(CREATE_LINK ${PETRA_SOURCE_DIR}/scripts ${top}/scripts SYMBOLIC)
-  file(CREATE_LINK ${PETRA_SOURCE_DIR}/bench ${top}/bench SYMBOLIC)
-  file(CREATE_LINK ${BUILD_DIR} ${top}/build SYMBOLIC)
+if(NOT any_scripts)
+  return()
+endif()
+execute_process(COMMAND /usr/bin/python3 -c "import numpy, torch, onnx, cv2"
+  RESULT_VARIABLE python_result OUTPUT_QUIET ERROR_QUIET)
+if(NOT python_result EQUAL 0)
+  message(STATUS "The documents' shell blocks: skipped (/usr/bin/python3 lacks numpy, torch, onnx or cv2)")
+  return()
+endif()
+set(top ${WORK_DIR}/checkout)
+file(MAKE_DIRECTORY ${top})
+file(CREATE_LINK ${PETRA_SOURCE_DIR}/scripts ${top}/scripts SYMBOLIC)
+file(CREATE_LINK ${PETRA_SOURCE_DIR}/bench ${top}/bench SYMBOLIC)
+file(CREATE_LINK ${BUILD_DIR} ${top}/build SYMBOLIC)
+foreach(prefix IN LISTS prefixes)
+  set(document ${document_of_${prefix}})
+  file(STRINGS ${programs}/${prefix}/commands.txt scripts)
   foreach(script IN LISTS scripts)
-    string(REGEX REPLACE "^readme_line_([0-9]+)\\.sh$" "\\1" line ${script})
-    execute_process(COMMAND bash -e -o pipefail ${programs}/${script} WORKING_DIRECTORY ${top} TIMEOUT 300
+    string(REGEX REPLACE "^.*_line_([0-9]+)\\.sh$" "\\1" line ${script})
+    execute_process(COMMAND bash -e -o pipefail ${programs}/${prefix}/${script} WORKING_DIRECTORY ${top} TIMEOUT 300
       RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
     if(NOT result EQUAL 0)
-      message(FATAL_ERROR "The commands at README.md line ${line} failed (${result}):\n${output}")
+      message(FATAL_ERROR "The commands at ${document} line ${line} failed (${result}):\n${output}")
     endif()
-    message(STATUS "README.md line ${line} (commands): ok\n${output}")
+    message(STATUS "${document} line ${line} (commands): ok\n${output}")
   endforeach()
-endif()
+endforeach()
