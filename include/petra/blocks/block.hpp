@@ -1,61 +1,16 @@
 // What a block is (floor 4). Blocks are the units a network is a list of and
-// the pipeline cuts into stages. The state between blocks of a reversible
-// network is a pair of halves (x, x~) of one shape, halves<shape<C, H, W>>,
-// stored half-major (shape.hpp), so that a layer chain runs on either half
-// directly.
-//
-// Every block type (additive_coupling<F>, stem<F>, ...) derives from
-// block_kind, which is how a network tells a block from a layer given in its
-// place, and states the inputs it accepts without being bound (so without
-// setting off its own static_asserts):
-//   template <class Input> static constexpr bool accepts = ...;
-//
-// Bound to its input with layer_for<Block, Input>, a block B provides
-// (P = parameter_count, S = state_count):
-//   using input = ...;  using output = ...;    shapes or halves
-//   static constexpr bool reversible;
-//   static constexpr std::size_t parameter_count, state_count;
-//   static constexpr std::size_t forward_flops;   per example
-//   static constexpr std::size_t backward_flops;  per example, the vector-Jacobian product alone
-//   static constexpr std::size_t winograd_forward_flops;  optional, as for layers (layer.hpp): the
-//                                                 part of forward_flops in Winograd's form
-//   static constexpr std::size_t workspace_size(std::size_t batch);
-//   template <class T> static void initialize(std::span<T, P>, std::span<T, S>, std::mt19937_64&);
-//   template <forward_pass Pass, class T>
-//   static void forward(Pass, parameters_view<T, P> parameters, state_view<Pass, T, S> state,
-//                       const_batch<T, input> x, batch_view<T, output> y, std::span<T> workspace);
-//   template <class T>
-//   static void backward(parameters_view<T, P> parameters, const_batch<T, input> x,
-//                        const_batch<T, output> grad_y, batch_view<T, input> grad_x,
-//                        std::span<T, P> grad_parameters, std::span<T> workspace);
-// in the one argument order of every function at the layer and block floors
-// (layer.hpp): parameters and statistics, what is read, what is written, the
-// scratch. forward leaves in the workspace what backward needs; backward
-// receives the x and the workspace of the forward it differentiates (the
-// workspace is consumed), overwrites grad_x and ADDS to grad_parameters.
-//
-// A reversible block (reversible = true; its output holds as many values as
-// its input: a coupling keeps the shape, pixel_unshuffle moves pixels into
-// channels) also provides
-//   template <class T>
-//   static void inverse(parameters_view<T, P> parameters, state_view<pass::recomputation_t, T, S> state,
-//                       const_batch<T, output> y, batch_view<T, input> x, std::span<T> workspace);
-// which reconstructs x from y with the parameters it is given (a
-// recomputation pass: the running statistics are only read) and leaves in
-// the workspace what backward needs, exactly as a forward from x would. So
-// inverse then backward is the fused reconstruct-and-backward that evaluates
-// each function once (reconstruct_backward below).
-//
-// A block that is not reversible keeps (through its caller) its input and
-// recomputes from it (recompute_backward below).
-//
-// A block that can come first in a network (its input is data) may declare
-//   static constexpr bool input_gradient_optional = true;
-// its backward then accepts an empty grad_x and skips the input gradient.
-//
-// Like a layer, a block states the scratch its kernels take, forward_scratch
-// and backward_scratch (layer.hpp); made_of (layers/parts.hpp) gives them from its
-// functions.
+// the pipeline cuts into stages; the state between blocks of a reversible
+// network is a pair of halves (x, x~) of one shape, stored half-major
+// (shape.hpp). Every block type derives from block_kind and states the
+// inputs it accepts; bound with layer_for<Block, Input> it provides what a
+// bound layer does, plus `reversible` and, when that is true, `inverse`
+// (reconstruct x from y with the parameters given, leaving in the workspace
+// what backward needs, exactly as a forward from x would). The contract is
+// written once, in docs/layers-and-blocks.md ("The block contract"); this
+// file checks it (bound_block, first_unmet_requirement_of_block) and gives
+// the two backward paths every caller uses: reconstruct_backward (inverse,
+// then backward) and recompute_backward (forward from the kept input, then
+// backward).
 #pragma once
 
 #include <algorithm>
@@ -75,7 +30,7 @@
 
 namespace petra {
 
-// Base of every block type; see the contract above.
+// Base of every block type (docs/layers-and-blocks.md, the block contract).
 struct block_kind {};
 
 template <class T>
@@ -158,7 +113,7 @@ void merge_halves(const_batch<T, halves<Half>> pair, batch_view<T, concatenated_
     }
 }
 
-// The requirements of the block contract above, in the order they are
+// The requirements of the block contract (docs/layers-and-blocks.md), in the order they are
 // checked: the network checks each block it binds, and reports the first
 // one a block fails in one sentence (block_contract).
 enum class block_requirement {

@@ -1,4 +1,4 @@
-// The layer contract (layer.hpp) checked at every door a layer enters by:
+// The layer contract (docs/layers-and-blocks.md) checked at every door a layer enters by:
 // a chain's layers, and the functions of every block (a coupling's F and G,
 // a stem's, a downsampling's, a head's). A layer that breaks it stops the
 // compiler with one sentence that names the requirement it fails first, in

@@ -1,87 +1,17 @@
 // What a layer is (floor 3). A layer type (dense<16, 10>, relu, ...)
 // describes an operation; bound to the shape of its input with
 // layer_for<Layer, Input>, it becomes a type with everything fixed at compile
-// time: output shape, parameter count, FLOPs, and static functions templated
-// on the value type. Networks and chains bind their layers one after another,
-// so that relu or batch_norm need not repeat the shape they see.
-//
-// A bound layer B provides (P = parameter_count, S = state_count):
-//   using input = shape<...>;  using output = shape<...>;
-//   static constexpr std::size_t parameter_count;  trained values
-//   static constexpr std::size_t state_count;      untrained buffers (running statistics)
-//   static constexpr std::size_t workspace_size(std::size_t batch);
-//                                                  values forward leaves for backward
-//   static constexpr std::size_t forward_flops;    per example
-//   static constexpr std::size_t backward_flops;   per example, input and parameter gradients
-//   template <class T> static void initialize(std::span<T, P> parameters, std::span<T, S> state,
-//                                             std::mt19937_64& generator);
-//   template <forward_pass Pass, class T>
-//   static void forward(Pass, parameters_view<T, P> parameters, state_view<Pass, T, S> state,
-//                       const_batch<T, input> x, batch_view<T, output> y, std::span<T> workspace);
-//   template <class T>
-//   static void backward(parameters_view<T, P> parameters, const_batch<T, input> x,
-//                        const_batch<T, output> grad_y, batch_view<T, input> grad_x,
-//                        std::span<T, P> grad_parameters, std::span<T> workspace);
-//
-// One argument order for every function at the layer and block floors: what
-// the computation is made with (parameters, then running statistics), what it
-// reads (x, grad_y), what it writes (y, grad_x, grad_parameters), and last its
-// scratch (workspace, for layers and blocks alike). The batch size is the views'.
-//
-// Every door a layer enters by checks this contract (layers/contract.hpp: a
-// chain's layers, every block's functions) and names, in one sentence, the
-// first requirement a layer fails.
-//
-// Layout and calls. A batch of N examples of shape<C, H, W> is N * C * H * W
-// values in NCHW order (example, channel, row, column), contiguous; in a
-// bound layer Input::channels is C, Input::pixels is H * W and Input::size
-// C * H * W (shape.hpp). x and y never alias, nor do grad_y and grad_x: a
-// layer may write its output before it has read all of its input. A chain
-// places its layers' parameters end to end in the order written, and their
-// state likewise (layers/parts.hpp); a fused pair (fusion.hpp) keeps the
-// pair's layout. `accepts<Input>`, where a layer states it, is asked before
-// the layer is bound (by a chain of its layers, and by a network of the
-// blocks it binds), so that a shape that does not fit is reported with the
-// network's sentence rather than by the layer's own static_assert.
-//
-// backward receives the x and workspace of the forward call it differentiates,
-// and consumes the workspace (it may overwrite it: a chain keeps its backward
-// scratch there); it overwrites grad_x and ADDS to grad_parameters, so that
-// gradients accumulate over micro-batches. grad_x may be an empty view
-// (default-constructed): the input gradient is then not computed (the first
-// layer of a network, whose input is data).
-//
-// Kernel scratch (kernels/scratch.hpp). A forward hands pass.kernel_scratch
-// to the kernels it calls: empty, they use per-thread buffers; a caller's
-// region, they carve their scratch from it and allocate nothing (how
-// predict runs in a caller's workspace). A layer whose kernels take scratch
-// states how much, for planners and for predict's workspace, with
-//   template <class T> static constexpr kernels::scratch_demand forward_scratch(std::size_t batch);
-//   template <class T> static constexpr kernels::scratch_demand backward_scratch(std::size_t batch,
-//                                                                               bool input_gradient);
-// (backward_scratch: what its backward takes of per-thread buffers, with or
-// without the input gradient). A layer that states neither takes none.
-//
-// Optional, to fold the addition a block makes with the layer's output into
-// the layer's last pass over memory (a coupling's y = x~ + F(x), its
-// inverse's x~ = y - F(y~)):
-//   template <forward_pass Pass, class T>
-//   static void forward_onto(Pass, combination, parameters_view<T, P> parameters,
-//                            state_view<Pass, T, S> state, const_batch<T, input> x,
-//                            const_batch<T, output> addend, batch_view<T, output> y,
-//                            std::span<T> workspace);
-// y = forward(x) + addend (combination::add) or addend - forward(x)
-// (combination::subtract_from), every element exactly as forward followed by
-// kernels::add or kernels::subtract gives it; y overlaps neither x nor the
-// addend.
-// Blocks call forward_onto_of, which runs forward and then that kernel for a
-// layer without it.
-//
-// Optional, for the partitioner's cost model (network.hpp, block_profile):
-//   static constexpr std::size_t winograd_forward_flops;
-// the part of forward_flops whose kernels run in Winograd's form (a 3x3
-// stride-1 convolution, kernels/winograd.hpp), which costs less time per
-// FLOP; its backward runs twice as many FLOPs in that form. Absent means 0.
+// time whose static functions follow the layer contract: its shapes,
+// parameter and state counts, workspace, FLOPs, initialize, forward for each
+// pass and backward, in one argument order (what the computation is made
+// with, what it reads, what it writes, its scratch), NCHW batches, backward
+// overwriting grad_x and ADDING to grad_parameters; optionally accepts,
+// weight_count, forward_onto and winograd_forward_flops. The contract is
+// written once, in docs/layers-and-blocks.md ("The layer contract");
+// layers/contract.hpp checks it at every door a layer enters by and names,
+// in one sentence, the first requirement a layer fails. This file holds the
+// words it is written in: passes, parameter and state views, layer_for,
+// combination and forward_onto_of.
 #pragma once
 
 #include <cmath>
@@ -101,7 +31,7 @@ namespace petra {
 // What a forward call is for, as a type, so that what it may write is decided
 // at compile time: only a training pass writes the running statistics. A
 // pass value also says where the forward's kernels take their scratch,
-// kernel_scratch (see the top of the file): per-thread buffers (empty, as in
+// kernel_scratch (docs/layers-and-blocks.md, the layer contract): per-thread buffers (empty, as in
 // the constants below) or a caller's region, as in
 //   pass::inference_t{.kernel_scratch = region}
 namespace pass {
@@ -168,7 +98,7 @@ constexpr bool layer_accepts()
 }
 
 // The kernel scratch of Bound's forward, and of its backward, for a batch
-// (see the top of the file): what it states, or nothing. Bound is a bound
+// (docs/layers-and-blocks.md, the layer contract): what it states, or nothing. Bound is a bound
 // layer or block.
 template <class Bound, class T>
 constexpr kernels::scratch_demand forward_scratch_of(std::size_t batch)
