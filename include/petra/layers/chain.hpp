@@ -135,10 +135,7 @@ struct bound_chain : made_of<Bound...> {
                         std::span<T> workspace)
     {
         const workspace_layout<T> at{workspace.data(), x.batch(), nullptr};
-        for_each_index<length>([&](auto i) {
-            layer<i>::forward(mode, parts::template parameters_of<i>(parameters), parts::template state_of<i>(state), at.template input_of<i>(x),
-                              at.template output_of<i>(y), at.template layer_workspace<i>());
-        });
+        forward_layers<length, Pass, T>(mode, parameters, state, at, x, y);
     }
 
     // forward with the last layer's output combined with the addend in that
@@ -149,17 +146,11 @@ struct bound_chain : made_of<Bound...> {
                              const_batch<T, output> addend, batch_view<T, output> y, std::span<T> workspace)
     {
         const workspace_layout<T> at{workspace.data(), x.batch(), nullptr};
-        for_each_index<length>([&](auto i) {
-            if constexpr (i + 1 < length) {
-                layer<i>::forward(mode, parts::template parameters_of<i>(parameters),
-                                  parts::template state_of<i>(state), at.template input_of<i>(x),
-                                  at.template output_of<i>(y), at.template layer_workspace<i>());
-            } else {
-                forward_onto_of<layer<i>>(mode, how, parts::template parameters_of<i>(parameters),
-                                          parts::template state_of<i>(state), at.template input_of<i>(x), addend, y,
-                                          at.template layer_workspace<i>());
-            }
-        });
+        forward_layers<length - 1, Pass, T>(mode, parameters, state, at, x, y);
+        constexpr std::size_t last = length - 1;
+        forward_onto_of<layer<last>>(mode, how, parts::template parameters_of<last>(parameters),
+                                     parts::template state_of<last>(state), at.template input_of<last>(x), addend, y,
+                                     at.template layer_workspace<last>());
     }
 
     // Layers in reverse order; layer i writes the gradient of its input to
@@ -180,6 +171,19 @@ struct bound_chain : made_of<Bound...> {
     }
 
 private:
+    // The forward of layers 0 to Count - 1, each from its input into its
+    // output (an intermediate in the workspace, or y for the last layer).
+    template <std::size_t Count, forward_pass Pass, class T, class Layout>
+    static void forward_layers(Pass mode, parameters_view<T, parameter_count> parameters,
+                               state_view<Pass, T, state_count> state, const Layout& at, const_batch<T, input> x,
+                               batch_view<T, output> y)
+    {
+        for_each_index<Count>([&](auto i) {
+            layer<i>::forward(mode, parts::template parameters_of<i>(parameters), parts::template state_of<i>(state),
+                              at.template input_of<i>(x), at.template output_of<i>(y), at.template layer_workspace<i>());
+        });
+    }
+
     // Values of the two buffers backward passes the gradients between
     // layers in.
     static constexpr std::size_t gradient_buffers_size(std::size_t batch) { return 2 * batch * largest_intermediate; }
