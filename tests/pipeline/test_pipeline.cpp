@@ -521,3 +521,98 @@ TEST_CASE("pipeline: a network downsampling by pixel_unshuffle, up to one block 
     check_unshuffling_threads_equal_simulation<2>();
     check_unshuffling_threads_equal_simulation<5>();
 }
+
+namespace {
+
+// The global micro-batches of `replicas` shards: shard d of global
+// micro-batch m is data's micro-batch (m + d x offset) mod M, so that an
+// offset of 0 feeds every replica the same shard.
+struct global_micro_batches {
+    std::vector<owned_batch<float, pipeline_network::input>> images;
+    std::vector<std::vector<std::int32_t>> labels;
+
+    global_micro_batches(const test::micro_batches& data, std::size_t replicas, std::size_t offset)
+    {
+        const std::size_t count = data.images.size(), values = data.batch * pipeline_network::input::size;
+        for (std::size_t m = 0; m < count; ++m) {
+            owned_batch<float, pipeline_network::input> global(replicas * data.batch);
+            std::vector<std::int32_t> global_labels;
+            for (std::size_t d = 0; d < replicas; ++d) {
+                const std::size_t source = (m + d * offset) % count;
+                std::copy_n(data.images[source].data(), values, global.data() + d * values);
+                global_labels.insert(global_labels.end(), data.labels[source].begin(), data.labels[source].end());
+            }
+            images.push_back(std::move(global));
+            labels.push_back(std::move(global_labels));
+        }
+    }
+};
+
+template <std::size_t J>
+std::vector<epoch_statistics> train_replicas(network_parameters<pipeline_network, float>& parameters,
+                                             const global_micro_batches& data, const pipeline_options& options)
+{
+    test::simulator<J> pipeline(parameters, plain_sgd, test::constant_rate, options);
+    std::vector<epoch_statistics> epochs;
+    for (std::size_t epoch = 0; epoch < 2; ++epoch) {
+        for (std::size_t m = 0; m < data.images.size(); ++m) pipeline.feed(data.images[m], data.labels[m]);
+        epochs.push_back(pipeline.drain());
+    }
+    return epochs;
+}
+
+// Replicas fed the same shard each add the same gradient, and the step
+// divides by D times as many: D x g x (1 / (D k)) is g x (1 / k) exactly
+// for D = 2, so the parameters are those of one pipeline, bit for bit.
+template <std::size_t J>
+void check_replicas_of_one_shard(std::size_t accumulation)
+{
+    CAPTURE(J);
+    CAPTURE(accumulation);
+    const test::micro_batches data(9, 4, 300 + J);
+    auto one = pipeline_network::make_parameters<float>(5), two = one, apart = one;
+    const auto one_epochs =
+        train_replicas<J>(one, global_micro_batches(data, 1, 0), {.batch = 4, .accumulation = accumulation});
+    const auto two_epochs = train_replicas<J>(two, global_micro_batches(data, 2, 0),
+                                              {.batch = 4, .accumulation = accumulation, .replicas = 2});
+    CHECK(std::ranges::equal(one.values(), two.values()));
+    CHECK(std::ranges::equal(one.state(), two.state()));
+    for (std::size_t e = 0; e < 2; ++e) {
+        CHECK(two_epochs[e].micro_batches == 2 * one_epochs[e].micro_batches);
+        CHECK(two_epochs[e].examples == 2 * one_epochs[e].examples);
+        CHECK(two_epochs[e].correct == 2 * one_epochs[e].correct);
+        CHECK(two_epochs[e].loss_sum == 2 * one_epochs[e].loss_sum);
+    }
+    // Shards of other micro-batches move the parameters elsewhere.
+    train_replicas<J>(apart, global_micro_batches(data, 2, 4),
+                      {.batch = 4, .accumulation = accumulation, .replicas = 2});
+    CHECK(!std::ranges::equal(one.values(), apart.values()));
+}
+
+} // namespace
+
+TEST_CASE("pipeline: simulated replicas fed the same shard compute what one pipeline computes, bit for bit")
+{
+    for (std::size_t accumulation : {1, 3}) {
+        check_replicas_of_one_shard<1>(accumulation);
+        check_replicas_of_one_shard<2>(accumulation);
+        check_replicas_of_one_shard<3>(accumulation);
+    }
+}
+
+TEST_CASE("pipeline: replicas of 0, replicas on threads and a simulator's checkpoint of replicas are refused")
+{
+    auto parameters = pipeline_network::make_parameters<float>(1);
+    CHECK_THROWS_WITH_AS(test::simulator<2>(parameters, plain_sgd, test::constant_rate, {.batch = 4, .replicas = 0}),
+                         "pipeline: the replicas must be at least 1.", std::invalid_argument);
+    CHECK_THROWS_WITH_AS(test::threads<2>(parameters, plain_sgd, test::constant_rate, {.batch = 4, .replicas = 2}),
+                         "thread pipeline: it runs one copy of the pipeline; replicas run on the simulator or on MPI "
+                         "ranks.",
+                         std::invalid_argument);
+    test::simulator<2> pipeline(parameters, plain_sgd, test::constant_rate, {.batch = 4, .replicas = 2});
+    checkpoint_writer writer(test::temporary_path("replicas.checkpoint"), 1);
+    CHECK_THROWS_WITH_AS(pipeline.transfer_stage_state(0, writer),
+                         "sequential pipeline: a pipeline with replicas is checkpointed on MPI ranks "
+                         "(mpi/checkpoint.hpp), not on the simulator.",
+                         std::logic_error);
+}

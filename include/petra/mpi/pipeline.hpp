@@ -110,7 +110,7 @@ public:
     // message.
     mpi_pipeline(MPI_Comm communicator, std::uint64_t seed, const typename Optimizer::options& optimizer_options,
                  std::function<double(std::size_t)> learning_rate, const pipeline_options& options)
-        : placement(communicator), options_(options), shared_{std::move(learning_rate), {}, {}, {}}
+        : placement(communicator), options_(options), shared_{std::move(learning_rate), {}, {}, {}, {}}
     {
         if (!shared_.learning_rate) {
             raise_error(error_kind::invalid_argument, "pipeline: a learning-rate schedule is needed.");

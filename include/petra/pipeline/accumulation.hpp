@@ -55,13 +55,15 @@ public:
 
     // The optimizer step on the pending gradients (at least one): their sum
     // and count go to the optimizer with learning_rate(s), s the number of
-    // steps taken before this one; then the sum is zeroed.
+    // steps taken before this one; then the sum is zeroed. With replicas,
+    // the sum holds each pending micro-batch's gradient from every replica
+    // (pipeline/replicas.hpp): replicas x pending of them.
     template <class T, std::size_t Extent, stage_optimizer<T> Optimizer, class LearningRate>
         requires std::is_invocable_r_v<double, const LearningRate&, std::size_t>
     void step(Optimizer& optimizer, std::span<T, Extent> parameters, std::span<T, Extent> gradient_sum,
-              const LearningRate& learning_rate)
+              const LearningRate& learning_rate, std::size_t replicas = 1)
     {
-        optimizer.step(parameters, std::span<const T>(gradient_sum), pending_, learning_rate(steps_));
+        optimizer.step(parameters, std::span<const T>(gradient_sum), pending_ * replicas, learning_rate(steps_));
         std::fill(gradient_sum.begin(), gradient_sum.end(), T(0));
         pending_ = 0;
         ++steps_;

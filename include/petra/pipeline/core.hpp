@@ -45,6 +45,7 @@
 #include <petra/pipeline/links.hpp>
 #include <petra/pipeline/options.hpp>
 #include <petra/pipeline/paused_pipeline.hpp>
+#include <petra/pipeline/replicas.hpp>
 #include <petra/pipeline/stage.hpp>
 #include <petra/pipeline/worker.hpp>
 #include <petra/state_archive.hpp>
@@ -83,10 +84,12 @@ inline void check_micro_batch(std::size_t batch, std::size_t images, std::size_t
 //
 // one micro-batch of options().batch images (an owned_batch, or a
 // batch_view of the caller's memory) and as many labels (a std::vector,
-// an array), refused otherwise with detail::check_micro_batch's sentence.
+// an array), refused otherwise with detail::check_micro_batch's sentence;
+// with replicas, the global micro-batch of replicas x batch of each
+// (pipeline/replicas.hpp).
 // The others build those arguments and call it:
 //
-//   feed(const T* images, const std::int32_t* labels);   // options().batch of each (images NCHW)
+//   feed(const T* images, const std::int32_t* labels);   // global_batch(options()) of each (images NCHW)
 //   feed(const Images& images, const Labels& labels);    // tensors (tensor_batch.hpp): images
 //                                                         // N x C x H x W, labels N or any range of them
 //
@@ -104,7 +107,7 @@ public:
     // do not feed); the driver refuses it where it needs data.
     void feed(const T* images, const std::int32_t* labels)
     {
-        const std::size_t batch = driver().options().batch;
+        const std::size_t batch = global_batch(driver().options());
         driver().feed(images != nullptr ? const_batch<T, typename Network::input>(images, batch)
                                         : const_batch<T, typename Network::input>(),
                       labels != nullptr ? std::span<const std::int32_t>(labels, batch)
@@ -124,8 +127,9 @@ private:
 };
 
 // The records that open one stage's checkpoint shard, in every driver: the
-// pipeline's figures (stage count, cuts, options), the stage and the
-// micro-batches fed this epoch (read back into `fed`).
+// pipeline's figures (stage count, cuts, options, replicas: a shard of
+// another replica count is refused), the stage and the micro-batches fed
+// this epoch (read back into `fed`).
 template <auto Cuts, state_archive Archive>
 void transfer_stage_header(Archive& archive, std::size_t stage_index, const pipeline_options& options,
                            std::size_t& fed)
@@ -138,6 +142,14 @@ void transfer_stage_header(Archive& archive, std::size_t stage_index, const pipe
     archive.expect(options.input_buffer ? 1 : 0, "input buffer");
     archive.expect(options.parameter_buffer ? 1 : 0, "parameter buffer");
     archive.expect(stage_index, "stage index");
+    std::size_t saved_replicas = options.replicas;
+    archive.count(saved_replicas, any_count);
+    if (saved_replicas != options.replicas) {
+        raise_error(error_kind::runtime_error, "pipeline checkpoint: it was saved by " +
+                                                   std::to_string(saved_replicas) +
+                                                   " replicas and this pipeline runs " +
+                                                   std::to_string(options.replicas) + "; resume with the same replicas.");
+    }
     archive.count(fed, any_count);
 }
 
@@ -429,7 +441,7 @@ private:
     pipeline_core(network_parameters_view<Network, T> parameters, const typename Optimizer::options& optimizer_options,
                   std::function<double(std::size_t)> learning_rate, const pipeline_options& options,
                   channel_waiting mode, std::index_sequence<I...>)
-        : options_(options), shared_{std::move(learning_rate), {}, {}, {}},
+        : options_(options), shared_{std::move(learning_rate), {}, {}, {}, {}},
           weight_mask_(Network::template weight_mask<T>()), forward_(make_forward(mode)),
           backward_(make_backward(mode)),
           labels_(make_labels(mode)),

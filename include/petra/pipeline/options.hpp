@@ -4,7 +4,7 @@
 // with the delay of its gradients. Both drivers, each stage and each stage's
 // worker take the same options. The stage refuses a batch of 0, the worker
 // an accumulation of 0 and a delay_rate_exponent that is negative or not
-// finite (std::invalid_argument).
+// finite, and replicas of 0 (std::invalid_argument).
 #pragma once
 
 #include <cmath>
@@ -23,6 +23,11 @@ struct pipeline_options {
     // slows the stalest stages more. Finite and 0 or more. Not saved in a
     // checkpoint: like the rate schedule, the caller's to repeat.
     double delay_rate_exponent = 0;
+    // D copies of the pipeline, each training on its own shard of every
+    // global micro-batch of D x batch examples, their gradients summed
+    // before each step (pipeline/replicas.hpp): the simulator and MPI ranks
+    // run them; a thread_pipeline runs one (1, the default).
+    std::size_t replicas = 1;
 };
 
 // Stage j of J's gradients are 2 (J - 1 - j) micro-batches old when it

@@ -1,20 +1,37 @@
 // The sequential simulator (floor 7): every stage's ticks on the caller's
 // thread, in order of ticks, then of stages. It computes what
 // thread_pipeline computes, bit for bit, and serves as its reference.
+//
+// With options.replicas = D > 1 it also runs D copies of the pipeline
+// (pipeline/replicas.hpp), the reference of replicas on MPI ranks: the
+// caller's parameters are replica 0's, the others' are copies. Each tick
+// runs, stage by stage, the first half of the stage's tick in every
+// replica, sums the stage's gradients over the replicas in replica order
+// if the tick ends with a step, then the second half (the step) in every
+// replica. feed() takes the global micro-batch; drain() returns the
+// statistics of all replicas and averages their running statistics;
+// progress(), pause() and set_trace() see replica 0. Checkpoints of
+// replicas are written and read on MPI ranks (mpi/checkpoint.hpp): here
+// they are refused.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <algorithm>
+#include <array>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <span>
 #include <utility>
+#include <vector>
 
 #include <petra/batch_view.hpp>
 #include <petra/error.hpp>
 #include <petra/network.hpp>
 #include <petra/pipeline/core.hpp>
 #include <petra/pipeline/options.hpp>
+#include <petra/pipeline/replicas.hpp>
 #include <petra/pipeline/stage_threads.hpp>
 #include <petra/tensor_batch.hpp>
 #include <petra/pipeline/worker.hpp>
@@ -38,8 +55,11 @@ public:
     sequential_pipeline(network_parameters_view<Network, T> parameters,
                         const typename Optimizer::options& optimizer_options,
                         std::function<double(std::size_t)> learning_rate, const pipeline_options& options)
-        : core(parameters, optimizer_options, std::move(learning_rate), options, channel_waiting::never)
+        : core(parameters, optimizer_options, learning_rate, options, channel_waiting::never), parameters_(parameters)
     {
+        for (std::size_t d = 1; d < checked_replicas(options); ++d) {
+            replicas_.push_back(std::make_unique<replica>(parameters, optimizer_options, learning_rate, options));
+        }
         core::start_epoch();
     }
 
@@ -48,12 +68,19 @@ public:
 
     // One micro-batch: options().batch images and as many labels; one tick
     // of every stage.
+    // With replicas: the global micro-batch, replica d taking examples
+    // [d x batch, (d + 1) x batch).
     void feed(const_batch<T, typename Network::input> images, std::span<const std::int32_t> labels)
     {
-        detail::check_micro_batch(core::options().batch, images.batch(), labels.size());
+        detail::check_micro_batch(global_batch(core::options()), images.batch(), labels.size());
         core::refuse_while_paused("feed()");
+        const std::size_t batch = core::options().batch;
         guarded([&] {
-            core::send_micro_batch(images, labels);
+            for_each_replica([&](auto& pipeline, std::size_t d) {
+                pipeline.send_micro_batch(
+                    const_batch<T, typename Network::input>(images.data() + d * batch * Network::input::size, batch),
+                    labels.subspan(d * batch, batch));
+            });
             run_tick();
         });
     }
@@ -80,6 +107,7 @@ public:
     void transfer_state(Archive& archive)
     {
         guarded([&] {
+            refuse_replicas_checkpoint();
             if constexpr (Archive::loading) {
                 if (!core::at_epoch_start()) {
                     raise_error(error_kind::logic_error,
@@ -97,7 +125,10 @@ public:
     template <state_archive Archive>
     void transfer_stage_state(std::size_t stage, Archive& archive)
     {
-        guarded([&] { core::transfer_stage_state(stage, archive); });
+        guarded([&] {
+            refuse_replicas_checkpoint();
+            core::transfer_stage_state(stage, archive);
+        });
     }
 
     // Ends the epoch: runs ticks until every stage has differentiated every
@@ -107,21 +138,113 @@ public:
         core::refuse_while_paused("drain()");
         epoch_statistics epoch;
         guarded([&] {
-            core::send_end_of_epoch();
+            for_each_replica([](auto& pipeline, std::size_t) { pipeline.send_end_of_epoch(); });
             while (!run_tick()) {
             }
-            epoch = core::shared_.take_statistics();
-            core::start_epoch();
+            epoch = combine_replica_statistics(replica_count(), [&](std::size_t d) {
+                return d == 0 ? core::shared_.take_statistics() : replicas_[d - 1]->pipeline.shared_.take_statistics();
+            });
+            if (replica_count() > 1) average_running_statistics();
+            for_each_replica([](auto& pipeline, std::size_t) { pipeline.start_epoch(); });
             ticks_.start_epoch();
+            replica_done_ = {};
         });
         return epoch;
     }
 
 private:
-    // One tick of every stage not yet done; true once all are.
+    // A copy of the pipeline for replica d > 0, over its own copy of the
+    // parameters, whose feeding and state the simulator reaches.
+    class replica_core : public core {
+    public:
+        replica_core(network_parameters_view<Network, T> parameters,
+                     const typename Optimizer::options& optimizer_options,
+                     std::function<double(std::size_t)> learning_rate, const pipeline_options& options)
+            : core(parameters, optimizer_options, std::move(learning_rate), options, channel_waiting::never)
+        {
+        }
+        using core::send_end_of_epoch, core::send_micro_batch, core::shared_, core::start_epoch;
+    };
+    struct replica {
+        kernels::aligned_vector<T> values;
+        kernels::aligned_vector<T> state;
+        replica_core pipeline;
+
+        replica(network_parameters_view<Network, T> source, const typename Optimizer::options& optimizer_options,
+                std::function<double(std::size_t)> learning_rate, const pipeline_options& options)
+            : values(source.values().begin(), source.values().end()),
+              state(source.state().begin(), source.state().end()),
+              pipeline(network_parameters_view<Network, T>(
+                           std::span<T, Network::parameter_count>(values.data(), Network::parameter_count),
+                           std::span<T, Network::state_count>(state.data(), Network::state_count)),
+                       optimizer_options, std::move(learning_rate), options)
+        {
+        }
+    };
+
+    std::size_t replica_count() const { return replicas_.size() + 1; }
+
+    // Calls visit(pipeline, d) for every replica d in order, replica 0
+    // (this pipeline's own core) first.
+    template <class Visit>
+    void for_each_replica(Visit&& visit)
+    {
+        visit(*this, std::size_t(0));
+        for (std::size_t d = 1; d < replica_count(); ++d) visit(replicas_[d - 1]->pipeline, d);
+    }
+
+    template <std::size_t I>
+    typename core::template worker_type<I>& worker_of(std::size_t d)
+    {
+        return d == 0 ? core::template worker<I>() : replicas_[d - 1]->pipeline.template worker<I>();
+    }
+
+    // One tick of every stage not yet done; true once all are. With
+    // replicas, each stage's tick in halves around the sum of its gradients
+    // (see the top of the file).
     bool run_tick()
     {
-        return ticks_.tick([this](auto&& visit) { this->for_each_worker(visit); });
+        if (replicas_.empty()) return ticks_.tick([this](auto&& visit) { this->for_each_worker(visit); });
+        bool all_done = true;
+        for_each_index<core::stage_count>([&](auto index) {
+            constexpr std::size_t i = decltype(index)::value;
+            if (replica_done_[i]) return;
+            for (std::size_t d = 0; d < replica_count(); ++d) worker_of<i>(d).begin_tick();
+            if (worker_of<i>(0).step_due()) sum_gradients<i>();
+            for (std::size_t d = 0; d < replica_count(); ++d) replica_done_[i] = worker_of<i>(d).end_tick();
+            all_done = all_done && replica_done_[i];
+        });
+        return all_done;
+    }
+
+    // Stage I's gradient sum, in every replica, replaced by the sum over
+    // the replicas.
+    template <std::size_t I>
+    void sum_gradients()
+    {
+        const auto gradient_of = [&](std::size_t d) { return std::span<T>(worker_of<I>(d).stage().gradient()); };
+        const std::span<T> sum = gradient_of(0);
+        add_in_replica_order(replica_count(), gradient_of, sum);
+        for (std::size_t d = 1; d < replica_count(); ++d) std::ranges::copy(sum, gradient_of(d).begin());
+    }
+
+    // Every replica's running statistics replaced by their average.
+    void average_running_statistics()
+    {
+        const auto state_of = [&](std::size_t d) {
+            return d == 0 ? std::span<T>(parameters_.state()) : std::span<T>(replicas_[d - 1]->state);
+        };
+        const std::span<T> average = state_of(0);
+        average_in_replica_order(replica_count(), state_of, average);
+        for (std::size_t d = 1; d < replica_count(); ++d) std::ranges::copy(average, state_of(d).begin());
+    }
+
+    void refuse_replicas_checkpoint() const
+    {
+        if (replica_count() > 1) {
+            raise_error(error_kind::logic_error, "sequential pipeline: a pipeline with replicas is checkpointed on "
+                                                 "MPI ranks (mpi/checkpoint.hpp), not on the simulator.");
+        }
     }
 
     // A stage that threw left its FIFOs and counters mid-tick: from then on
@@ -144,7 +267,10 @@ private:
 #endif
     }
 
+    network_parameters_view<Network, T> parameters_; // replica 0's: the caller's
+    std::vector<std::unique_ptr<replica>> replicas_;  // replicas 1 .. D - 1
     caller_ticks<core::stage_count> ticks_;
+    std::array<bool, core::stage_count> replica_done_{}; // with replicas: the stages done with the epoch
 #if PETRA_EXCEPTIONS
     std::exception_ptr failure_;
 #endif

@@ -51,6 +51,11 @@ public:
                     std::function<double(std::size_t)> learning_rate, const pipeline_options& options)
         : core(parameters, optimizer_options, std::move(learning_rate), options, channel_waiting::blocking)
     {
+        if (options.replicas != 1) {
+            raise_error(error_kind::invalid_argument,
+                        "thread pipeline: it runs one copy of the pipeline; replicas run on the simulator or on MPI "
+                        "ranks.");
+        }
         core::start_epoch();
         // A thread that cannot start throws: threads_'s destructor stops and
         // joins those that did.

@@ -40,6 +40,7 @@
 #include <petra/pipeline/accumulation.hpp>
 #include <petra/pipeline/channel.hpp>
 #include <petra/pipeline/options.hpp>
+#include <petra/pipeline/replicas.hpp>
 #include <petra/pipeline/stage.hpp>
 #include <petra/state_archive.hpp>
 
@@ -65,6 +66,12 @@ template <class T>
 struct pipeline_shared {
     std::function<double(std::size_t)> learning_rate;
     std::function<void(const pipeline_event<T>&)> trace; // may be empty
+    // With replicas on other ranks: replaces a stage's gradient sum by the
+    // sum over its replicas (pipeline/replicas.hpp), before each step; may
+    // be called by several stages' threads at once. Empty where the driver
+    // sums between begin_tick() and end_tick() itself (the simulator), or
+    // with one replica.
+    std::function<void(std::size_t stage, std::span<T> gradient_sum)> sum_across_replicas;
     std::mutex statistics_mutex;
     epoch_statistics statistics; // of the micro-batches the last stage has scored
 
@@ -117,7 +124,8 @@ public:
                  const typename Optimizer::options& optimizer_options, std::span<const T> stage_weight_mask,
                  const pipeline_options& options, links connections, pipeline_shared<T>& shared)
         : stage_(parameters, state, options), optimizer_(optimizer_options, stage_weight_mask),
-          accumulation_(options.accumulation), rate_scale_(checked_rate_scale(options)), links_(connections),
+          accumulation_(options.accumulation), rate_scale_(checked_rate_scale(options)),
+          replicas_(checked_replicas(options)), links_(connections),
           shared_(shared), logits_(logits_values(options)), grad_logits_(logits_values(options))
     {
     }
@@ -154,15 +162,35 @@ public:
     // Runs this stage's next tick; returns true once its epoch is complete.
     bool tick()
     {
+        begin_tick();
+        return end_tick();
+    }
+
+    // A tick in two halves, for a driver that sums the replicas' gradients
+    // in between: begin_tick() runs the forward and the backward, after
+    // which step_due() says whether the tick ends with an optimizer step
+    // (every k-th backward, or the epoch's last partial accumulation);
+    // end_tick() takes that step and returns true once the epoch is
+    // complete. The step always ends its tick, so tick() computes the same.
+    void begin_tick()
+    {
         const std::size_t t = tick_++;
         if (t >= index) run_forward(t, t - index);
         if constexpr (!Stage::is_last) {
             constexpr std::size_t lag = 2 * (stage_count - 1) - index;
             if (t >= lag && due(t - lag)) run_backward(t, t - lag);
         }
-        const bool done = epoch_size_ && backward_count_ == *epoch_size_;
-        if (done && accumulation_.pending() > 0) step(t);
-        return done;
+        epoch_done_ = epoch_size_ && backward_count_ == *epoch_size_;
+        step_due_ = step_due_ || (epoch_done_ && accumulation_.pending() > 0);
+    }
+    bool step_due() const { return step_due_; }
+    bool end_tick()
+    {
+        if (step_due_) {
+            step_due_ = false;
+            step(tick_ - 1);
+        }
+        return epoch_done_;
     }
 
     // The next tick this stage will run (within the epoch).
@@ -336,19 +364,21 @@ private:
                            accumulation_.pending(), {}, stage_.gradient()});
         }
         last_differentiated_ = m;
-        if (step_due) step(t);
+        step_due_ = step_due_ || step_due;
     }
 
-    // Applies the gradients summed since the last step and zeroes their sum.
+    // Applies the gradients summed since the last step (over the replicas,
+    // if any) and zeroes their sum.
     void step(std::size_t t)
     {
+        if (shared_.sum_across_replicas) shared_.sum_across_replicas(index, std::span<T>(stage_.gradient()));
         if (shared_.trace) {
             shared_.trace({pipeline_event<T>::kind::step, index, t, last_differentiated_, accumulation_.steps(),
                            accumulation_.pending(), stage_.parameters(), stage_.gradient()});
         }
         // A factor of exactly 1 (p = 0, the last stage) leaves the rate as it is, bit for bit.
         accumulation_.step(optimizer_, stage_.parameters(), stage_.gradient(),
-                           [this](std::size_t s) { return shared_.learning_rate(s) * rate_scale_; });
+                           [this](std::size_t s) { return shared_.learning_rate(s) * rate_scale_; }, replicas_);
     }
 
     void check_order(const message_header& header, std::size_t expected, const char* what) const
@@ -364,6 +394,7 @@ private:
     Optimizer optimizer_;
     gradient_accumulation accumulation_;
     double rate_scale_; // after accumulation_: it divides by k, checked there
+    std::size_t replicas_;
     links links_;
     pipeline_shared<T>& shared_;
     kernels::aligned_vector<T> logits_;
@@ -372,6 +403,10 @@ private:
     std::optional<std::size_t> epoch_size_;
     std::size_t backward_count_ = 0;
     std::size_t last_differentiated_ = 0;
+    // Within a tick only (false and unused between ticks): whether it ends
+    // with a step, and whether it completes the epoch.
+    bool step_due_ = false;
+    bool epoch_done_ = false;
 };
 
 } // namespace petra
