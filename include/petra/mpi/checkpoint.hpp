@@ -15,6 +15,13 @@
 // A checkpoint saved with R ranks loads into a pipeline of the same
 // network, cuts and options on any number of ranks, on threads or on the
 // simulator (load_sharded_checkpoint), and back.
+//
+// With replicas, a checkpoint is saved between epochs, where every
+// replica holds the same state (the gradients summed and applied, the
+// running statistics averaged): replica 0 writes the shards and the
+// manifest, every replica reads them, and the shards' headers refuse a
+// pipeline of another replica count (pipeline/core.hpp). Failures are
+// then shared by every rank of every replica.
 #pragma once
 
 #include <mpi.h>
@@ -47,10 +54,10 @@ inline void fail_together(MPI_Comm communicator, const std::exception_ptr& failu
 
 } // namespace detail
 
-// Collective. Returns the bytes written by all ranks, on every rank.
+// Collective over replica 0's ranks (called by save_mpi_checkpoint).
 template <class Network, auto Cuts, class Optimizer, class T, class Records>
-std::uint64_t save_mpi_checkpoint(const std::string& path, std::uint64_t signature,
-                                  mpi_pipeline<Network, Cuts, Optimizer, T>& pipeline, Records&& records)
+std::uint64_t save_replica_checkpoint(const std::string& path, std::uint64_t signature,
+                                      mpi_pipeline<Network, Cuts, Optimizer, T>& pipeline, Records&& records)
 {
     constexpr std::size_t stage_count = Cuts.size() - 1;
     const MPI_Comm communicator = pipeline.communicator();
@@ -99,8 +106,29 @@ std::uint64_t save_mpi_checkpoint(const std::string& path, std::uint64_t signatu
     return total;
 }
 
-// Collective: every rank reads the manifest (and records(archive)), then
-// its own stages' shards. Before the epoch's first feed.
+// Collective. Returns the bytes written by all ranks, on every rank.
+template <class Network, auto Cuts, class Optimizer, class T, class Records>
+std::uint64_t save_mpi_checkpoint(const std::string& path, std::uint64_t signature,
+                                  mpi_pipeline<Network, Cuts, Optimizer, T>& pipeline, Records&& records)
+{
+    if (pipeline.replicas() == 1) return save_replica_checkpoint(path, signature, pipeline, records);
+    std::uint64_t total = 0;
+    std::exception_ptr failure;
+    if (pipeline.replica() == 0) {
+        try {
+            total = save_replica_checkpoint(path, signature, pipeline, records);
+        } catch (...) {
+            failure = std::current_exception();
+        }
+    }
+    detail::fail_together(pipeline.job_communicator(), failure, "checkpoint '" + path + "'");
+    check_mpi(MPI_Bcast(&total, 1, MPI_UINT64_T, 0, pipeline.job_communicator()), "checkpoint size");
+    return total;
+}
+
+// Collective: every rank (of every replica) reads the manifest (and
+// records(archive)), then its own stages' shards. Before the epoch's first
+// feed.
 template <class Network, auto Cuts, class Optimizer, class T, class Records>
 void load_mpi_checkpoint(const std::string& path, std::uint64_t signature,
                          mpi_pipeline<Network, Cuts, Optimizer, T>& pipeline, Records&& records)
@@ -115,7 +143,7 @@ void load_mpi_checkpoint(const std::string& path, std::uint64_t signature,
     } catch (...) {
         failure = std::current_exception();
     }
-    detail::fail_together(pipeline.communicator(), failure, "checkpoint '" + path + "'");
+    detail::fail_together(pipeline.job_communicator(), failure, "checkpoint '" + path + "'");
 }
 
 } // namespace petra

@@ -1,6 +1,8 @@
 // PETRA's pipeline over MPI ranks (for code that links MPI; petra::petra
 // does not need it): the J stages of a network cut at Cuts, spread over the
-// R ranks of a communicator, R <= J. Every rank runs the same program:
+// R ranks of a communicator, R <= J; with options.replicas = D, D copies
+// of it over D x R ranks (replicas.hpp), each fed its shard of the global
+// micro-batch. Every rank runs the same program:
 //
 //   petra::mpi_session mpi(argc, argv);
 //   mpi_pipeline<net, cuts, sgd<float>> pipeline(MPI_COMM_WORLD, /*seed=*/1, sgd_options{}, schedule,
@@ -24,7 +26,9 @@
 // Collective calls (every rank of the communicator, in the same order):
 // the constructor, feed(), drain(), progress(), evaluate(),
 // gather_parameters(), fold_stages(), channel_counts() and the checkpoint
-// calls. pause() is not: it waits for this rank's stages alone.
+// calls; with replicas, progress() and the calls after it are collective
+// over the rank's replica and concern it alone. pause() is not: it waits
+// for this rank's stages alone.
 //
 // Failures: errors of the caller's (arguments, calls out of order) and of
 // MPI calls are reported through raise_error (error.hpp), on the ranks
@@ -56,6 +60,7 @@
 #include <petra/mpi/channel.hpp>
 #include <petra/mpi/placement.hpp>
 #include <petra/mpi/rank_link.hpp>
+#include <petra/mpi/replicas.hpp>
 #include <petra/network.hpp>
 #include <petra/parameter_slice.hpp>
 #include <petra/pipeline/core.hpp>
@@ -82,8 +87,10 @@ struct inference_score {
 };
 
 template <class Network, auto Cuts, class Optimizer, class T = float>
-class mpi_pipeline : public rank_placement<Network, Cuts, T>,
+class mpi_pipeline : public replica_group<T>,
+                     public rank_placement<Network, Cuts, T>,
                      public feed_forms<mpi_pipeline<Network, Cuts, Optimizer, T>, Network, T> {
+    using replica_base = replica_group<T>;
     using placement = rank_placement<Network, Cuts, T>;
     using forms = feed_forms<mpi_pipeline<Network, Cuts, Optimizer, T>, Network, T>;
     using layout = pipeline_layout<Network, Cuts, T>;
@@ -92,7 +99,7 @@ class mpi_pipeline : public rank_placement<Network, Cuts, T>,
 
 public:
     using placement::end_stage, placement::feeds, placement::first_stage, placement::hosts, placement::rank_of,
-        placement::scores;
+        placement::scores, replica_base::replica, replica_base::replicas;
     static constexpr std::size_t stage_count = Cuts.size() - 1;
     static_assert(valid_cuts<Network>(Cuts),
                   "The cuts must run from 0 to the network's block count, every stage holding at least one block.");
@@ -106,11 +113,12 @@ public:
 
     // Collective. Each rank builds its own stages, their parameters drawn
     // as Network::make_parameters<T>(seed) draws them. More ranks than
-    // stages are refused (invalid_argument) on every rank alike, before any
-    // message.
+    // stages in a replica, or a rank count that the replicas do not divide,
+    // are refused (invalid_argument) on every rank alike, before any message.
     mpi_pipeline(MPI_Comm communicator, std::uint64_t seed, const typename Optimizer::options& optimizer_options,
                  std::function<double(std::size_t)> learning_rate, const pipeline_options& options)
-        : placement(communicator), options_(options), shared_{std::move(learning_rate), {}, {}, {}, {}}
+        : replica_base(communicator, options.replicas), placement(replica_base::pipeline_communicator()),
+          options_(options), shared_{std::move(learning_rate), {}, {}, {}, {}}
     {
         if (!shared_.learning_rate) {
             raise_error(error_kind::invalid_argument, "pipeline: a learning-rate schedule is needed.");
@@ -128,9 +136,20 @@ public:
                                                                            labels_link_.get()),
                 shared_);
         });
+        replica_base::connect_stages(stage_count, [&](std::size_t j) { return hosts(j); }, [](std::size_t j) {
+            return std::max(Network::parameter_offsets[Cuts[j + 1]] - Network::parameter_offsets[Cuts[j]],
+                            Network::state_offsets[Cuts[j + 1]] - Network::state_offsets[Cuts[j]]);
+        });
+        if (replicas() > 1) {
+            shared_.sum_across_replicas = [this](std::size_t j, std::span<T> sum) {
+                replica_base::sum_across_replicas(j, sum);
+            };
+        }
         start_epoch();
         if (threaded_) {
-            for_each_hosted([&](auto& hosted, std::size_t j) { threads_.start(hosted.worker, j, abort_on_failure()); });
+            for_each_hosted([&](auto& hosted, std::size_t j) {
+                threads_.start(hosted.worker, j, placement::abort_on_failure(epoch_));
+            });
         }
     }
     mpi_pipeline(const mpi_pipeline&) = delete;
@@ -144,7 +163,7 @@ public:
     ~mpi_pipeline()
     {
         if (threaded_ && !threads_.is_resting() && std::uncaught_exceptions() > 0) {
-            abort_rank("an exception left the mpi_pipeline's scope while its stages were running");
+            placement::abort_rank("an exception left the mpi_pipeline's scope while its stages were running");
         }
         wait_until_idle();
         finish_progress_broadcast();
@@ -162,9 +181,10 @@ public:
     using forms::feed;
 
     // Collective: one micro-batch of options().batch images and as many
-    // labels, read on the rank that feeds (the others pass none: feed()),
-    // then one tick of every stage this rank hosts: run before feed()
-    // returns, or granted to the stages' threads.
+    // labels (with replicas the global micro-batch, of which the replica
+    // reads its shard), read on the rank that feeds (the others pass none:
+    // feed()), then one tick of every stage this rank hosts: run before
+    // feed() returns, or granted to the stages' threads.
     void feed(const_batch<T, typename Network::input> images, std::span<const std::int32_t> labels)
     {
         gate_.refuse_while_paused("feed()");
@@ -173,8 +193,12 @@ public:
                 raise_error(error_kind::invalid_argument,
                             "mpi pipeline: the rank that feeds needs the images and labels.");
             }
-            detail::check_micro_batch(options_.batch, images.batch(), labels.size());
-            send_micro_batch<T>(*forward_links_[0], *labels_link_, images, labels, fed_);
+            detail::check_micro_batch(global_batch(options_), images.batch(), labels.size());
+            const std::size_t batch = options_.batch, first = replica() * batch;
+            send_micro_batch<T>(*forward_links_[0], *labels_link_,
+                                const_batch<T, typename Network::input>(images.data() + first * Network::input::size,
+                                                                        batch),
+                                labels.subspan(first, batch), fed_);
         }
         ++fed_;
         if (threaded_) threads_.grant(fed_);
@@ -185,7 +209,8 @@ public:
 
     // Collective: ends the epoch (every micro-batch fed differentiated by
     // every stage, a last partial accumulation applied) and returns its
-    // statistics, the same on every rank.
+    // statistics, the same on every rank: with replicas, those of all
+    // replicas, whose running statistics are then averaged (replicas.hpp).
     epoch_statistics drain()
     {
         gate_.refuse_while_paused("drain()");
@@ -199,6 +224,12 @@ public:
         epoch_statistics epoch = shared_.take_statistics();
         finish_progress_broadcast();
         progress_seen_ = {};
+        if (replicas() > 1) {
+            if (scores()) epoch = replica_base::combine_statistics(stage_count - 1, epoch);
+            for_each_hosted([&](auto& hosted, std::size_t j) {
+                replica_base::average_across_replicas(j, std::span<T>(hosted.parameters.state()));
+            });
+        }
         broadcast_from(rank_of(stage_count - 1), epoch);
         ++epoch_;
         start_epoch(); // every stage's thread waits for the next epoch: none touches its worker
@@ -276,6 +307,10 @@ public:
         if (!Archive::loading && counts.size() != link_count(stage_count)) {
             raise_error(error_kind::invalid_argument, "mpi pipeline: saving a stage needs channel_counts().");
         }
+        if (replicas() > 1 && fed_ != 0) {
+            raise_error(error_kind::logic_error, "mpi pipeline: a pipeline with replicas is saved between epochs, "
+                                                 "where replica 0's stages hold the state of every replica.");
+        }
         wait_until_idle();
         threads_.while_held([&] {
             transfer_stage_records<Cuts>(
@@ -310,7 +345,7 @@ private:
     {
         return ticks_.tick(
             [&](auto&& visit) { for_each_hosted([&](auto& hosted, std::size_t j) { visit(hosted.worker, j); }); },
-            abort_on_failure());
+            placement::abort_on_failure(epoch_));
     }
 
     // Until no stage of this rank runs: what a checkpoint or a read of the
@@ -327,33 +362,6 @@ private:
         if (progress_request_ == MPI_REQUEST_NULL) return;
         check_mpi(MPI_Wait(&progress_request_, MPI_STATUS_IGNORE), "mpi pipeline: progress");
         progress_seen_ = progress_sent_;
-    }
-
-    // A stage's failure ends the job (see the top of the file).
-    auto abort_on_failure() const
-    {
-        return [this](std::size_t stage, std::size_t tick, const char* what) {
-            const std::string micro_batch = tick >= stage ? "forwarding micro-batch " + std::to_string(tick - stage)
-                                                          : "before its first forward";
-            std::fprintf(stderr,
-                         "petra: rank %d of %d (stages %zu to %zu, blocks %zu to %zu) failed in stage %zu at tick "
-                         "%zu of epoch %zu (%s): %s\n",
-                         rank_, ranks_, first_stage(), end_stage() - 1, Cuts[first_stage()], Cuts[end_stage()] - 1,
-                         stage, tick, epoch_ + 1, micro_batch.c_str(), what);
-            end_job();
-        };
-    }
-    [[noreturn]] void abort_rank(const char* what) const
-    {
-        std::fprintf(stderr, "petra: rank %d of %d (stages %zu to %zu): %s; ending the job.\n", rank_, ranks_,
-                     first_stage(), end_stage() - 1, what);
-        end_job();
-    }
-    [[noreturn]] void end_job() const
-    {
-        std::fflush(stderr);
-        MPI_Abort(communicator_.get(), 1);
-        std::abort(); // MPI_Abort does not return
     }
 
     template <class Value>

@@ -7,7 +7,7 @@
 // Placement: rank r hosts stages [first_stage(), end_stage()), grouped by
 // their per-tick cost (balanced_groups over the partitioner's stage costs).
 // Rank 0 hosts stage 0 and feeds; the labels travel to the last stage's
-// rank. A communicator of more ranks than stages is refused
+// rank. A failure inside a stage ends the job (abort_on_failure). A communicator of more ranks than stages is refused
 // (invalid_argument, raise_error), on every rank alike, before any message.
 #pragma once
 
@@ -16,6 +16,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <span>
 #include <string>
@@ -210,6 +212,34 @@ protected:
         for (const auto& channel : local_labels_) bytes += channel->memory_bytes();
         for (const auto& channel : remote_labels_) bytes += channel->memory_bytes();
         return bytes;
+    }
+
+    // A stage's failure ends the job (see the top of mpi/pipeline.hpp).
+    // epoch: the pipeline's count of epochs done, read at the failure.
+    auto abort_on_failure(const std::size_t& epoch) const
+    {
+        return [this, &epoch](std::size_t stage, std::size_t tick, const char* what) {
+            const std::string micro_batch = tick >= stage ? "forwarding micro-batch " + std::to_string(tick - stage)
+                                                          : "before its first forward";
+            std::fprintf(stderr,
+                         "petra: rank %d of %d (stages %zu to %zu, blocks %zu to %zu) failed in stage %zu at tick "
+                         "%zu of epoch %zu (%s): %s\n",
+                         rank_, ranks_, first_stage(), end_stage() - 1, Cuts[first_stage()], Cuts[end_stage()] - 1,
+                         stage, tick, epoch + 1, micro_batch.c_str(), what);
+            end_job();
+        };
+    }
+    [[noreturn]] void abort_rank(const char* what) const
+    {
+        std::fprintf(stderr, "petra: rank %d of %d (stages %zu to %zu): %s; ending the job.\n", rank_, ranks_,
+                     first_stage(), end_stage() - 1, what);
+        end_job();
+    }
+    [[noreturn]] void end_job() const
+    {
+        std::fflush(stderr);
+        MPI_Abort(communicator_.get(), 1);
+        std::abort(); // MPI_Abort does not return
     }
 
     detail::owned_communicator communicator_;
