@@ -2,7 +2,9 @@
 // stopped twice and resumed, on ranks, ends with the parameters of a run
 // never stopped on the simulator; a checkpoint saved on ranks resumes on
 // the simulator, and one saved there on ranks; checkpoints on the clock are
-// saved by every rank together.
+// saved by every rank together. Two replicas on the 2 ranks (one each, its
+// 3 stages on threads) end as the simulator with 2 replicas, also when
+// stopped within an epoch: their checkpoints wait for the epoch's end.
 #include <mpi.h>
 
 #include <unistd.h>
@@ -144,4 +146,57 @@ TEST_CASE("training loop on ranks: checkpoints on the clock are saved by every r
     const run_end end = run_on_ranks(directory.file("clock.checkpoint"), 0, 1e-9);
     CHECK(end.finished);
     if (world_rank() == 0) CHECK(end.digest == whole.digest);
+}
+
+namespace {
+
+// Two replicas, one rank each: global micro-batches of 2 x 4 examples, 5
+// per epoch.
+const petra::training_plan replicas_plan({.epochs = 3, .batches_per_epoch = 5},
+                                         {.peak = 0.05, .warmup_epochs = 0.5,
+                                          .shape = petra::learning_rate_schedule::decay::cosine});
+constexpr petra::pipeline_options replicas_options{.batch = 4, .replicas = 2};
+
+run_end run_replicas_on_ranks(const std::string& path, std::size_t stop_at)
+{
+    const examples data;
+    petra::tensor_source<input> source(data.images, data.labels, 8, 5);
+    on_ranks method(MPI_COMM_WORLD, seed, optimizer, replicas_plan.schedule(), replicas_options);
+    CHECK_FALSE(method.checkpoints_within_epoch());
+    std::size_t asked = 0;
+    petra::training_loop loop(method, source, replicas_plan,
+                              {.checkpoint_path = path,
+                               .checkpoint_every = 2,
+                               .stop_requested = [&] { return stop_at != 0 && asked++ == stop_at; }});
+    run_end end{loop.run(), loop.position().steps, 0};
+    auto whole = net::make_parameters<float>(0);
+    method.pipeline().gather_parameters(method.pipeline().rank() == 0 ? &whole : nullptr);
+    end.digest = parameter_digest(whole);
+    return end;
+}
+
+} // namespace
+
+TEST_CASE("training loop on ranks: two replicas stopped within an epoch resume from its start, as the simulator" *
+          doctest::timeout(120))
+{
+    const shared_directory directory("petra_mpi_loop_");
+    const examples data;
+    petra::tensor_source<input> source(data.images, data.labels, 8, 5);
+    auto weights = net::make_parameters<float>(seed);
+    on_simulator simulated(weights, optimizer, replicas_plan.schedule(), replicas_options);
+    petra::training_loop(simulated, source, replicas_plan, {}).run();
+    const std::uint64_t whole = parameter_digest(weights);
+
+    const std::string path = directory.file("replicas.checkpoint");
+    // Stopped at step 8, within the second epoch: the checkpoints due at
+    // steps 2 and 4 were saved at the first epoch's end, step 5.
+    const run_end first = run_replicas_on_ranks(path, 8);
+    CHECK_FALSE(first.finished);
+    CHECK(first.steps == 8);
+    const run_end last = run_replicas_on_ranks(path, 0);
+    CHECK(last.finished);
+    CHECK(last.steps == 15);
+    // Each replica's rank 0 gathered its replica: both as the simulator's.
+    CHECK(last.digest == whole);
 }

@@ -1,9 +1,13 @@
 // PETRA on MPI ranks as a training method (training_method.hpp), for code
 // that links MPI: the network cut into the stages of Cuts, spread over the
-// ranks of a communicator by mpi_pipeline. Every rank runs the same loop;
-// rank 0 reads and feeds the data (reads_data()), and each rank holds only
-// its own stages' parameters, drawn from the seed as
-// Net::make_parameters<float>(seed) draws them.
+// ranks of a communicator by mpi_pipeline, in options.replicas copies.
+// Every rank runs the same loop; each replica's rank 0 reads and feeds the
+// data (reads_data(): the global micro-batches of replicas x batch
+// examples, of which it feeds its shard), and each rank holds only its own
+// stages' parameters, drawn from the seed as
+// Net::make_parameters<float>(seed) draws them. With replicas, checkpoints
+// are saved between epochs only (checkpoints_within_epoch(): the loop
+// saves one falling due within an epoch at its end).
 //
 //   petra::petra_on_ranks<net, cuts> method(MPI_COMM_WORLD, /*seed=*/1, sgd_options{...}, plan.schedule(),
 //                                           {.batch = 32});
@@ -36,7 +40,7 @@ public:
     using pipeline_type = mpi_pipeline<Net, Cuts, sgd<float>, float>;
 
     // Collective; refuses (std::invalid_argument, on every rank) more ranks
-    // than stages.
+    // than stages per replica, or a rank count the replicas do not divide.
     petra_on_ranks(MPI_Comm communicator, std::uint64_t seed, const sgd_options& optimizer,
                    const learning_rate_schedule& schedule, const pipeline_options& options)
         : communicator_(communicator), pipeline_(communicator, seed, optimizer, schedule, options)
@@ -44,6 +48,7 @@ public:
     }
 
     bool reads_data() const { return pipeline_.feeds(); }
+    bool checkpoints_within_epoch() const { return pipeline_.replicas() == 1; }
     void train(const training_batch<typename Net::input>& batch, const training_position&)
     {
         if (pipeline_.feeds()) pipeline_.feed(batch.images, batch.labels);

@@ -26,6 +26,11 @@
 //   end_epoch(): no stage runs), and callbacks.epoch_finished gets the
 //   epoch's record. callbacks.trained gets the position and the epoch's
 //   statistics after every micro-batch (a progress bar).
+// - A method whose checkpoints hold only the state an epoch's end leaves
+//   (method.checkpoints_within_epoch() false: PETRA's replicas on MPI
+//   ranks, whose in-flight states differ) saves a checkpoint falling due
+//   within an epoch at the epoch's end instead, and at a stop within an
+//   epoch saves none: the run resumes from the last epoch's end.
 // - Nothing is allocated per micro-batch: the micro-batch buffers are the
 //   loop's, allocated once.
 //
@@ -160,10 +165,12 @@ public:
     {
         restore();
         clock_.restart();
-        for (; plan_.epoch_remains(position_.epoch, position_.batch, position_.steps); ++position_.epoch) {
+        while (plan_.epoch_remains(position_.epoch, position_.batch, position_.steps)) {
             if (!train_epoch()) return false;
             finish_epoch(method_.end_epoch());
             position_.batch = 0;
+            ++position_.epoch;
+            if (std::exchange(save_at_epoch_end_, false)) save_checkpoint();
         }
         save_checkpoint();
         return true;
@@ -210,7 +217,7 @@ private:
     {
         while (plan_.micro_batch_remains(position_.batch, position_.steps)) {
             if (stop_requested()) {
-                save_checkpoint();
+                if (can_save_now()) save_checkpoint();
                 return false;
             }
             if (method_.reads_data()) source_.batch(position_.epoch, position_.batch, images_, labels_);
@@ -219,9 +226,23 @@ private:
             ++position_.steps;
             const epoch_statistics so_far = method_.progress(); // collective on MPI ranks: always asked
             if (callbacks_.trained) callbacks_.trained(position_, so_far);
-            if (checkpoint_due()) save_checkpoint();
+            if (checkpoint_due()) {
+                if (can_save_now()) save_checkpoint();
+                else save_at_epoch_end_ = true;
+            }
         }
         return true;
+    }
+
+    // Whether the method's state can be saved at this position (see the
+    // top of the file).
+    bool can_save_now() const
+    {
+        if constexpr (requires { method_.checkpoints_within_epoch(); }) {
+            return position_.batch == 0 || method_.checkpoints_within_epoch();
+        } else {
+            return true;
+        }
     }
 
     // The function is asked every time (on MPI ranks it may be collective).
@@ -338,6 +359,7 @@ private:
     std::chrono::steady_clock::time_point last_save_ = std::chrono::steady_clock::now();
     bool restore_tried_ = false;
     bool restored_ = false;
+    bool save_at_epoch_end_ = false; // a checkpoint fell due where the method cannot save
     std::size_t last_bytes_ = 0;
     double last_seconds_ = 0;
 };
