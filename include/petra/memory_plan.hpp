@@ -23,8 +23,16 @@
 //   the rebuilt inputs, the gradient sum, the last stage's logits and the
 //   channels into the stage;
 // - kernel_scratch: the per-thread buffers its kernels grow on the stage's
-//   thread (kernels/scratch.hpp), the largest request of each.
+//   thread (kernels/scratch.hpp), the largest request of each;
+// - replica_exchange: with options.replicas = D > 1 on MPI ranks, the D
+//   copies of its gradient sum (or of its running statistics, whichever is
+//   larger) it gathers before each step (mpi/replicas.hpp).
 // shared_bytes: the pipeline's weight mask and its labels channel.
+//
+// On MPI ranks, R per replica, every replica's rank r hosts the same group
+// of stages, [groups[r], groups[r + 1]) with groups =
+// stage_groups<Network, Cuts>(R): group_bytes(groups[r], groups[r + 1]) is
+// what that rank's stages hold, whatever D.
 //
 // Not counted: the program and its libraries, the caller's data, each
 // thread's stack, the allocator's own overhead and what the feeding thread
@@ -55,10 +63,12 @@ struct stage_memory {
     std::size_t stashed_parameters = 0;
     std::size_t working_buffers = 0;
     std::size_t kernel_scratch = 0;
+    std::size_t replica_exchange = 0;
 
     constexpr std::size_t total() const
     {
-        return parameters + optimizer_state + kept_inputs + stashed_parameters + working_buffers + kernel_scratch;
+        return parameters + optimizer_state + kept_inputs + stashed_parameters + working_buffers + kernel_scratch +
+               replica_exchange;
     }
 };
 
@@ -77,7 +87,14 @@ struct pipeline_memory_plan {
         for (const stage_memory& stage : stages) largest = std::max(largest, stage.total());
         return largest;
     }
-    // The whole pipeline: every stage and what they share.
+    // What a rank hosting stages [first, end) holds for them.
+    constexpr std::size_t group_bytes(std::size_t first, std::size_t end) const
+    {
+        std::size_t bytes = 0;
+        for (std::size_t j = first; j < end; ++j) bytes += stages[j].total();
+        return bytes;
+    }
+    // The whole pipeline (one replica): every stage and what they share.
     constexpr std::size_t total_bytes() const
     {
         std::size_t total = shared_bytes;
@@ -113,6 +130,10 @@ constexpr stage_memory stage_memory_of(const pipeline_options& options)
                              core::forward_channel_bytes(J, options.batch);
     if constexpr (!stage_type::is_last) memory.working_buffers += core::backward_channel_bytes(J, options.batch);
     memory.kernel_scratch = stage_type::kernel_scratch(options).thread_bytes();
+    if (options.replicas > 1) {
+        memory.replica_exchange =
+            options.replicas * std::max(stage_type::parameter_count, stage_type::state_count) * value;
+    }
     return memory;
 }
 

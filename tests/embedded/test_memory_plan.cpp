@@ -3,6 +3,7 @@
 // optimizers, to the byte, for J = 2, 3, 4 and each of the four buffer
 // options; the kernel scratch of each stage's thread from the kernels' own
 // demands; and a plan usable in a static_assert.
+#include <algorithm>
 #include <cstddef>
 
 #include <doctest/doctest.h>
@@ -94,6 +95,19 @@ TEST_CASE("memory plan: the buffers grow as the schedule says")
         CHECK(stashing.stage(j).stashed_parameters > 0);
         CHECK(stashing.stage_bytes(j) == no_buffers.stage_bytes(j) + stashing.stage(j).stashed_parameters);
     }
+    // A rank hosting a group of stages holds their sum; replicas on ranks
+    // add to each stage the D copies of its gradient sum it gathers, and
+    // nothing else.
+    CHECK(no_buffers.group_bytes(0, 3) + no_buffers.shared_bytes == no_buffers.total_bytes());
+    CHECK(no_buffers.group_bytes(1, 3) == no_buffers.stage_bytes(1) + no_buffers.stage_bytes(2));
+    constexpr auto replicas = memory_plan<pipeline_network, cuts>({.batch = 4, .replicas = 3});
+    for_each_index<3>([&](auto j) {
+        using stage_type = stage<pipeline_network, cuts, j, float>;
+        CHECK(no_buffers.stage(j).replica_exchange == 0);
+        CHECK(replicas.stage(j).replica_exchange ==
+              3 * std::max(stage_type::parameter_count, stage_type::state_count) * sizeof(float));
+        CHECK(replicas.stage_bytes(j) == no_buffers.stage_bytes(j) + replicas.stage(j).replica_exchange);
+    });
     // Every activation-sized buffer grows with the micro-batch.
     constexpr auto larger = memory_plan<pipeline_network, cuts>({.batch = 8});
     CHECK(larger.total_bytes() > no_buffers.total_bytes());

@@ -2,7 +2,8 @@
 // the same replicas computes, bit for bit: after 2 epochs of 11 global
 // micro-batches, every replica's parameters and running statistics equal
 // the simulator's, the replicas' digests are equal, and the epochs'
-// statistics are those of all replicas, for (D, J) = (2, 1), (2, 2),
+// statistics are those of all replicas, and an evaluation scores as
+// predict() on the simulator's network, for (D, J) = (2, 1), (2, 2),
 // (2, 3), (3, 2) with 1 to J ranks per replica (a rank hosting several
 // stages runs them on threads). Checkpoints between epochs resume under
 // the same replicas, bit for bit, and refuse another count. Launched on 6
@@ -18,6 +19,7 @@
 #include <doctest/doctest.h>
 #include <mpi.h>
 
+#include <petra/memory_plan.hpp>
 #include <petra/mpi.hpp>
 #include <petra/petra.hpp>
 
@@ -148,6 +150,15 @@ void check_replicas_equal_simulation(std::size_t ranks_per_replica, std::size_t 
     CHECK(pipeline.replicas() == D);
     CHECK(pipeline.replica() == std::size_t(world_rank()) / ranks_per_replica);
     CHECK(std::size_t(pipeline.ranks()) == ranks_per_replica);
+    // The memory plan of the rank's stages counts the buffers they gather
+    // into, D copies of the larger of a stage's gradient sum and statistics.
+    const auto plan = memory_plan<pipeline_network, cuts_of<J>>(options);
+    std::size_t planned_exchange = 0;
+    for (std::size_t j = pipeline.first_stage(); j < pipeline.end_stage(); ++j) {
+        planned_exchange += plan.stage(j).replica_exchange;
+    }
+    CHECK(planned_exchange > 0);
+    CHECK(pipeline.exchange_bytes() == planned_exchange);
     for (std::size_t epoch = 0; epoch < 2; ++epoch) {
         feed_epoch(pipeline, data);
         const epoch_statistics statistics = pipeline.drain();
@@ -157,6 +168,26 @@ void check_replicas_equal_simulation(std::size_t ranks_per_replica, std::size_t 
         CHECK(statistics.loss_sum == simulated_epochs[epoch].loss_sum);
     }
     check_replica_result<J>(pipeline, job.communicator, simulated);
+    // The forward-only pass, on replica 0, reaches every rank: the score
+    // predict() gives with the simulator's network.
+    const std::size_t count = data.labels[0].size();
+    const inference_score score = pipeline.evaluate(data.images[0].data(), data.labels[0].data(), count, 3);
+    using loss = classification<pipeline_network>::loss;
+    double loss_sum = 0;
+    std::size_t correct = 0;
+    std::vector<float> logits(3 * pipeline_network::output::size);
+    for (std::size_t first = 0; first < count; first += 3) {
+        const std::size_t size = std::min<std::size_t>(3, count - first);
+        predict(simulated,
+                batch_view<const float, pipeline_network::input>(
+                    data.images[0].data() + first * pipeline_network::input::size, size),
+                batch_view<float, pipeline_network::output>(logits.data(), size));
+        loss_sum += double(loss::evaluate(size, logits.data(), data.labels[0].data() + first, nullptr)) * double(size);
+        correct += loss::correct(size, logits.data(), data.labels[0].data() + first);
+    }
+    CHECK(score.examples == count);
+    CHECK(score.correct == correct);
+    CHECK(score.loss_sum == loss_sum);
     // It trained.
     CHECK(!std::ranges::equal(simulated.values(), pipeline_network::make_parameters<float>(3).values()));
 }

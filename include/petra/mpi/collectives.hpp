@@ -65,6 +65,19 @@ template <class Network, auto Cuts, class Optimizer, class T>
 inference_score mpi_pipeline<Network, Cuts, Optimizer, T>::evaluate(const T* images, const std::int32_t* labels,
                                                                     std::size_t count, std::size_t chunk)
 {
+    if (replicas() == 1) return evaluate_replica(images, labels, count, chunk);
+    inference_score score;
+    if (replica() == 0) score = evaluate_replica(images, labels, count, chunk);
+    check_mpi(MPI_Bcast(&score, int(sizeof score), MPI_BYTE, 0, replica_base::job_communicator()),
+              "mpi pipeline: evaluation");
+    return score;
+}
+
+template <class Network, auto Cuts, class Optimizer, class T>
+inference_score mpi_pipeline<Network, Cuts, Optimizer, T>::evaluate_replica(const T* images,
+                                                                            const std::int32_t* labels,
+                                                                            std::size_t count, std::size_t chunk)
+{
     if (chunk == 0) {
         raise_error(error_kind::invalid_argument, "mpi pipeline: evaluation needs a chunk of at least one example.");
     }
@@ -201,7 +214,7 @@ std::size_t mpi_pipeline<Network, Cuts, Optimizer, T>::memory_bytes() const
         bytes += hosted.parameters.memory_bytes() + hosted.weight_mask.size() * sizeof(T) +
                  hosted.worker.memory_bytes();
     });
-    return bytes + placement::channel_bytes();
+    return bytes + placement::channel_bytes() + replica_base::exchange_bytes();
 }
 
 } // namespace petra

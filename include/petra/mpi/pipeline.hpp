@@ -268,7 +268,8 @@ public:
     // of `count` images through the ranks, `chunk` at a time, scored against
     // their labels; images and labels are read on the rank that feeds. The
     // score, the same on every rank, sums each chunk's mean loss times its
-    // size, in order.
+    // size, in order. With replicas, replica 0 evaluates (between epochs
+    // the replicas hold the same network) and every rank gets its score.
     inference_score evaluate(const T* images, const std::int32_t* labels, std::size_t count, std::size_t chunk = 250);
 
     // Collective: every stage's parameters and running statistics copied
@@ -283,7 +284,7 @@ public:
     std::uint64_t fold_stages(std::uint64_t state, Fold&& fold);
 
     // Bytes held by this rank: its stages' parameters, statistics,
-    // optimizer state, FIFOs and buffers, and its channels.
+    // optimizer state, FIFOs, buffers, replica exchange, and its channels.
     std::size_t memory_bytes() const;
 
     // Collective, before this rank saves its stages: how many messages the
@@ -322,6 +323,8 @@ public:
     }
 
 private:
+    inference_score evaluate_replica(const T* images, const std::int32_t* labels, std::size_t count, std::size_t chunk);
+
     void start_epoch()
     {
         fed_ = 0;

@@ -81,6 +81,14 @@ public:
     std::size_t replica() const { return replica_; }
     // Every rank of every replica (a duplicate of the communicator given).
     MPI_Comm job_communicator() const { return job_.get(); }
+    // The buffers the stages of this rank gather into (memory_plan's
+    // replica_exchange).
+    std::size_t exchange_bytes() const
+    {
+        std::size_t bytes = 0;
+        for (const auto& buffer : gathered_) bytes += buffer.size() * sizeof(T);
+        return bytes;
+    }
 
 protected:
     // This replica's ranks: the pipeline runs over them.

@@ -15,10 +15,10 @@
 // they are refused.
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
 #include <algorithm>
 #include <array>
+#include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -66,10 +66,9 @@ public:
     // The other forms: pointers, or tensors (feed_forms, core.hpp).
     using forms::feed;
 
-    // One micro-batch: options().batch images and as many labels; one tick
-    // of every stage.
-    // With replicas: the global micro-batch, replica d taking examples
-    // [d x batch, (d + 1) x batch).
+    // One micro-batch: options().batch images and as many labels (with
+    // replicas the global micro-batch, replica d taking examples
+    // [d x batch, (d + 1) x batch)); one tick of every stage.
     void feed(const_batch<T, typename Network::input> images, std::span<const std::int32_t> labels)
     {
         detail::check_micro_batch(global_batch(core::options()), images.batch(), labels.size());
