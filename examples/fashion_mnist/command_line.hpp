@@ -69,7 +69,7 @@ std::string alternatives(const std::array<named<Choice>, N>& names)
 inline const char* const job_epilogue = R"(Progress goes to stderr (a bar on a terminal, plain lines otherwise). At the
 end, a short report on stderr and one line of JSON on stdout with network,
 method, stages, cuts (the first block of each stage, then the block count),
-driver, ranks, accumulation, epochs, steps, batch, seed, learning_rate,
+driver, ranks, replicas, accumulation, epochs, steps, batch, seed, learning_rate,
 warmup_epochs, delay_rate_exponent, test_accuracy, test_loss, train_seconds,
 examples_per_second, peak_rss_bytes and parameter_digest (a digest of the final
 parameters and running statistics: equal digests, equal final networks).
@@ -106,6 +106,10 @@ inline void declare_options(CLI::App& app, job_options& options)
                    alternatives(driver_names) + ": PETRA's stages on one\nthread each, on the caller's thread, or on "
                    "MPI ranks\n(mpirun -np R, R <= J; the same numbers)")
         ->type_name("D");
+    app.add_option("--replicas", options.replicas,
+                   "PETRA's pipeline in D copies (--driver simulator or\nmpi: mpirun -np D x R), each on its shard of a\n"
+                   "micro-batch of D x batch examples")
+        ->type_name("D")->check(whole_number);
     app.add_option("--accumulation", options.accumulation, "micro-batches per optimizer step")
         ->type_name("K")->check(whole_number);
     app.add_option("--epochs", options.epochs, "epochs over the 60,000 training images")

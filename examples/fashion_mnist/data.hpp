@@ -64,7 +64,8 @@ inline petra::dataset_source<image> training_micro_batches(const training_recipe
                                                           const petra::labelled_images& train, std::size_t train_size)
 {
     const petra::augmentation augment{.padding = 2, .flip = true, .fill = petra::fashion_mnist_normalisation.black()};
-    return {train, train_size, recipe.batch, recipe.seed, recipe.augment ? augment : petra::augmentation{}};
+    return {train, train_size, recipe.global_batch(), recipe.seed,
+            recipe.augment ? augment : petra::augmentation{}};
 }
 
 } // namespace fashion

@@ -65,7 +65,7 @@ inline job_summary run_job(const job_options& options)
 {
     const training_recipe recipe = checked_recipe(options);
     check_checkpoint_options(options);
-    job_data data = options.loads_data ? load_data(options.data_dir, recipe.batch) : job_data{};
+    job_data data = options.loads_data ? load_data(options.data_dir, recipe.global_batch()) : job_data{};
     if (options.share_data_sizes) options.share_data_sizes(data.train_size, data.test_size);
     job_summary summary = run_method(options, recipe, data);
     summary.cuts = recipe_cuts(recipe);

@@ -3,6 +3,7 @@
 // throughput and memory. Run with --help for the options.
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -88,8 +89,10 @@ int launched_ranks()
 
 #ifdef PETRA_JOB_WITH_MPI
 // --driver mpi: rank 0 reads the data, reports and writes the files; the
-// others train quietly. A failure after the ranks have started talking
-// ends them all (MPI_Abort): the others would wait for this rank forever.
+// others train quietly, and with --replicas each replica's first rank
+// reads the data too (it feeds its shard). A failure after the ranks have
+// started talking ends them all (MPI_Abort): the others would wait for
+// this rank forever.
 struct mpi_job {
     petra::mpi_session session;
 
@@ -99,7 +102,8 @@ struct mpi_job {
             options.quiet = true;
             options.metrics_path.clear();
             options.summary_path.clear();
-            options.loads_data = false;
+            const int ranks_per_replica = std::max(1, session.size() / int(std::max<std::size_t>(options.replicas, 1)));
+            options.loads_data = session.rank() % ranks_per_replica == 0;
         }
         options.share_data_sizes = [](std::size_t& train_size, std::size_t& test_size) {
             unsigned long long sizes[2] = {train_size, test_size};
@@ -177,7 +181,25 @@ int main(int argc, char** argv)
     if (recipe.driver == fashion::driver::mpi) {
         mpi.emplace(argc, argv, options);
         // Before the data is read: every rank refuses alike.
-        if (std::size_t(mpi->session.size()) > recipe.stages) {
+        const std::size_t ranks = std::size_t(mpi->session.size());
+        if (ranks % recipe.replicas != 0) {
+            return refuse(("rank " + std::to_string(mpi->session.rank()) + ": " + std::to_string(ranks) +
+                           " MPI ranks cannot hold " + std::to_string(recipe.replicas) +
+                           " replicas of equal size: launch a multiple of " + std::to_string(recipe.replicas) +
+                           " ranks.")
+                              .c_str(),
+                          exit_status::usage);
+        }
+        if (recipe.replicas > 1 && ranks / recipe.replicas > recipe.stages) {
+            return refuse(("rank " + std::to_string(mpi->session.rank()) + ": " + std::to_string(ranks) +
+                           " MPI ranks make " + std::to_string(recipe.replicas) + " replicas of " +
+                           std::to_string(ranks / recipe.replicas) + " ranks for " + std::to_string(recipe.stages) +
+                           " stages; every rank hosts at least one stage: launch at most " +
+                           std::to_string(recipe.replicas * recipe.stages) + " ranks, or pass more --stages.")
+                              .c_str(),
+                          exit_status::usage);
+        }
+        if (ranks > recipe.stages * recipe.replicas) {
             return refuse(("rank " + std::to_string(mpi->session.rank()) + ": " +
                            std::to_string(mpi->session.size()) + " MPI ranks for " + std::to_string(recipe.stages) +
                            " stages; every rank hosts at least one stage: launch at most " +

@@ -1,9 +1,11 @@
 // PETRA on MPI ranks (built when the job links MPI): the network cut into
 // Stages stages, spread over the ranks of MPI_COMM_WORLD by
-// petra::mpi_pipeline. Every rank runs the same loop; rank 0 reads and
-// feeds the data, the last stage's rank scores, and each rank holds only
-// its own stages' parameters: the test set runs through the ranks
-// forward-only, and the digest is chained from rank to rank.
+// petra::mpi_pipeline, in --replicas copies. Every rank runs the same
+// loop; each replica's first rank reads and feeds the data (its shard of
+// each micro-batch), the last stage's rank scores, and each rank holds only
+// its own stages' parameters: the test set runs through each replica's
+// ranks forward-only, and the digest is chained from rank to rank (the
+// replicas hold the same network between epochs).
 #pragma once
 
 #include <mpi.h>
@@ -39,7 +41,10 @@ public:
     }
 
     bool reads_data() const { return pipeline_.feeds(); }
-    int ranks() const { return pipeline_.ranks(); }
+    // Replicas are saved between epochs only (petra/train/training_loop.hpp).
+    bool checkpoints_within_epoch() const { return pipeline_.replicas() == 1; }
+    // Every replica's ranks.
+    int ranks() const { return pipeline_.ranks() * int(pipeline_.replicas()); }
     pipeline_type& pipeline() { return pipeline_; }
 
     void train(const micro_batch& batch, const run_position&)

@@ -80,6 +80,10 @@ struct job_options {
     std::string method = "petra"; // petra | backprop | reversible-backprop
     std::size_t stages = 4;       // PETRA only: 1 to max_stages
     std::string driver = "threads"; // PETRA only: threads | simulator | mpi
+    // PETRA only, on the simulator or MPI ranks: copies of the pipeline,
+    // each training on its shard of a global micro-batch of replicas x
+    // batch examples (petra::pipeline_options::replicas).
+    std::size_t replicas = 1;
     std::size_t accumulation = 1; // micro-batches per optimizer step
     std::size_t epochs = 2;
     std::size_t batch = 64;
@@ -137,6 +141,7 @@ struct training_recipe {
     fashion::method method = fashion::method::petra;
     std::size_t stages = 1; // PETRA's J; 1 for the sequential methods
     fashion::driver driver = fashion::driver::threads; // PETRA's; not part of the numbers
+    std::size_t replicas = 1; // PETRA's; a micro-batch is replicas x batch examples
     std::size_t accumulation = 1;
     std::size_t epochs = 1;
     std::size_t batch = 2;
@@ -153,8 +158,14 @@ struct training_recipe {
     // PETRA's pipeline options for the run.
     petra::pipeline_options pipeline() const
     {
-        return {.batch = batch, .accumulation = accumulation, .delay_rate_exponent = delay_rate_exponent};
+        return {.batch = batch,
+                .accumulation = accumulation,
+                .delay_rate_exponent = delay_rate_exponent,
+                .replicas = replicas};
     }
+
+    // Examples in one micro-batch of the data: every replica's shard.
+    std::size_t global_batch() const { return batch * replicas; }
 
     // The run's budget and learning-rate schedule, over the data's
     // micro-batches per epoch.
@@ -217,6 +228,17 @@ inline training_recipe checked_recipe(const job_options& options)
     if (*runner != driver::threads && chosen != method::petra) {
         refuse_option("--driver " + options.driver + " runs PETRA's stages: it needs --method petra.");
     }
+    if (options.replicas == 0) refuse_option("--replicas must be at least 1.");
+    if (options.replicas > 1 && (chosen != method::petra || *runner == driver::threads)) {
+        refuse_option("--replicas copies PETRA's pipeline on the simulator or on MPI ranks: it needs --method petra "
+                      "and --driver simulator or mpi.");
+    }
+    if (options.replicas > 1 && options.fidelity_every != 0) {
+        refuse_option("--fidelity-every follows one pipeline's gradients: not with --replicas.");
+    }
+    if (options.replicas > 1 && *runner == driver::simulator && !options.checkpoint_path.empty()) {
+        refuse_option("--checkpoint with --replicas needs --driver mpi: the simulator does not checkpoint replicas.");
+    }
     if (options.fidelity_every != 0 && *runner == driver::mpi) {
         refuse_option("--fidelity-every needs the whole network in one process: not with --driver mpi.");
     }
@@ -236,6 +258,7 @@ inline training_recipe checked_recipe(const job_options& options)
             .method = *chosen,
             .stages = *chosen == method::petra ? options.stages : 1,
             .driver = *runner,
+            .replicas = options.replicas,
             .accumulation = options.accumulation,
             .epochs = options.epochs,
             .batch = options.batch,

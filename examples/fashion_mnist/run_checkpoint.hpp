@@ -19,7 +19,7 @@ namespace fashion {
 // The options a checkpoint's run must share with the command, in the order
 // a mismatch is looked for, with their values as text (numbers in their
 // shortest exact form).
-inline std::array<std::pair<const char*, std::string>, 14> recipe_options(const training_recipe& recipe)
+inline std::array<std::pair<const char*, std::string>, 15> recipe_options(const training_recipe& recipe)
 {
     const auto text = [](auto value) {
         std::array<char, 64> digits{};
@@ -31,7 +31,8 @@ inline std::array<std::pair<const char*, std::string>, 14> recipe_options(const 
              {"--seed", text(recipe.seed)}, {"--augment", recipe.augment ? "on" : "off"},
              {"--schedule", std::string(name_of(recipe.schedule))}, {"--lr", text(recipe.learning_rate)},
              {"--warmup", text(recipe.warmup_epochs)}, {"--delay-rate-exponent", text(recipe.delay_rate_exponent)},
-             {"--momentum", text(recipe.momentum)}, {"--weight-decay", text(recipe.weight_decay)}}};
+             {"--momentum", text(recipe.momentum)}, {"--weight-decay", text(recipe.weight_decay)},
+             {"--replicas", text(recipe.replicas)}}};
 }
 
 // The recipe and the data's micro-batches per epoch. Loading names the

@@ -49,7 +49,7 @@ inline job_summary summary_of(const training_recipe& recipe, const run_position&
     summary.position_batch = position.batch;
     summary.train_seconds = position.training_seconds;
     summary.examples_per_second =
-        summary.train_seconds > 0 ? double(summary.steps * recipe.batch) / summary.train_seconds : 0;
+        summary.train_seconds > 0 ? double(summary.steps * recipe.global_batch()) / summary.train_seconds : 0;
     if (!epochs.empty()) {
         summary.test_loss = epochs.back().test_loss;
         summary.test_accuracy = epochs.back().test_accuracy;
@@ -76,6 +76,7 @@ inline nlohmann::ordered_json summary_json(const job_summary& summary)
     json["cuts"] = summary.cuts;
     json["driver"] = recipe.method == method::petra ? std::string(name_of(recipe.driver)) : "none";
     json["ranks"] = summary.ranks;
+    json["replicas"] = recipe.replicas;
     json["accumulation"] = recipe.accumulation;
     json["epochs"] = summary.epochs_run;
     json["steps"] = summary.steps;

@@ -31,7 +31,7 @@ public:
         : options_(options), recipe_(recipe), data_(data),
           source_(training_micro_batches(recipe, data.train, data.train_size)),
           plan_(recipe.plan(source_.batches_per_epoch())),
-          progress_(options.quiet, plan_, recipe.batch),
+          progress_(options.quiet, plan_, recipe.global_batch()),
           method_(method_context{recipe, plan_.schedule(), options.fidelity_every, fidelity_}),
           loop_(method_, source_, plan_,
                 {.checkpoint_path = options.checkpoint_path, .checkpoint_every = options.checkpoint_every,
