@@ -12,6 +12,14 @@
 //     the bytes each rank sent per tick across each boundary, next to the
 //     compile-time figure (header + batch x values x 4 bytes; a backward
 //     message holds the rebuilt input and its gradient).
+//   mpiexec --bind-to none -n 2 bench_mpi replicas [ROUNDS] [MICRO_BATCHES]
+//     PETRA with one stage in 2 replicas, one per rank (global micro-batches
+//     of 2 x 64), against data-parallel backprop written the obvious way
+//     (exact_backprop on each rank's shard, the gradients gathered and
+//     added in rank order as the replicas add them, the same SGD step), and
+//     against PETRA with one stage on rank 0 alone (micro-batches of 64;
+//     rank 1 sleeps), in interleaved rounds of one epoch each:
+//     examples/s per round and the medians' ratios.
 //   mpiexec -n 2 bench_mpi link [REPETITIONS]
 //     the link between the 2 ranks, as scripts/plan takes it: the one-way
 //     time of a message of each size the reference network's J = 2 cut
@@ -240,6 +248,112 @@ int link(int repetitions)
     return 0;
 }
 
+// Data-parallel backprop on the ranks of the world, one shard each: the
+// gradient of the rank's shard, gathered from every rank and added in rank
+// order (add_in_replica_order), then the step on their average.
+class data_parallel_backprop {
+public:
+    explicit data_parallel_backprop(std::size_t ranks)
+        : ranks_(ranks), parameters_(net::make_parameters<float>(1)), trainer_(batch),
+          optimizer_(petra::sgd_options{}, net::weight_mask<float>()), gradient_(net::parameter_count),
+          gathered_(ranks * net::parameter_count)
+    {
+    }
+
+    // One step: this rank's shard of the global micro-batch.
+    void train(const petra::owned_batch<float, net::input>& images, const std::vector<std::int32_t>& labels)
+    {
+        std::fill(gradient_.begin(), gradient_.end(), 0.0f);
+        trainer_.accumulate_gradient(parameters_, images, labels, gradient_);
+        MPI_Allgather(gradient_.data(), int(gradient_.size()), MPI_FLOAT, gathered_.data(), int(gradient_.size()),
+                      MPI_FLOAT, MPI_COMM_WORLD);
+        petra::add_in_replica_order(
+            ranks_, [&](std::size_t d) { return std::span<const float>(gathered_).subspan(d * gradient_.size(),
+                                                                                          gradient_.size()); },
+            std::span<float>(gradient_));
+        optimizer_.step(parameters_.values(), gradient_, ranks_, learning_rate(0));
+    }
+
+private:
+    std::size_t ranks_;
+    petra::network_parameters<net, float> parameters_;
+    petra::exact_backprop<net, float> trainer_;
+    petra::sgd<float> optimizer_;
+    petra::kernels::aligned_vector<float> gradient_;
+    petra::kernels::aligned_vector<float> gathered_;
+};
+
+// See the top of the file. Every method trains on micro-batch m of data
+// per rank and step: the replicas' global micro-batch m is it twice over
+// (each replica feeds one copy), backprop's shard on each rank is it.
+int replicas(int rounds, std::size_t micro_batches)
+{
+    int ranks = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    if (ranks != 2) {
+        if (world_rank() == 0) std::fprintf(stderr, "bench_mpi replicas: run it on 2 ranks (mpiexec -n 2).\n");
+        return 2;
+    }
+    constexpr auto one_stage = petra::partition<net, 1>();
+    const epoch_data data(micro_batches);
+    std::vector<petra::owned_batch<float, net::input>> global_images;
+    std::vector<std::vector<std::int32_t>> global_labels;
+    for (std::size_t m = 0; m < micro_batches; ++m) {
+        global_images.emplace_back(2 * batch);
+        std::copy(data.images[m].begin(), data.images[m].end(), global_images.back().begin());
+        std::copy(data.images[m].begin(), data.images[m].end(), global_images.back().begin() + batch * net::input::size);
+        global_labels.push_back(data.labels[m]);
+        global_labels.back().insert(global_labels.back().end(), data.labels[m].begin(), data.labels[m].end());
+    }
+    petra::mpi_pipeline<net, one_stage, petra::sgd<float>> petra_replicas(
+        MPI_COMM_WORLD, 1, petra::sgd_options{}, learning_rate, {.batch = batch, .replicas = 2});
+    data_parallel_backprop backprop(2);
+    auto parameters = net::make_parameters<float>(1);
+    petra::sequential_pipeline<net, one_stage, petra::sgd<float>> one_rank(parameters, petra::sgd_options{},
+                                                                          learning_rate, {.batch = batch});
+    const auto rate = [&](double seconds, std::size_t examples_per_micro_batch) {
+        return double(micro_batches * examples_per_micro_batch) / seconds;
+    };
+    std::vector<double> on_replicas, on_backprop, on_one;
+    for (int round = -1; round < rounds; ++round) {
+        sleeping_barrier();
+        auto start = std::chrono::steady_clock::now();
+        for (std::size_t m = 0; m < micro_batches; ++m) petra_replicas.feed(global_images[m], global_labels[m]);
+        petra_replicas.drain();
+        const double replica_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        sleeping_barrier();
+        start = std::chrono::steady_clock::now();
+        for (std::size_t m = 0; m < micro_batches; ++m) backprop.train(data.images[m], data.labels[m]);
+        const double backprop_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        sleeping_barrier();
+        if (world_rank() == 0) {
+            const double seconds = epoch_seconds(one_rank, data);
+            if (round >= 0) on_one.push_back(rate(seconds, batch));
+        }
+        if (round >= 0) {
+            on_replicas.push_back(rate(replica_seconds, 2 * batch));
+            on_backprop.push_back(rate(backprop_seconds, 2 * batch));
+        }
+    }
+    sleeping_barrier();
+    if (world_rank() != 0) return 0;
+    std::printf("| D = 2, J = 1, one epoch of %zu micro-batches of 2 x %zu | ", micro_batches, batch);
+    for (int round = 0; round < rounds; ++round) std::printf("round %d | ", round + 1);
+    std::printf("median |\n|---|");
+    for (int round = 0; round <= rounds; ++round) std::printf("---:|");
+    const auto row = [&](const char* name, const std::vector<double>& rates) {
+        std::printf("\n| %s (examples/s) | ", name);
+        for (double value : rates) std::printf("%.0f | ", value);
+        std::printf("%.0f |", median(rates));
+    };
+    row("PETRA, 2 replicas on 2 ranks", on_replicas);
+    row("data-parallel backprop, 2 ranks", on_backprop);
+    row("PETRA, J = 1 on 1 rank (micro-batches of 64)", on_one);
+    std::printf("\n\nreplicas / data-parallel backprop (medians): %.3f\nreplicas / one rank (medians): %.3f\n",
+                median(on_replicas) / median(on_backprop), median(on_replicas) / median(on_one));
+    return 0;
+}
+
 template <std::size_t J>
 int memory(bool on_threads)
 {
@@ -299,14 +413,17 @@ int main(int argc, char** argv)
         if (stages == 4) return throughput<4>(rounds, micro_batches);
     }
     if (mode == "link") return link(argc > 2 ? std::atoi(argv[2]) : 20);
+    if (mode == "replicas") {
+        return replicas(argc > 2 ? std::atoi(argv[2]) : 5, argc > 3 ? std::size_t(std::atoi(argv[3])) : 24);
+    }
     const std::size_t stages = argc > 2 ? std::size_t(std::atoi(argv[2])) : 4;
     if ((mode == "memory" || mode == "memory-threads") && (stages == 2 || stages == 4)) {
         const bool threads = mode == "memory-threads";
         return stages == 2 ? memory<2>(threads) : memory<4>(threads);
     }
     if (mpi.rank() == 0) {
-        std::fprintf(stderr, "usage: bench_mpi throughput [ROUNDS] [MICRO_BATCHES] [2|4] | link [REPETITIONS] | "
-                             "memory [2|4] | memory-threads [2|4]\n");
+        std::fprintf(stderr, "usage: bench_mpi throughput [ROUNDS] [MICRO_BATCHES] [2|4] | replicas [ROUNDS] "
+                             "[MICRO_BATCHES] | link [REPETITIONS] | memory [2|4] | memory-threads [2|4]\n");
     }
     return 2;
 }
