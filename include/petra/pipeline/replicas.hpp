@@ -40,8 +40,7 @@ inline std::size_t global_batch(const pipeline_options& options) { return option
 
 // sum[i] = ((values_of(0)[i] + values_of(1)[i]) + ...) + values_of(replicas - 1)[i]:
 // the one order every placement adds in. values_of(d) is a span of
-// sum.size() values (it may be sum itself for one replica only if that
-// replica is 0).
+// sum.size() values; values_of(0) may be sum itself, no other may.
 template <class T, class ValuesOf>
 void add_in_replica_order(std::size_t replicas, ValuesOf&& values_of, std::span<T> sum)
 {
