@@ -43,6 +43,7 @@
 #include <petra/kernels/simd.hpp>
 #include <petra/network.hpp>
 #include <petra/pipeline/stage.hpp>
+#include <petra/random.hpp>
 
 namespace petra {
 
@@ -64,9 +65,8 @@ template <class T>
 std::vector<T> random_values(std::size_t count, std::uint64_t seed, T low, T high)
 {
     std::mt19937_64 generator(seed);
-    std::uniform_real_distribution<T> uniform(low, high);
     std::vector<T> values(count);
-    for (T& value : values) value = uniform(generator);
+    for (T& value : values) value = uniform_real(generator, low, high);
     return values;
 }
 

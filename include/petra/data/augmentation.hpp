@@ -18,6 +18,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <petra/random.hpp>
 #include <petra/tensor_batch.hpp>
 
 namespace petra {
@@ -37,11 +38,12 @@ inline void augment_batch(float* images, std::size_t batch, std::size_t channels
     if (settings.padding == 0 && !settings.flip) return;
     scratch.resize(height * width);
     const auto padding = static_cast<std::ptrdiff_t>(settings.padding);
-    std::uniform_int_distribution<std::ptrdiff_t> shift(-padding, padding);
-    std::bernoulli_distribution mirror(0.5);
+    // Per image, in this order (random.hpp's samplers): dy, then dx, each
+    // uniform_int(-padding, padding), then, only when flipping is on, one coin.
     for (std::size_t n = 0; n < batch; ++n) {
-        const std::ptrdiff_t dy = shift(generator), dx = shift(generator);
-        const bool flip = settings.flip && mirror(generator);
+        const std::ptrdiff_t dy = uniform_int(generator, -padding, padding);
+        const std::ptrdiff_t dx = uniform_int(generator, -padding, padding);
+        const bool flip = settings.flip && coin(generator);
         for (std::size_t c = 0; c < channels; ++c) {
             float* plane = images + (n * channels + c) * height * width;
             std::copy(plane, plane + height * width, scratch.begin());

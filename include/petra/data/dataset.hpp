@@ -30,6 +30,7 @@
 #include <xtensor/xtensor.hpp>
 
 #include <petra/data/idx.hpp>
+#include <petra/random.hpp>
 
 namespace petra {
 
@@ -112,7 +113,7 @@ public:
     {
         std::iota(order_.begin(), order_.end(), std::size_t{0});
         std::mt19937_64 generator(seed_ ^ (0x9e3779b97f4a7c15ull * (epoch + 1)));
-        std::shuffle(order_.begin(), order_.end(), generator);
+        petra::shuffle(order_.begin(), order_.end(), generator); // random.hpp: the same order on every library
     }
 
     std::size_t batches() const { return order_.size() / batch_; }

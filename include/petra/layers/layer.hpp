@@ -24,6 +24,7 @@
 #include <petra/batch_view.hpp>
 #include <petra/kernels/elementwise.hpp>
 #include <petra/kernels/scratch.hpp>
+#include <petra/random.hpp>
 #include <petra/shape.hpp>
 
 namespace petra {
@@ -191,12 +192,13 @@ constexpr std::size_t winograd_forward_flops_of()
 
 // He initialisation: the values drawn from a normal distribution of mean 0
 // and variance 2 / fan_in, the scale that keeps activations of a ReLU network
-// from growing or shrinking with depth.
+// from growing or shrinking with depth. Drawn by petra's fill_normal
+// (random.hpp) with deviation sqrt(2 / fan_in), so that a seed gives the same
+// weights on every standard library.
 template <class T>
 void he_normal(std::span<T> values, std::size_t fan_in, std::mt19937_64& generator)
 {
-    std::normal_distribution<double> distribution(0.0, std::sqrt(2.0 / static_cast<double>(fan_in)));
-    for (T& value : values) value = static_cast<T>(distribution(generator));
+    fill_normal(values, 0.0, std::sqrt(2.0 / static_cast<double>(fan_in)), generator);
 }
 
 } // namespace petra

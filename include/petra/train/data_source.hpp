@@ -35,6 +35,7 @@
 
 #include <petra/batch_view.hpp>
 #include <petra/error.hpp>
+#include <petra/random.hpp>
 
 namespace petra {
 
@@ -93,7 +94,7 @@ private:
     {
         std::iota(order_.begin(), order_.end(), std::size_t{0});
         std::mt19937_64 generator(seed_ ^ (0x9e3779b97f4a7c15ull * (epoch + 1)));
-        std::shuffle(order_.begin(), order_.end(), generator);
+        petra::shuffle(order_.begin(), order_.end(), generator); // random.hpp: the same order on every library
         ordered_epoch_ = epoch;
     }
 
