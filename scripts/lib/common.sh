@@ -2,7 +2,9 @@
 # benchmarks need, and a function that installs the missing ones.
 
 # compilers and build tools (clang for the second compiler's build and the
-# fuzzers, whose libFuzzer comes with libclang-rt-dev); the library's
+# fuzzers, whose libFuzzer comes with libclang-rt-dev; clang's own standard
+# library, libc++, for the test that a seed repeats on both libraries, label
+# 'seeds'); the library's
 # dependencies (zlib for gzip IDX files); test and benchmark frameworks; the
 # Fashion-MNIST job's command line and JSON summary; MPI for PETRA's stages
 # on ranks (optional to the build, installed so that the tests labelled
@@ -12,7 +14,7 @@
 # (label 'interchange') exchange weights with: NumPy, PyTorch, ONNX's checker
 # and OpenCV's ONNX runtime, for the system interpreter /usr/bin/python3.
 PETRA_PACKAGES=(
-  g++ clang libclang-rt-dev cmake make
+  g++ clang libclang-rt-dev libc++-14-dev libc++abi-14-dev cmake make
   libboost-dev libxtensor-dev libxsimd-dev zlib1g-dev
   doctest-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev
