@@ -45,10 +45,9 @@ int main()
     std::array<float, block::parameter_count> parameters;
     std::array<float, block::state_count> state;
     block::initialize<float>(parameters, state, generator);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
     owned_batch<float, block::input> x(batch), y(batch);
     std::vector<float> work(block::workspace_size(batch));
-    for (float& value : x) value = normal(generator);
+    fill_normal(x.values(), 0.0, 1.0, generator); // petra's sampler: the same values on every library
 
     block::forward(pass::training, parameters, state, x, y.view(), std::span<float>(work));
 
@@ -59,7 +58,7 @@ int main()
 
     owned_batch<float, block::input> grad_y(batch), grad_x(batch);
     std::array<float, block::parameter_count> grad_parameters{};
-    for (float& value : grad_y) value = normal(generator);
+    fill_normal(grad_y.values(), 0.0, 1.0, generator);
     reconstruct_backward<block, float>(parameters, state, y, grad_y, rebuilt, grad_x, grad_parameters,
                                        std::span<float>(work));
     double norm = 0.0;

@@ -45,14 +45,12 @@ struct dataset {
 dataset two_spirals(std::size_t count, std::uint64_t seed)
 {
     std::mt19937_64 generator(seed);
-    std::uniform_real_distribution<float> along(0.05f, 1.0f);
-    std::normal_distribution<float> noise(0.0f, 0.02f);
     dataset data{xt::xtensor<float, 2>::from_shape({2 * count, 2}), xt::xtensor<std::int32_t, 1>::from_shape({2 * count})};
     for (std::size_t i = 0; i < 2 * count; ++i) {
-        const float t = along(generator), angle = 3.0f * std::numbers::pi_v<float> * t;
+        const float t = uniform_real(generator, 0.05f, 1.0f), angle = 3.0f * std::numbers::pi_v<float> * t;
         const float sign = i % 2 == 0 ? 1.0f : -1.0f;
-        data.points(i, 0) = sign * t * std::cos(angle) + noise(generator);
-        data.points(i, 1) = sign * t * std::sin(angle) + noise(generator);
+        data.points(i, 0) = sign * t * std::cos(angle) + 0.02f * float(standard_normal(generator));
+        data.points(i, 1) = sign * t * std::sin(angle) + 0.02f * float(standard_normal(generator));
         data.labels(i) = std::int32_t(i % 2);
     }
     return data;
