@@ -15,6 +15,7 @@
 
 #include <petra/kernels/convolution.hpp>
 #include <petra/kernels/gemm.hpp>
+#include <petra/random.hpp>
 
 extern "C" char* openblas_get_corename();
 
@@ -28,10 +29,9 @@ using petra::kernels::transpose;
 
 std::vector<float> random_values(std::size_t count, unsigned seed)
 {
-    std::mt19937 generator(seed);
-    std::uniform_real_distribution<float> distribution(-1.0f, 1.0f);
+    std::mt19937_64 generator(seed);
     std::vector<float> values(count);
-    for (float& value : values) value = distribution(generator);
+    for (float& value : values) value = petra::uniform_real(generator, -1.0f, 1.0f);
     return values;
 }
 

@@ -41,6 +41,7 @@
 
 #include <petra/memory_plan.hpp>
 #include <petra/petra.hpp>
+#include <petra/random.hpp>
 
 namespace {
 
@@ -81,11 +82,10 @@ struct epoch_data {
     explicit epoch_data(std::size_t count)
     {
         std::mt19937_64 generator(1);
-        std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
         for (std::size_t m = 0; m < count; ++m) {
             images.emplace_back(batch * reference_net::input::size);
             labels.emplace_back(batch, std::int32_t(m % 10));
-            for (float& value : images.back()) value = pixel(generator);
+            for (float& value : images.back()) value = petra::uniform_float(generator);
         }
     }
 };

@@ -49,6 +49,7 @@
 
 #include <petra/mpi.hpp>
 #include <petra/petra.hpp>
+#include <petra/random.hpp>
 
 namespace {
 
@@ -62,13 +63,11 @@ struct epoch_data {
     explicit epoch_data(std::size_t count)
     {
         std::mt19937_64 generator(1);
-        std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
-        std::uniform_int_distribution<std::int32_t> label(0, 9);
         for (std::size_t m = 0; m < count; ++m) {
             images.emplace_back(batch);
             labels.emplace_back(batch);
-            for (float& value : images.back()) value = pixel(generator);
-            for (auto& value : labels.back()) value = label(generator);
+            for (float& value : images.back()) value = petra::uniform_float(generator);
+            for (auto& value : labels.back()) value = petra::uniform_int(generator, std::int32_t(0), std::int32_t(9));
         }
     }
 };

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <petra/petra.hpp>
+#include <petra/random.hpp>
 
 namespace {
 
@@ -65,9 +66,8 @@ int main(int argc, char** argv)
 
     auto parameters = net::make_parameters<float>(seed);
     std::mt19937_64 generator(seed + 1);
-    std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
     std::vector<float> x(batch * net::input::size);
-    for (float& value : x) value = pixel(generator);
+    for (float& value : x) value = petra::uniform_float(generator);
 
     const std::vector<double> steps{1e-4, 1e-3, 1e-2, 1e-1};
     std::vector<double> all_errors;
@@ -95,10 +95,9 @@ int main(int argc, char** argv)
             all_errors.insert(all_errors.end(), errors.begin(), errors.end());
 
             const std::vector<float> original(values.begin(), values.end());
-            std::normal_distribution<float> noise(0.0f, 1.0f);
             for (std::size_t s = 0; s < steps.size(); ++s) {
                 for (std::size_t p = 0; p < original.size(); ++p) {
-                    values[p] = original[p] + float(steps[s]) * std::abs(original[p]) * noise(generator);
+                    values[p] = original[p] + float(steps[s]) * std::abs(original[p]) * float(petra::standard_normal(generator));
                 }
                 block::inverse(values, state, output, rebuilt_input, std::span<float>(workspace));
                 const auto moved = relative_errors(rebuilt, x, batch, block::input::size);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <petra/petra.hpp>
+#include <petra/random.hpp>
 
 namespace petra::bench::reference {
 
@@ -85,11 +86,9 @@ struct batch_data {
     batch_data()
     {
         std::mt19937_64 generator(1);
-        std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
-        std::uniform_int_distribution<std::int32_t> label(0, std::int32_t(classes) - 1);
         // Normalised as the job normalises Fashion-MNIST.
-        for (float& value : images) value = (pixel(generator) - 0.2860f) / 0.3530f;
-        for (auto& value : labels) value = label(generator);
+        for (float& value : images) value = (petra::uniform_float(generator) - 0.2860f) / 0.3530f;
+        for (auto& value : labels) value = petra::uniform_int(generator, std::int32_t(0), std::int32_t(classes) - 1);
     }
 };
 

@@ -12,6 +12,7 @@
 #include <benchmark/benchmark.h>
 
 #include <petra/petra.hpp>
+#include <petra/random.hpp>
 
 #include "benchmark_main.hpp"
 
@@ -26,10 +27,8 @@ struct batch_data {
     explicit batch_data(std::size_t batch) : images(batch * net::input::size), labels(batch)
     {
         std::mt19937_64 generator(1);
-        std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
-        std::uniform_int_distribution<std::int32_t> label(0, 9);
-        for (float& value : images) value = pixel(generator);
-        for (auto& value : labels) value = label(generator);
+        for (float& value : images) value = petra::uniform_float(generator);
+        for (auto& value : labels) value = petra::uniform_int(generator, std::int32_t(0), std::int32_t(9));
     }
 };
 
