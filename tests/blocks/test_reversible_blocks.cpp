@@ -41,9 +41,8 @@ struct coupling_setup {
         std::mt19937_64 generator(seed);
         coupling::initialize(test::span_of<coupling::parameter_count>(parameters),
                              test::span_of<coupling::state_count>(state), generator);
-        std::uniform_real_distribution<T> uniform(T(-1), T(1));
-        for (T& value : parameters) value += T(0.2) * uniform(generator);
-        for (T& value : x) value = uniform(generator);
+        for (T& value : parameters) value += T(0.2) * uniform_real(generator, T(-1), T(1));
+        for (T& value : x) value = uniform_real(generator, T(-1), T(1));
         coupling::forward(pass::training, test::span_of<coupling::parameter_count>(parameters),
                           test::span_of<coupling::state_count>(state), test::batch_of<block_input>(x, batch),
                           test::batch_of<block_input>(y, batch), std::span<T>(workspace));
@@ -101,9 +100,8 @@ TEST_CASE_TEMPLATE("reversible blocks: reconstruction error grows smoothly with 
 {
     coupling_setup<coupling, double> setup(3, 5);
     std::mt19937_64 generator(6);
-    std::normal_distribution<double> noise(0.0, 1.0);
     std::vector<double> direction(setup.parameters.size());
-    for (double& value : direction) value = noise(generator);
+    fill_normal(std::span<double>(direction), 0.0, 1.0, generator);
     std::vector<double> errors;
     for (double size : {1e-4, 1e-3, 1e-2}) {
         auto perturbed = setup.parameters;

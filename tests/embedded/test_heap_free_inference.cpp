@@ -48,11 +48,10 @@ TEST_CASE("predict in the caller's workspace, with parameters in the caller's st
 {
     const network_parameters_view<net, float> parameters(values, state);
     std::mt19937_64 generator(1);
-    std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
 
     const std::size_t before = test::allocations.load();
     initialize_parameters(parameters, 1);
-    for (float& value : images) value = pixel(generator);
+    for (float& value : images) value = uniform_float(generator);
     predict(network_parameters_view<net, const float>(parameters), batch, images.data(), logits.data(), workspace);
     CHECK(test::allocations.load() == before);
 

@@ -12,6 +12,7 @@
 // running statistics. The reference networks run on the first real test
 // images of Fashion-MNIST; without the data set they are left out (and the
 // script reports the test skipped).
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -95,18 +96,17 @@ template <class Network, class T>
 void randomise_normalisation(network_parameters<Network, T>& parameters, std::uint64_t seed)
 {
     std::mt19937_64 generator(seed);
-    std::uniform_real_distribution<double> scale(0.5, 1.5), shift(-0.5, 0.5), variance(0.3, 2.0);
     for (const named_array& array : Network::parameter_names()) {
         const std::string_view name = array.name.view();
         const auto ends = [&](std::string_view suffix) { return name.ends_with(suffix); };
-        std::uniform_real_distribution<double>* draw = nullptr;
-        if (ends(".running_var")) draw = &variance;
-        else if (ends(".running_mean")) draw = &shift;
-        else if (array.rank == 1 && ends(".weight")) draw = &scale; // a batch norm's gamma (dense weights are 2-D)
-        else if (ends(".bias")) draw = &shift;                       // a batch norm's beta, a dense layer's bias
-        if (draw == nullptr) continue;
+        std::array<double, 2> range{}; // the values' interval, none when empty
+        if (ends(".running_var")) range = {0.3, 2.0};
+        else if (ends(".running_mean")) range = {-0.5, 0.5};
+        else if (array.rank == 1 && ends(".weight")) range = {0.5, 1.5}; // a batch norm's gamma (dense weights are 2-D)
+        else if (ends(".bias")) range = {-0.5, 0.5};                       // a batch norm's beta, a dense layer's bias
+        if (range[0] == range[1]) continue;
         const std::span<T> values = array.role == array_role::parameter ? parameters.values() : parameters.state();
-        for (std::size_t i = 0; i < array.size(); ++i) values[array.offset + i] = T((*draw)(generator));
+        for (std::size_t i = 0; i < array.size(); ++i) values[array.offset + i] = T(uniform_real(generator, range[0], range[1]));
     }
 }
 
@@ -139,9 +139,8 @@ void generated_case(const std::filesystem::path& directory, const std::string& n
 {
     constexpr std::size_t batch = 16, count = 48;
     std::mt19937_64 generator(seed);
-    std::normal_distribution<double> normal;
     std::vector<T> images(count * Network::input::size);
-    for (T& value : images) value = T(normal(generator));
+    for (T& value : images) value = T(standard_normal(generator));
     std::vector<std::int32_t> labels(count);
     for (std::int32_t& label : labels) label = std::int32_t(generator() % Network::output::size);
     auto parameters = Network::template make_parameters<T>(seed);

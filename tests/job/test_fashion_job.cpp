@@ -45,12 +45,11 @@ void write_idx_gzip(const std::string& path, std::vector<std::uint32_t> dims, co
 void write_split(const std::string& dir, const std::string& prefix, std::size_t count, std::uint64_t seed)
 {
     std::mt19937_64 generator(seed);
-    std::uniform_int_distribution<int> noise(0, 60), label(0, 9);
     std::vector<unsigned char> images(count * 784), labels(count);
     for (std::size_t n = 0; n < count; ++n) {
-        const int c = label(generator);
+        const int c = petra::uniform_int(generator, 0, 9);
         labels[n] = static_cast<unsigned char>(c);
-        for (std::size_t p = 0; p < 784; ++p) images[n * 784 + p] = static_cast<unsigned char>(noise(generator));
+        for (std::size_t p = 0; p < 784; ++p) images[n * 784 + p] = static_cast<unsigned char>(petra::uniform_int(generator, 0, 60));
         const std::size_t top = 2 + 12 * std::size_t(c / 5), left = 2 + 5 * std::size_t(c % 5);
         for (std::size_t y = top; y < top + 6; ++y)
             for (std::size_t x = left; x < left + 6 && x < 28; ++x) images[n * 784 + y * 28 + x] = 230;

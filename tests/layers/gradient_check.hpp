@@ -49,20 +49,19 @@ void check_gradients(std::mt19937_64& generator, const gradient_check_options& o
     using input = typename Bound::input;
     using output = typename Bound::output;
     const std::size_t batch = options.batch;
-    std::uniform_real_distribution<double> uniform(-1.0, 1.0);
 
     std::vector<double> parameters(Bound::parameter_count), state(Bound::state_count + 1);
     Bound::initialize(span_of<Bound::parameter_count>(parameters), span_of<Bound::state_count>(state), generator);
     // Random parameters around the initial ones, so that no symmetry (gamma = 1,
     // bias = 0) hides an error.
-    for (double& value : parameters) value += 0.5 * uniform(generator);
+    for (double& value : parameters) value += 0.5 * uniform_real(generator, -1.0, 1.0);
     std::vector<double> x(batch * input::size);
     for (double& value : x) {
-        do value = uniform(generator);
+        do value = uniform_real(generator, -1.0, 1.0);
         while (std::abs(value) < options.smallest_input);
     }
     std::vector<double> direction(batch * output::size);
-    for (double& value : direction) value = uniform(generator);
+    for (double& value : direction) value = uniform_real(generator, -1.0, 1.0);
 
     std::vector<double> y(batch * output::size), workspace(Bound::workspace_size(batch) + 1);
     auto objective = [&](const std::vector<double>& at_x, const std::vector<double>& at_parameters) {

@@ -68,8 +68,7 @@ TEST_CASE("batch_norm: only training passes move the running statistics")
     layer::initialize(test::span_of<layer::parameter_count>(parameters), test::span_of<layer::state_count>(state),
                       generator);
     std::vector<float> x(4 * 18), y(x.size());
-    std::normal_distribution<float> values(3.0f, 2.0f);
-    for (float& value : x) value = values(generator);
+    fill_normal(std::span<float>(x), 3.0, 2.0, generator);
     const auto forward = [&](auto mode) {
         layer::forward(mode, test::span_of<layer::parameter_count>(parameters), test::span_of<layer::state_count>(state),
                        test::batch_of<layer::input>(x, 4), test::batch_of<layer::output>(y, 4),
@@ -107,8 +106,7 @@ TEST_CASE("batch_norm: training normalises each channel of the batch")
     layer::initialize(test::span_of<layer::parameter_count>(parameters), test::span_of<layer::state_count>(state),
                       generator);
     std::vector<double> x(5 * 12), y(x.size());
-    std::normal_distribution<double> values(-4.0, 3.0);
-    for (double& value : x) value = values(generator);
+    fill_normal(std::span<double>(x), -4.0, 3.0, generator);
     layer::forward(pass::training, test::span_of<layer::parameter_count>(parameters),
                    test::span_of<layer::state_count>(state), test::batch_of<layer::input>(x, 5),
                    test::batch_of<layer::output>(y, 5), std::span<double>(workspace));
@@ -140,10 +138,9 @@ TEST_CASE("softmax_cross_entropy_loss: gradient of the mean loss")
 {
     using loss = softmax_cross_entropy_loss<10>::bind<shape<10>>;
     std::mt19937_64 generator(8);
-    std::uniform_real_distribution<double> uniform(-2.0, 2.0);
     const std::size_t batch = 4;
     std::vector<double> logits(batch * 10), gradient(logits.size());
-    for (double& value : logits) value = uniform(generator);
+    for (double& value : logits) value = uniform_real(generator, -2.0, 2.0);
     const std::vector<std::int32_t> labels = {3, 0, 9, 3};
     loss::evaluate(batch, logits.data(), labels.data(), gradient.data());
     std::vector<double> numeric(logits.size());
@@ -188,8 +185,7 @@ TEST_CASE("chain: forward equals the layers applied one by one")
     bound::initialize(test::span_of<bound::parameter_count>(parameters), test::span_of<bound::state_count>(state),
                       generator);
     std::vector<float> x(batch * bound::input::size);
-    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-    for (float& value : x) value = uniform(generator);
+    for (float& value : x) value = uniform_real(generator, -1.0f, 1.0f);
 
     std::vector<float> y(batch * bound::output::size), workspace(bound::workspace_size(batch));
     auto chained_state = state;
@@ -236,7 +232,7 @@ void check_skipped_input_gradient()
     std::vector<double> parameters(Bound::parameter_count), state(Bound::state_count + 1);
     Bound::initialize(test::span_of<Bound::parameter_count>(parameters), test::span_of<Bound::state_count>(state),
                       generator);
-    for (double& value : parameters) value += std::uniform_real_distribution<double>(-0.1, 0.1)(generator);
+    for (double& value : parameters) value += uniform_real(generator, -0.1, 0.1);
     const auto x = test::random_vector<double>(batch * Bound::input::size, generator);
     const auto grad_y = test::random_vector<double>(batch * Bound::output::size, generator);
     std::vector<double> y(grad_y.size()), grad_x(x.size());

@@ -37,9 +37,8 @@ using reference = reference_network<>;
 template <class T>
 std::vector<std::int32_t> random_labels(std::size_t batch, std::size_t classes, std::mt19937_64& generator)
 {
-    std::uniform_int_distribution<std::int32_t> label(0, std::int32_t(classes) - 1);
     std::vector<std::int32_t> labels(batch);
-    for (auto& value : labels) value = label(generator);
+    for (auto& value : labels) value = uniform_int(generator, std::int32_t{0}, std::int32_t(classes) - 1);
     return labels;
 }
 
@@ -50,8 +49,7 @@ network_parameters<Network, T> perturbed_parameters(std::uint64_t seed)
 {
     auto parameters = Network::template make_parameters<T>(seed);
     std::mt19937_64 generator(seed + 100);
-    std::uniform_real_distribution<T> noise(T(-0.2), T(0.2));
-    for (T& value : parameters.values()) value += noise(generator);
+    for (T& value : parameters.values()) value += uniform_real(generator, T(-0.2), T(0.2));
     return parameters;
 }
 

@@ -28,16 +28,14 @@ using small_network = network<input<1, 6, 6>, stem<chain<conv2d<1, 8>, batch_nor
 xt::xtensor<float, 4> random_images(std::size_t count, std::mt19937_64& generator)
 {
     xt::xtensor<float, 4> images = xt::xtensor<float, 4>::from_shape({count, 1, 6, 6});
-    std::uniform_real_distribution<float> pixel(-1.0f, 1.0f);
-    for (float& value : images) value = pixel(generator);
+    for (float& value : images) value = petra::uniform_real(generator, -1.0f, 1.0f);
     return images;
 }
 
 xt::xtensor<std::int32_t, 1> random_labels(std::size_t count, std::mt19937_64& generator)
 {
     xt::xtensor<std::int32_t, 1> labels = xt::xtensor<std::int32_t, 1>::from_shape({count});
-    std::uniform_int_distribution<std::int32_t> label(0, 2);
-    for (std::int32_t& value : labels) value = label(generator);
+    for (std::int32_t& value : labels) value = petra::uniform_int(generator, std::int32_t{0}, std::int32_t{2});
     return labels;
 }
 

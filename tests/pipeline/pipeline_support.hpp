@@ -28,13 +28,11 @@ struct micro_batches {
     micro_batches(std::size_t count, std::size_t batch_size, std::uint64_t seed) : batch(batch_size)
     {
         std::mt19937_64 generator(seed);
-        std::normal_distribution<float> pixel(0.0f, 1.0f);
-        std::uniform_int_distribution<std::int32_t> label(0, 2);
         for (std::size_t m = 0; m < count; ++m) {
             owned_batch<float, pipeline_network::input> values(batch);
-            for (float& value : values) value = pixel(generator);
+            for (float& value : values) value = float(standard_normal(generator));
             std::vector<std::int32_t> classes(batch);
-            for (auto& value : classes) value = label(generator);
+            for (auto& value : classes) value = uniform_int(generator, std::int32_t{0}, std::int32_t{2});
             // Class-dependent brightness, so that there is something to learn.
             for (std::size_t n = 0; n < batch; ++n) {
                 for (std::size_t i = 0; i < pipeline_network::input::size; ++i) {

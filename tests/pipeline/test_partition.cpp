@@ -47,12 +47,11 @@ std::size_t brute_force_best(const std::vector<std::size_t>& costs, const std::v
 template <std::size_t N, std::size_t Stages>
 void check_against_brute_force(std::mt19937_64& generator, std::size_t largest_cost, bool cheaper_last = false)
 {
-    std::uniform_int_distribution<std::size_t> cost(1, largest_cost);
     for (int trial = 0; trial < 30; ++trial) {
         std::array<std::size_t, N> costs{}, last_costs{};
         for (std::size_t i = 0; i < N; ++i) {
-            costs[i] = cost(generator);
-            last_costs[i] = cheaper_last ? std::uniform_int_distribution<std::size_t>(1, costs[i])(generator) : costs[i];
+            costs[i] = uniform_int(generator, std::size_t{1}, largest_cost);
+            last_costs[i] = cheaper_last ? uniform_int(generator, std::size_t{1}, costs[i]) : costs[i];
         }
         const auto cuts = balanced_cuts<Stages>(costs, last_costs);
         // Valid: from 0 to N, strictly increasing (every stage non-empty, so
@@ -143,11 +142,10 @@ TEST_CASE("partition: default_cuts is reference_cuts for the reference network, 
 TEST_CASE("partition: stages grouped onto ranks minimise the largest group, contiguous and non-empty")
 {
     std::mt19937_64 generator(5);
-    std::uniform_int_distribution<std::size_t> cost(1, 20);
     for (std::size_t stages = 1; stages <= 6; ++stages) {
         for (std::size_t groups = 1; groups <= stages; ++groups) {
             std::vector<std::size_t> costs(stages);
-            for (std::size_t& value : costs) value = cost(generator);
+            for (std::size_t& value : costs) value = uniform_int(generator, std::size_t{1}, std::size_t{20});
             const std::vector<std::size_t> cuts = balanced_groups(costs, groups);
             REQUIRE(cuts.size() == groups + 1);
             CHECK(cuts.front() == 0);

@@ -29,8 +29,7 @@ std::size_t allocations_in_second_epoch()
     std::vector<float> images(48 * net::input::size);
     std::vector<std::int32_t> labels(48);
     std::mt19937_64 generator(3);
-    std::normal_distribution<float> pixel(0.0f, 1.0f);
-    for (float& value : images) value = pixel(generator);
+    petra::fill_normal(std::span<float>(images), 0.0, 1.0, generator);
     for (std::size_t n = 0; n < labels.size(); ++n) labels[n] = std::int32_t(n % 3);
     petra::tensor_source<net::input> source(images, labels, 4, /*seed=*/9);
     const petra::training_plan plan({.epochs = 2, .batches_per_epoch = 12, .accumulation = 2}, {.peak = 0.02});

@@ -47,8 +47,7 @@ int main()
     const network_parameters_view<net, float> parameters(values, state);
     initialize_parameters(parameters, 1);
     std::mt19937_64 generator(2);
-    std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
-    for (float& value : images) value = pixel(generator);
+    for (float& value : images) value = uniform_float(generator);
     predict(network_parameters_view<net, const float>(parameters), batch, images.data(), logits.data(), workspace);
 
     const std::array<float, 2> point{1, 2};

@@ -38,12 +38,11 @@ int main(int argc, char** argv)
     const bool failure = argc == 2 && std::strcmp(argv[1], "failure") == 0;
     set_error_handler(report_and_exit);
     std::mt19937_64 generator(1);
-    std::uniform_real_distribution<float> uniform(-1.5f, 1.5f);
     std::vector<float> points(1024 * 2);
     std::vector<std::int32_t> labels(1024);
     for (std::size_t n = 0; n < 1024; ++n) {
-        points[2 * n] = uniform(generator);
-        points[2 * n + 1] = uniform(generator);
+        points[2 * n] = uniform_real(generator, -1.5f, 1.5f);
+        points[2 * n + 1] = uniform_real(generator, -1.5f, 1.5f);
         labels[n] = std::hypot(points[2 * n], points[2 * n + 1]) < 1.0f;
     }
     if (failure) points[2 * 64 + 1] = std::numeric_limits<float>::infinity(); // in micro-batch 1
