@@ -224,7 +224,7 @@ private:
         const auto gradient_of = [&](std::size_t d) { return std::span<T>(worker_of<I>(d).stage().gradient()); };
         const std::span<T> sum = gradient_of(0);
         add_in_replica_order(replica_count(), gradient_of, sum);
-        for (std::size_t d = 1; d < replica_count(); ++d) std::ranges::copy(sum, gradient_of(d).begin());
+        for (std::size_t d = 1; d < replica_count(); ++d) std::copy(sum.begin(), sum.end(), gradient_of(d).begin());
     }
 
     // Every replica's running statistics replaced by their average.
@@ -235,7 +235,7 @@ private:
         };
         const std::span<T> average = state_of(0);
         average_in_replica_order(replica_count(), state_of, average);
-        for (std::size_t d = 1; d < replica_count(); ++d) std::ranges::copy(average, state_of(d).begin());
+        for (std::size_t d = 1; d < replica_count(); ++d) std::copy(average.begin(), average.end(), state_of(d).begin());
     }
 
     void refuse_replicas_checkpoint() const
