@@ -1,5 +1,4 @@
-// A run's position and its finished epochs: the training loop's
-// (petra/train/training_loop.hpp), by the job's names for them.
+// A run's position and finished epochs: petra/train/training_loop.hpp's, by the job's names.
 #pragma once
 
 #include <petra/petra.hpp>
