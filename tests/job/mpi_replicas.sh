@@ -10,15 +10,8 @@ job=$1
 work=$2
 shift 2
 mpiexec=("$@")
-data=/usr/share/datasets/fashion-mnist
-if [[ ! -r $data/train-images-idx3-ubyte.gz ]]; then
-    echo "skipped: $data has no Fashion-MNIST (the dataset-fashion-mnist package)"
-    exit 77
-fi
-rm -rf "$work" && mkdir -p "$work" || exit 1
-fail() { echo "FAILED: $*"; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/job_script_support.sh"
 common=(--method petra --stages 2 --replicas 2 --epochs 1 --max-steps 12 --batch 16 --quiet)
-digest() { sed -n 's/.*"parameter_digest": "\([0-9a-f]*\)".*/\1/p' "$1"; }
 
 "$job" "${common[@]}" --driver simulator --summary "$work/simulator.json" > /dev/null ||
     fail "the simulator with 2 replicas failed"

@@ -8,17 +8,10 @@
 set -u
 job=$1
 work=$2
-data=/usr/share/datasets/fashion-mnist
-if [[ ! -r $data/train-images-idx3-ubyte.gz ]]; then
-    echo "skipped: $data has no Fashion-MNIST (the dataset-fashion-mnist package)"
-    exit 77
-fi
-rm -rf "$work" && mkdir -p "$work" || exit 1
-fail() { echo "FAILED: $*"; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/job_script_support.sh"
 common=(--method petra --stages 3 --epochs 1 --max-steps 120 --batch 32 --quiet)
 
 "$job" "${common[@]}" --summary "$work/whole.json" > /dev/null || fail "the uninterrupted run failed"
-digest() { sed -n 's/.*"parameter_digest": "\([0-9a-f]*\)".*/\1/p' "$1"; }
 whole=$(digest "$work/whole.json")
 [[ -n $whole ]] || fail "no parameter digest in $work/whole.json"
 
