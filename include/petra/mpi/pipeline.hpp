@@ -118,7 +118,7 @@ public:
     mpi_pipeline(MPI_Comm communicator, std::uint64_t seed, const typename Optimizer::options& optimizer_options,
                  std::function<double(std::size_t)> learning_rate, const pipeline_options& options)
         : replica_base(communicator, options.replicas), placement(replica_base::pipeline_communicator()),
-          options_(options), shared_{std::move(learning_rate), {}, {}, {}, {}}
+          options_(options), shared_{.learning_rate = std::move(learning_rate)}
     {
         if (!shared_.learning_rate) {
             raise_error(error_kind::invalid_argument, "pipeline: a learning-rate schedule is needed.");
@@ -140,11 +140,9 @@ public:
             return std::max(Network::parameter_offsets[Cuts[j + 1]] - Network::parameter_offsets[Cuts[j]],
                             Network::state_offsets[Cuts[j + 1]] - Network::state_offsets[Cuts[j]]);
         });
-        if (replicas() > 1) {
-            shared_.sum_across_replicas = [this](std::size_t j, std::span<T> sum) {
-                replica_base::sum_across_replicas(j, sum);
-            };
-        }
+        replica_base::share_sums(shared_, [](std::size_t j) {
+            return Network::parameter_offsets[Cuts[j + 1]] - Network::parameter_offsets[Cuts[j]];
+        });
         start_epoch();
         if (threaded_) {
             for_each_hosted([&](auto& hosted, std::size_t j) {

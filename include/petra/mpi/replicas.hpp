@@ -15,6 +15,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <cstddef>
 #include <span>
 #include <string>
@@ -27,6 +28,7 @@
 #include <petra/mpi/placement.hpp>
 #include <petra/pipeline/accumulation.hpp>
 #include <petra/pipeline/replicas.hpp>
+#include <petra/pipeline/worker.hpp>
 
 namespace petra {
 
@@ -89,6 +91,9 @@ public:
         for (const auto& buffer : gathered_) bytes += buffer.size() * sizeof(T);
         return bytes;
     }
+    // How many parts of gradient sums this rank has started during the
+    // backwards (the exchange overlapping compute), in all.
+    std::size_t parts_started() const { return parts_started_.load(); }
 
 protected:
     // This replica's ranks: the pipeline runs over them.
@@ -103,19 +108,74 @@ protected:
         if (replicas_ == 1) return;
         stages_.resize(stage_count);
         gathered_.resize(stage_count);
+        exchanges_.resize(stage_count);
         for (std::size_t j = 0; j < stage_count; ++j) {
             stages_[j] = detail::split_communicator(job_.get(), hosts(j) ? 0 : MPI_UNDEFINED, int(replica_));
             if (hosts(j)) gathered_[j].resize(replicas_ * values(j));
         }
     }
 
+    // Has every step of `shared`'s stages sum its gradient over the
+    // replicas, each block's part leaving while the blocks below it
+    // differentiate; gradient_size(j) is stage j's gradient size. Nothing
+    // with one replica.
+    template <class GradientSize>
+    void share_sums(pipeline_shared<T>& shared, GradientSize gradient_size)
+    {
+        if (replicas_ == 1) return;
+        shared.sum_across_replicas = [this](std::size_t j, std::span<T> sum) { sum_across_replicas(j, sum); };
+        shared.begin_replica_sum = [this, gradient_size](std::size_t j, std::size_t offset, std::span<const T> part) {
+            begin_sum(j, gradient_size(j), offset, part);
+        };
+    }
+
     // Collective over stage `stage`'s ranks: `values` replaced by the sum
-    // over the replicas (average: their average), in replica order.
+    // over the replicas (average: their average), in replica order. With
+    // begin_sum(stage, ...) called since the last sum, waits for the parts
+    // it started and gathers the rest.
     void sum_across_replicas(std::size_t stage, std::span<T> values)
     {
-        const auto gathered = gather(stage, values);
-        add_in_replica_order(replicas_, gathered, values);
+        exchange& started = exchanges_[stage];
+        if (started.requests.empty()) {
+            const auto gathered = gather(stage, values);
+            add_in_replica_order(replicas_, gathered, values);
+            return;
+        }
+        check_mpi(MPI_Waitall(int(started.requests.size()), started.requests.data(), MPI_STATUSES_IGNORE),
+                  "mpi pipeline: replicas' gradients");
+        started.requests.clear();
+        if (started.first != 0) gather_part(stage, values.size(), 0, values.first(started.first), nullptr);
+        started.first = values.size();
+        T* gathered = gathered_[stage].data();
+        add_in_replica_order(
+            replicas_,
+            [gathered, size = values.size()](std::size_t d) { return std::span<const T>(gathered + d * size, size); },
+            values);
     }
+
+    // Starts gathering part of a stage's sum, values [offset, offset +
+    // part.size()) of `size`, as sum_across_replicas would: each part must
+    // end where the previous one began (the stage's blocks, last first), and
+    // stay untouched until sum_across_replicas(stage, ...) returns. Also lets
+    // the parts started before it progress.
+    void begin_sum(std::size_t stage, std::size_t size, std::size_t offset, std::span<const T> part)
+    {
+        exchange& started = exchanges_[stage];
+        if (started.requests.empty()) started.first = size;
+        if (offset + part.size() != started.first) {
+            raise_error(error_kind::logic_error, "mpi pipeline: a stage's gradient parts must be exchanged from "
+                                                 "its last block down, each ending where the previous began.");
+        }
+        if (!part.empty()) {
+            started.requests.push_back(MPI_REQUEST_NULL);
+            gather_part(stage, size, offset, part, &started.requests.back());
+            started.first = offset;
+        }
+        int done = 0;
+        check_mpi(MPI_Testall(int(started.requests.size()), started.requests.data(), &done, MPI_STATUSES_IGNORE),
+                  "mpi pipeline: replicas' gradients");
+    }
+
     void average_across_replicas(std::size_t stage, std::span<T> values)
     {
         const auto gathered = gather(stage, values);
@@ -159,12 +219,49 @@ private:
         };
     }
 
+    // part[i], values [offset, offset + part.size()) of each replica's
+    // `size`, gathered into gathered_[stage] at d x size + offset: at once
+    // (request null) or started (MPI_Iallgatherv) into *request. The counts
+    // and displacements of a started part live until the step's sum.
+    void gather_part(std::size_t stage, std::size_t size, std::size_t offset, std::span<const T> part,
+                     MPI_Request* request)
+    {
+        exchange& started = exchanges_[stage];
+        if (started.arguments.size() <= started.requests.size()) started.arguments.emplace_back();
+        std::vector<int>& arguments = started.arguments[request ? started.requests.size() - 1 : started.requests.size()];
+        arguments.assign(2 * replicas_, int(part.size()));
+        for (std::size_t d = 0; d < replicas_; ++d) arguments[replicas_ + d] = int(d * size + offset);
+        T* gathered = gathered_[stage].data();
+        if (request) {
+            ++parts_started_;
+            check_mpi(MPI_Iallgatherv(part.data(), int(part.size()), mpi_type<T>(), gathered, arguments.data(),
+                                      arguments.data() + replicas_, mpi_type<T>(), stages_[stage].get(), request),
+                      "mpi pipeline: replicas' gradients");
+        } else {
+            check_mpi(MPI_Allgatherv(part.data(), int(part.size()), mpi_type<T>(), gathered, arguments.data(),
+                                     arguments.data() + replicas_, mpi_type<T>(), stages_[stage].get()),
+                      "mpi pipeline: replicas' gradients");
+        }
+    }
+
+    // A stage's sum in parts: the requests started, the first value they
+    // cover (the parts run from there to the end), and each request's
+    // counts and displacements (kept from step to step: no allocation once
+    // the first step has run).
+    struct exchange {
+        std::vector<MPI_Request> requests;
+        std::size_t first = 0;
+        std::vector<std::vector<int>> arguments;
+    };
+
     detail::owned_communicator job_;
     std::size_t replicas_;
     std::size_t replica_;
     detail::split_communicator pipeline_;
     std::vector<detail::split_communicator> stages_; // [j]: the ranks hosting stage j, if this one does
     std::vector<kernels::aligned_vector<T>> gathered_;
+    std::vector<exchange> exchanges_;
+    std::atomic<std::size_t> parts_started_ = 0; // stages' threads may start parts at once
 };
 
 } // namespace petra

@@ -441,7 +441,7 @@ private:
     pipeline_core(network_parameters_view<Network, T> parameters, const typename Optimizer::options& optimizer_options,
                   std::function<double(std::size_t)> learning_rate, const pipeline_options& options,
                   channel_waiting mode, std::index_sequence<I...>)
-        : options_(options), shared_{std::move(learning_rate), {}, {}, {}, {}},
+        : options_(options), shared_{.learning_rate = std::move(learning_rate)},
           weight_mask_(Network::template weight_mask<T>()), forward_(make_forward(mode)),
           backward_(make_backward(mode)),
           labels_(make_labels(mode)),

@@ -50,6 +50,15 @@
 
 namespace petra {
 
+// stage::backward's default block_done: nothing to do as a block's
+// gradient is final.
+struct ignore_block_gradient {
+    template <class Values>
+    constexpr void operator()(const Values&) const noexcept
+    {
+    }
+};
+
 // The buffers of a stage, in values (stage::buffers).
 struct stage_buffers {
     std::size_t gradient = 0;           // the sum of the parameter gradients
@@ -258,9 +267,13 @@ public:
     // y: the stage's output for the oldest micro-batch in flight (as the
     // next stage rebuilt or kept it); grad_y its gradient. Writes the stage's
     // input to x and its gradient to grad_x (for stage 0, either may be an
-    // empty view: it has no one to send them to).
+    // empty view: it has no one to send them to). As each block's backward
+    // ends, last block first, block_done(that block's slice of gradient())
+    // is called: the rest of this backward does not change that slice (a
+    // driver may start sending it while the blocks below compute).
+    template <class BlockDone = ignore_block_gradient>
     void backward(const_batch<T, output> y, const_batch<T, output> grad_y, batch_view<T, input> x,
-                  batch_view<T, input> grad_x)
+                  batch_view<T, input> grad_x, BlockDone&& block_done = {})
     {
         if (in_flight_ == 0) {
             raise_error(error_kind::logic_error, "pipeline stage: backward without a forward in flight.");
@@ -277,8 +290,10 @@ public:
         // each block leaves there its own input and input gradient.
         const T* above = y.data();
         const T* grad_above = grad_y.data();
-        for_each_index_down<block_count>(
-            [&](auto i) { backward_block<i>(parameters, above, grad_above, x, grad_x); });
+        for_each_index_down<block_count>([&](auto i) {
+            backward_block<i>(parameters, above, grad_above, x, grad_x);
+            block_done(std::span<const T>(block_gradient<i>()));
+        });
         --in_flight_;
     }
 

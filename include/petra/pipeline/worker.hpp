@@ -65,15 +65,22 @@ struct pipeline_event {
 template <class T>
 struct pipeline_shared {
     std::function<double(std::size_t)> learning_rate;
-    std::function<void(const pipeline_event<T>&)> trace; // may be empty
+    std::function<void(const pipeline_event<T>&)> trace{}; // may be empty
     // With replicas on other ranks: replaces a stage's gradient sum by the
     // sum over its replicas (pipeline/replicas.hpp), before each step; may
     // be called by several stages' threads at once. Empty where the driver
     // sums between begin_tick() and end_tick() itself (the simulator), or
     // with one replica.
-    std::function<void(std::size_t stage, std::span<T> gradient_sum)> sum_across_replicas;
-    std::mutex statistics_mutex;
-    epoch_statistics statistics; // of the micro-batches the last stage has scored
+    std::function<void(std::size_t stage, std::span<T> gradient_sum)> sum_across_replicas{};
+    // May be empty; with sum_across_replicas, lets the sum start early: in a
+    // backward that ends with a step, called as each block's gradient is
+    // final (last block first), with the block's offset in the stage's
+    // gradient sum and its values, which stay untouched until
+    // sum_across_replicas(stage, ...) of that step returns. Called by the
+    // stage's own thread only.
+    std::function<void(std::size_t stage, std::size_t offset, std::span<const T> values)> begin_replica_sum{};
+    std::mutex statistics_mutex{};
+    epoch_statistics statistics{}; // of the micro-batches the last stage has scored
 
     epoch_statistics statistics_so_far()
     {
@@ -305,7 +312,8 @@ private:
             links_.forward_in->end_receive();
             evaluate_loss(m);
             if constexpr (Stage::is_first) {
-                stage_.backward(output_view(logits_.data()), output_view(grad_logits_.data()), {}, {});
+                stage_.backward(output_view(logits_.data()), output_view(grad_logits_.data()), {}, {},
+                                replica_sum_starter());
             } else {
                 send_backward(m, logits_.data(), grad_logits_.data());
             }
@@ -319,7 +327,7 @@ private:
         check_order(*in.header, m, "backward");
         const std::size_t output = stage_.batch() * Stage::output_values;
         if constexpr (Stage::is_first) {
-            stage_.backward(output_view(in.values), output_view(in.values + output), {}, {});
+            stage_.backward(output_view(in.values), output_view(in.values + output), {}, {}, replica_sum_starter());
         } else {
             send_backward(m, in.values, in.values + output);
         }
@@ -333,9 +341,28 @@ private:
     {
         message<T> out = links_.backward_out->begin_send();
         const std::size_t input = stage_.batch() * Stage::input_values;
-        stage_.backward(output_view(y), output_view(grad_y), input_view(out.values), input_view(out.values + input));
+        stage_.backward(output_view(y), output_view(grad_y), input_view(out.values), input_view(out.values + input),
+                        replica_sum_starter());
         *out.header = {m, false};
         links_.backward_out->end_send();
+    }
+
+    // The stage's block_done for the backward about to run: hands each
+    // final block gradient to begin_replica_sum when this backward ends with
+    // a step (the k-th of an accumulation, or the epoch's last where the
+    // stage knows the epoch's size by then; otherwise the step sums all at
+    // once), and does nothing else.
+    auto replica_sum_starter()
+    {
+        const bool ends_with_step = accumulation_.pending() + 1 == accumulation_.micro_batches_per_step() ||
+                                    (epoch_size_ && backward_count_ + 1 == *epoch_size_);
+        const bool starting = ends_with_step && shared_.begin_replica_sum && shared_.sum_across_replicas;
+        return [this, starting](std::span<const T> block_gradient) {
+            if (starting) {
+                const auto offset = std::size_t(block_gradient.data() - stage_.gradient().data());
+                shared_.begin_replica_sum(index, offset, block_gradient);
+            }
+        };
     }
 
     void evaluate_loss(std::size_t m)
