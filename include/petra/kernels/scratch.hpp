@@ -112,6 +112,14 @@ public:
     }
     // Distinct per-thread buffers named.
     constexpr std::size_t buffer_count() const { return count_; }
+    // visit(key, bytes) for each buffer named, in the order first named (a
+    // planner merging demands it only knows as numbers merges them this
+    // way: per key the largest).
+    template <class Visit>
+    constexpr void for_each_buffer(Visit&& visit) const
+    {
+        for (std::size_t i = 0; i < count_; ++i) visit(buffers_[i].key, buffers_[i].bytes);
+    }
 
 private:
     struct buffer {
