@@ -107,8 +107,8 @@ inline void declare_options(CLI::App& app, job_options& options)
                    "MPI ranks\n(mpirun -np R, R <= J; the same numbers)")
         ->type_name("D");
     app.add_option("--replicas", options.replicas,
-                   "PETRA's pipeline in D copies (--driver simulator or\nmpi: mpirun -np D x R), each on its shard of a\n"
-                   "micro-batch of D x batch examples")
+                   "PETRA's pipeline in D copies (--driver simulator or\nmpi: mpirun -np D x R), each on its "
+                   "shard of a\nmicro-batch of D x batch examples")
         ->type_name("D")->check(whole_number);
     app.add_option("--accumulation", options.accumulation, "micro-batches per optimizer step")
         ->type_name("K")->check(whole_number);

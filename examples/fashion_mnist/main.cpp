@@ -36,7 +36,7 @@ extern "C" void request_stop(int signal) { stop_signal.store(signal); }
 
 void install_stop_handlers()
 {
-    struct sigaction action{};
+    struct sigaction action = {};
     action.sa_handler = request_stop;
     sigemptyset(&action.sa_mask);
     action.sa_flags = SA_RESETHAND | SA_RESTART; // writes in progress are not cut short

@@ -37,8 +37,8 @@ struct method_context {
 template <class M>
 concept training_method = petra::training_method<M> && std::constructible_from<M, const method_context&> &&
                           requires(M& method, const petra::labelled_images& test, std::size_t count) {
-                              { method.evaluate(test, count) } -> std::same_as<evaluation>;
-                              { method.digest() } -> std::same_as<std::string>;
+                              requires std::same_as<decltype(method.evaluate(test, count)), evaluation>;
+                              requires std::same_as<decltype(method.digest()), std::string>;
                           };
 
 } // namespace fashion

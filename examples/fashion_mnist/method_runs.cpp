@@ -31,7 +31,7 @@ job_summary method_runs<Network, Group>::run(const job_options& options, const t
         }
     }
     constexpr std::size_t first = Group == 0 ? run_groups : Group;
-    return with_stage_count<first, run_groups>(recipe.stages, [&]<std::size_t J>(std::integral_constant<std::size_t, J>) {
+    const auto run_on_stages = [&]<std::size_t J>(std::integral_constant<std::size_t, J>) {
         switch (recipe.driver) {
         case driver::simulator: return run(std::type_identity<petra_on_simulator<net, J>>{});
         case driver::mpi:
@@ -43,7 +43,8 @@ job_summary method_runs<Network, Group>::run(const job_options& options, const t
         case driver::threads: break;
         }
         return run(std::type_identity<petra_on_threads<net, J>>{});
-    });
+    };
+    return with_stage_count<first, run_groups>(recipe.stages, run_on_stages);
 }
 
 template struct method_runs<network_kind::PETRA_JOB_NETWORK, PETRA_JOB_RUN_GROUP>;

@@ -39,10 +39,10 @@ template <class Net>
 std::vector<std::size_t> cuts_at(std::size_t stages)
 {
     std::vector<std::size_t> cuts;
-    [&]<std::size_t... J>(std::index_sequence<J...>) {
+    ([&]<std::size_t... J>(std::index_sequence<J...>) {
         ((J + 1 == stages ? (void)cuts.assign(cuts_of<Net, J + 1>.begin(), cuts_of<Net, J + 1>.end()) : void()),
          ...);
-    }(std::make_index_sequence<Net::block_count>{});
+    })(std::make_index_sequence<Net::block_count>{});
     return cuts;
 }
 

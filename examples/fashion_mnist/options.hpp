@@ -197,8 +197,9 @@ inline training_recipe checked_recipe(const job_options& options)
         refuse_option("--method must be petra, backprop or reversible-backprop, not '" + options.method + "'.");
     }
     if (options.stages < 1 || options.stages > max_stages) {
-        refuse_option("--stages must be 1 to " + std::to_string(max_stages) + ", the network's block count (every "
-                      "stage holds at least one block), not " + std::to_string(options.stages) + ".");
+        refuse_option("--stages must be 1 to " + std::to_string(max_stages) +
+                      ", the network's block count (every stage holds at least one block), not " +
+                      std::to_string(options.stages) + ".");
     }
     if (options.accumulation == 0) refuse_option("--accumulation must be at least 1.");
     if (options.batch < 2) refuse_option("--batch must be at least 2 (batch normalisation needs two examples).");

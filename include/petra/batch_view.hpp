@@ -45,7 +45,7 @@ public:
     constexpr batch_view(T* data, std::size_t batch) noexcept : data_(data), batch_(batch) {}
     // A read-only view of the same values.
     template <class Mutable>
-        requires(std::is_const_v<T> && std::is_same_v<const Mutable, T>)
+        requires std::is_const_v<T> && std::is_same_v<const Mutable, T>
     constexpr batch_view(batch_view<Mutable, Shape> values) noexcept : data_(values.data()), batch_(values.batch())
     {
     }

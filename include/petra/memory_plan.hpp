@@ -149,9 +149,9 @@ constexpr pipeline_memory_plan<Cuts.size() - 1> memory_plan(const pipeline_optio
     constexpr std::size_t stage_count = Cuts.size() - 1;
     using core = pipeline_core<Network, Cuts, Optimizer, T>;
     pipeline_memory_plan<stage_count> plan;
-    [&]<std::size_t... J>(std::index_sequence<J...>) {
+    ([&]<std::size_t... J>(std::index_sequence<J...>) {
         ((plan.stages[J] = detail::stage_memory_of<Network, Cuts, Optimizer, T, J>(options)), ...);
-    }(std::make_index_sequence<stage_count>{});
+    })(std::make_index_sequence<stage_count>{});
     plan.shared_bytes = Network::parameter_count * sizeof(T) + core::labels_channel_bytes(options.batch);
     return plan;
 }

@@ -551,14 +551,14 @@ public:
     {
     }
     constexpr network_parameters_view(const network_parameters<Network, value_type>& parameters) noexcept
-        requires std::is_const_v<T>
+        requires(std::is_const_v<T>)
         : values_(parameters.values().template first<Network::parameter_count>()),
           state_(parameters.state().template first<Network::state_count>())
     {
     }
     // A read-only view of a writable one.
     template <class Writable>
-        requires(std::is_const_v<T> && std::is_same_v<Writable, value_type>)
+        requires std::is_const_v<T> && std::is_same_v<Writable, value_type>
     constexpr network_parameters_view(const network_parameters_view<Network, Writable>& writable) noexcept
         : values_(writable.values()), state_(writable.state())
     {
@@ -588,10 +588,10 @@ private:
 // network_parameters_view (of T or const T).
 template <class P>
 concept network_parameters_like =
-    is_network<typename P::network_type>::value && std::is_floating_point_v<typename P::value_type> &&
+    (is_network<typename P::network_type>::value && std::is_floating_point_v<typename P::value_type> &&
     (std::is_same_v<P, network_parameters<typename P::network_type, typename P::value_type>> ||
      std::is_same_v<P, network_parameters_view<typename P::network_type, typename P::value_type>> ||
-     std::is_same_v<P, network_parameters_view<typename P::network_type, const typename P::value_type>>);
+     std::is_same_v<P, network_parameters_view<typename P::network_type, const typename P::value_type>>));
 
 namespace detail {
 

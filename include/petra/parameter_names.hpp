@@ -95,10 +95,10 @@ struct named_array {
 namespace detail {
 
 template <class Bound>
-concept names_its_arrays = requires { Bound::named_arrays; };
+concept names_its_arrays = (requires { Bound::named_arrays; });
 
 template <class Bound>
-concept made_of_parts = requires { typename Bound::parts; };
+concept made_of_parts = (requires { typename Bound::parts; });
 
 template <class Bound>
 constexpr std::size_t part_count()
@@ -124,9 +124,9 @@ constexpr std::size_t named_array_count()
     if constexpr (names_its_arrays<Bound>) {
         return Bound::named_arrays.size();
     } else if constexpr (made_of_parts<Bound>) {
-        return [&]<std::size_t... K>(std::index_sequence<K...>) {
+        return ([&]<std::size_t... K>(std::index_sequence<K...>) {
             return (std::size_t{0} + ... + named_array_count<typename Bound::parts::template function_at<K>>());
-        }(std::make_index_sequence<part_count<Bound>()>{});
+        })(std::make_index_sequence<part_count<Bound>()>{});
     } else {
         return std::size_t{Bound::parameter_count > 0} + std::size_t{Bound::state_count > 0};
     }
@@ -198,9 +198,9 @@ constexpr void name_arrays(const array_name& prefix, std::size_t parameter_offse
 template <class Network>
 constexpr std::size_t network_named_array_count()
 {
-    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return ([&]<std::size_t... I>(std::index_sequence<I...>) {
         return (std::size_t{0} + ... + named_array_count<typename Network::template block<I>>());
-    }(std::make_index_sequence<Network::block_count>{});
+    })(std::make_index_sequence<Network::block_count>{});
 }
 
 template <class Network>

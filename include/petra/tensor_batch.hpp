@@ -35,8 +35,8 @@ namespace petra {
 template <class E>
 concept tensor_like = requires(E& tensor) {
     tensor.data();
-    { tensor.shape().size() } -> std::convertible_to<std::size_t>;
-    { tensor.strides().size() } -> std::convertible_to<std::size_t>;
+    requires std::convertible_to<decltype(tensor.shape().size()), std::size_t>;
+    requires std::convertible_to<decltype(tensor.strides().size()), std::size_t>;
     requires std::is_pointer_v<decltype(tensor.data())>;
 };
 

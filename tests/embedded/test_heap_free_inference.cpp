@@ -37,8 +37,10 @@ std::array<float, batch * net::output::size> logits;
 
 // A model compiled into the program (see test_network.cpp for its numbers).
 using tiny_network = network<input<2>, stem<dense<2, 4>>, additive_coupling<dense<2, 2>>, head<dense<4, 2>>>;
+// clang-format off
 constexpr std::array<float, tiny_network::parameter_count> tiny_values{
     1, 0, 0, 1, 1, 1, 1, -1, 0, 0, 0, 0.5f, 2, 0, 0, 2, 0, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0};
+// clang-format on
 constexpr std::array<float, tiny_network::state_count> tiny_state{};
 std::array<std::byte, tiny_network::inference_workspace_bytes(1)> tiny_workspace;
 

@@ -412,10 +412,12 @@ namespace {
 // Trained values compiled into the program: 2 inputs, a stem of a dense
 // layer to 4 values (two halves of 2), one coupling, a head to 2 logits.
 using tiny_network = network<input<2>, stem<dense<2, 4>>, additive_coupling<dense<2, 2>>, head<dense<4, 2>>>;
+// clang-format off
 constexpr std::array<float, tiny_network::parameter_count> tiny_values{
     1, 0, 0, 1, 1, 1, 1, -1, 0, 0, 0, 0.5f, // stem: weights 4 x 2, biases 4
     2, 0, 0, 2, 0, 1,                       // F: weights 2 x 2, biases 2
     1, 0, 0, 0, 0, 0, 1, 0, 0, 0};          // head: weights 2 x 4, biases 2
+// clang-format on
 constexpr std::array<float, tiny_network::state_count> tiny_state{};
 } // namespace
 

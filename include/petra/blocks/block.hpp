@@ -139,7 +139,7 @@ namespace detail {
 template <class B>
 constexpr block_requirement first_unmet_requirement_of_block()
 {
-    if constexpr (!requires { typename B::input; typename B::output; }) {
+    if constexpr (!(requires { typename B::input; }) || !(requires { typename B::output; })) {
         return block_requirement::shapes;
     } else if constexpr (!an_example_shape<typename B::input> || !an_example_shape<typename B::output>) {
         return block_requirement::shapes;
@@ -177,7 +177,7 @@ constexpr block_requirement first_unmet_requirement_of_block()
 
 // The contract, as a concept of bound blocks (checked with float values).
 template <class B>
-concept bound_block = detail::first_unmet_requirement_of_block<B>() == block_requirement::met;
+concept bound_block = (detail::first_unmet_requirement_of_block<B>() == block_requirement::met);
 
 // The first requirement Block, bound to Input, fails, or met.
 template <class Block, class Input>

@@ -332,8 +332,8 @@ private:
         const auto name = [&] { return std::string(array.name); };
         if ((flags & 1) != 0) fail("holds the array '" + name() + "' encrypted");
         if (method != 0) {
-            fail("holds the array '" + name() + "' compressed (numpy.savez_compressed); petra reads archives "
-                 "written by numpy.savez");
+            fail("holds the array '" + name() +
+                 "' compressed (numpy.savez_compressed); petra reads archives written by numpy.savez");
         }
         if (stored_bytes != plain_bytes) fail("is corrupted (the array '" + name() + "' has two sizes)");
         if (local > directory_offset_ || directory_offset_ - local < detail::zip_local_header_bytes ||

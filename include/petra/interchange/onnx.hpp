@@ -312,10 +312,10 @@ struct unbound_of<Bound> {
 };
 
 template <class Bound>
-concept bound_chain_like = requires {
+concept bound_chain_like = (requires {
     typename Bound::parts;
     Bound::layer_positions;
-};
+});
 
 // Builds the graph of Network from its parameters, block after block.
 template <class Network, class T>

@@ -451,14 +451,14 @@ void weight_gradient(const convolution_shape& shape, const phased_input<T>& inpu
     std::fill(sums, sums + taps * channel_stride, T(0));
     for (std::size_t v0 = 0; v0 < channel_vectors; v0 += blocking::max_vectors) {
         const std::size_t vectors = std::min(blocking::max_vectors, channel_vectors - v0);
-        [&]<std::size_t... V>(std::index_sequence<V...>) {
+        ([&]<std::size_t... V>(std::index_sequence<V...>) {
             ((vectors == V + 1 ? tap_gradients<T, V + 1>(shape.batch, out_height, row_length, tap, taps,
                                                           input.image_stride(), input.width, gradients + v0 * width,
                                                           channel_stride, sums + v0 * width, channel_stride,
                                                           scratch)
                                : void()),
              ...);
-        }(std::make_index_sequence<blocking::max_vectors>{});
+        })(std::make_index_sequence<blocking::max_vectors>{});
     }
     for (std::size_t co = 0; co < out_channels; ++co) {
         for (std::size_t q = 0; q < taps; ++q) grad_weights[co * taps + q] += sums[q * channel_stride + co];
@@ -732,12 +732,12 @@ void forward_accumulate(const convolution_shape& shape, const T* input, const T*
         T* packed = scratch.take<correlation_weights_tag, T>((channels + rows - 1) / rows * rows * taps);
         pack_slivers<rows>(weights, taps, 1, channels, taps, packed);
         const std::size_t vectors = (shape.out_width() + simd_width<T> - 1) / simd_width<T>;
-        [&]<std::size_t... Index>(std::index_sequence<Index...>) {
+        ([&]<std::size_t... Index>(std::index_sequence<Index...>) {
             ((vectors == Index + 1
                   ? correlation_by_row_blocks<T, Index + 1>(shape, phased, offsets, packed, output, beta)
                   : void()),
              ...);
-        }(std::make_index_sequence<4>{});
+        })(std::make_index_sequence<4>{});
         return;
     }
     const std::size_t out_width = shape.out_width(), pixels = shape.output_pixels();

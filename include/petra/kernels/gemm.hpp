@@ -165,11 +165,11 @@ inline void micro_kernel_for_columns(std::size_t columns, std::size_t kc, const 
 {
     constexpr std::size_t width = simd_width<T>;
     const std::size_t vectors = (columns + width - 1) / width;
-    [&]<std::size_t... Used>(std::index_sequence<Used...>) {
+    ([&]<std::size_t... Used>(std::index_sequence<Used...>) {
         // Exactly one alternative matches: the one with Used + 1 == vectors.
         ((vectors == Used + 1 ? micro_kernel<T, MR, VectorsPerRow, Used + 1>(kc, a_sliver, b_rows, tile) : void()),
          ...);
-    }(std::make_index_sequence<VectorsPerRow>{});
+    })(std::make_index_sequence<VectorsPerRow>{});
 }
 
 struct gemm_packed_a_tag {};

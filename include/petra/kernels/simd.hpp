@@ -38,6 +38,8 @@ struct aligned_allocator {
     {
     }
 
+    // Left as written: clang-format 14 would put a space after `operator new`.
+    // clang-format off
     T* allocate(std::size_t count)
     {
         return static_cast<T*>(::operator new(count * sizeof(T), std::align_val_t{buffer_alignment}));
@@ -45,6 +47,7 @@ struct aligned_allocator {
     // The unsized form: clang++ declares the sized one only with
     // -fsized-deallocation, which it leaves off by default.
     void deallocate(T* values, std::size_t) noexcept { ::operator delete(values, std::align_val_t{buffer_alignment}); }
+    // clang-format on
 
     template <class U>
     constexpr bool operator==(const aligned_allocator<U>&) const noexcept

@@ -467,9 +467,9 @@ void multiply_transformed(const winograd_geometry<T>& geometry, const T* patches
     for (; v0 + max_vectors <= vectors; v0 += max_vectors)
         winograd_vector_group_products<T, max_vectors>(geometry, patches, weights, v0, products);
     const std::size_t rest = vectors - v0;
-    [&]<std::size_t... V>(std::index_sequence<V...>) {
+    ([&]<std::size_t... V>(std::index_sequence<V...>) {
         ((rest == V + 1 ? winograd_vector_group_products<T, V + 1>(geometry, patches, weights, v0, products) : void()), ...);
-    }(std::make_index_sequence<max_vectors - 1>{});
+    })(std::make_index_sequence<max_vectors - 1>{});
 }
 
 // The 2x2 results of every tile of image `image` of the group, A^T M A, into
@@ -748,10 +748,10 @@ void winograd_weight_gradient(const winograd_geometry<T>& geometry, const T* sou
         for (; v0 + max_vectors <= vectors; v0 += max_vectors)
             winograd_vector_group_gradient<T, max_vectors>(geometry, patches, products, v0, sums);
         const std::size_t rest = vectors - v0;
-        [&]<std::size_t... V>(std::index_sequence<V...>) {
+        ([&]<std::size_t... V>(std::index_sequence<V...>) {
             ((rest == V + 1 ? winograd_vector_group_gradient<T, V + 1>(geometry, patches, products, v0, sums) : void()),
              ...);
-        }(std::make_index_sequence<max_vectors - 1>{});
+        })(std::make_index_sequence<max_vectors - 1>{});
     }
     // dg = G^T dU G, G's rows (1, 0, 0), (1/2, 1/2, 1/2), (1/2, -1/2, 1/2), (0, 0, 1).
     const std::size_t sources = geometry.source_channels, sum_rows = sizes::sum_rows(geometry);

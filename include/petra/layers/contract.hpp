@@ -55,18 +55,18 @@ namespace detail {
 template <class Value>
 concept a_size = std::convertible_to<Value, std::size_t>;
 template <class B>
-concept states_parameter_count = requires { requires a_size<decltype(B::parameter_count)>; };
+concept states_parameter_count = (requires { requires a_size<decltype(B::parameter_count)>; });
 template <class B>
-concept states_state_count = requires { requires a_size<decltype(B::state_count)>; };
+concept states_state_count = (requires { requires a_size<decltype(B::state_count)>; });
 template <class B>
-concept states_workspace_size = requires { { B::workspace_size(std::size_t{1}) } -> a_size; };
+concept states_workspace_size = (requires { requires a_size<decltype(B::workspace_size(std::size_t{1}))>; });
 template <class B>
-concept states_forward_flops = requires { requires a_size<decltype(B::forward_flops)>; };
+concept states_forward_flops = (requires { requires a_size<decltype(B::forward_flops)>; });
 template <class B>
-concept states_backward_flops = requires { requires a_size<decltype(B::backward_flops)>; };
+concept states_backward_flops = (requires { requires a_size<decltype(B::backward_flops)>; });
 template <class B>
-concept initializes = requires(std::span<float, B::parameter_count> parameters, std::span<float, B::state_count> state,
-                               std::mt19937_64& generator) { B::initialize(parameters, state, generator); };
+concept initializes = (requires(std::span<float, B::parameter_count> parameters, std::span<float, B::state_count> state,
+                               std::mt19937_64& generator) { B::initialize(parameters, state, generator); });
 template <class B>
 concept runs_forward = requires(std::span<float, B::parameter_count> parameters, std::span<float, B::state_count> state,
                                 batch_view<float, typename B::input> x, batch_view<float, typename B::output> y,
@@ -76,15 +76,15 @@ concept runs_forward = requires(std::span<float, B::parameter_count> parameters,
     B::forward(pass::inference, parameters, state, x, y, workspace);
 };
 template <class B>
-concept runs_backward = requires(std::span<float, B::parameter_count> parameters,
+concept runs_backward = (requires(std::span<float, B::parameter_count> parameters,
                                  batch_view<float, typename B::input> x, batch_view<float, typename B::output> y,
-                                 std::span<float> workspace) { B::backward(parameters, x, y, x, parameters, workspace); };
+                                 std::span<float> workspace) { B::backward(parameters, x, y, x, parameters, workspace); });
 
 // The first requirement a bound layer B fails, or met.
 template <class B>
 constexpr layer_requirement first_unmet_requirement_of_bound()
 {
-    if constexpr (!requires { typename B::input; typename B::output; }) {
+    if constexpr (!(requires { typename B::input; }) || !(requires { typename B::output; })) {
         return layer_requirement::shapes;
     } else if constexpr (!a_shape<typename B::input> || !a_shape<typename B::output>) {
         return layer_requirement::shapes;
@@ -114,7 +114,7 @@ constexpr layer_requirement first_unmet_requirement_of_bound()
 // The contract, as a concept of bound layers (checked with float values):
 //   static_assert(bound_layer<layer_for<my_layer, shape<8>>>);
 template <class B>
-concept bound_layer = detail::first_unmet_requirement_of_bound<B>() == layer_requirement::met;
+concept bound_layer = (detail::first_unmet_requirement_of_bound<B>() == layer_requirement::met);
 
 // The first requirement Layer, bound to Input, fails, or met.
 template <class Layer, class Input>

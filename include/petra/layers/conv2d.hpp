@@ -25,8 +25,8 @@ struct conv2d {
 
     // The inputs bind accepts (see layer_accepts).
     template <class Input>
-    static constexpr bool accepts = Input::channels == InChannels && Input::height + 2 * Padding >= Kernel &&
-                                    Input::width + 2 * Padding >= Kernel;
+    static constexpr bool accepts = (Input::channels == InChannels && Input::height + 2 * Padding >= Kernel &&
+                                     Input::width + 2 * Padding >= Kernel);
 
     template <class Input>
     struct bind {

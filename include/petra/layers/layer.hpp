@@ -61,8 +61,8 @@ inline constexpr inference_t inference{};
 } // namespace pass
 
 template <class Pass>
-concept forward_pass = std::same_as<Pass, pass::training_t> || std::same_as<Pass, pass::recomputation_t> ||
-                       std::same_as<Pass, pass::inference_t>;
+concept forward_pass = (std::same_as<Pass, pass::training_t> || std::same_as<Pass, pass::recomputation_t> ||
+                       std::same_as<Pass, pass::inference_t>);
 
 // The trained values of a layer or block (Count of them), read-only, as a
 // parameter that takes no part in deducing T: a view of T or of const T is

@@ -312,9 +312,9 @@ public:
         }
         wait_until_idle();
         threads_.while_held([&] {
+            const auto worker_of = [&](auto i) -> auto& { return std::get<decltype(i)::value>(stages_)->worker; };
             transfer_stage_records<Cuts>(
-                stage_index, archive, options_, fed_, shared_,
-                [&](auto index) -> auto& { return std::get<decltype(index)::value>(stages_)->worker; },
+                stage_index, archive, options_, fed_, shared_, worker_of,
                 [&](auto& link, std::size_t index) { placement::transfer_link(archive, link, counts, index); },
                 [&](auto index) { std::get<decltype(index)::value>(stages_)->parameters.transfer_state(archive); });
         });

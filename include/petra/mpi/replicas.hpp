@@ -214,9 +214,8 @@ private:
         check_mpi(MPI_Allgather(values.data(), int(values.size()), mpi_type<T>(), gathered, int(values.size()),
                                 mpi_type<T>(), stages_[stage].get()),
                   "mpi pipeline: replicas' gradients");
-        return [gathered, size = values.size()](std::size_t d) {
-            return std::span<const T>(gathered + d * size, size);
-        };
+        const std::size_t size = values.size();
+        return [gathered, size](std::size_t d) { return std::span<const T>(gathered + d * size, size); };
     }
 
     // part[i], values [offset, offset + part.size()) of each replica's

@@ -60,9 +60,9 @@ struct pipeline_stopped : std::exception {
 
 template <class C, class T>
 concept transport = requires(C& channel) {
-    { channel.begin_send() } -> std::same_as<message<T>>;
+    requires std::same_as<decltype(channel.begin_send()), message<T>>;
     channel.end_send();
-    { channel.begin_receive() } -> std::same_as<message<T>>;
+    requires std::same_as<decltype(channel.begin_receive()), message<T>>;
     channel.end_receive();
 };
 

@@ -410,9 +410,9 @@ protected:
     template <state_archive Archive>
     void transfer_stage_state(std::size_t stage_index, Archive& archive)
     {
+        const auto worker_of = [&](auto index) -> auto& { return worker<decltype(index)::value>(); };
         transfer_stage_records<Cuts>(
-            stage_index, archive, options_, fed_, shared_,
-            [&](auto index) -> auto& { return worker<decltype(index)::value>(); },
+            stage_index, archive, options_, fed_, shared_, worker_of,
             [&](auto& channel, std::size_t) { channel.transfer_state(archive); },
             [&](auto index) {
                 constexpr std::size_t i = decltype(index)::value;

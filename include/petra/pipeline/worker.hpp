@@ -267,12 +267,13 @@ private:
             differentiated = std::min(differentiated, *epoch_size_);
         }
         if (backward_count_ != differentiated) {
-            inconsistent("has differentiated " + std::to_string(backward_count_) + " micro-batches where the schedule "
-                         "has " + std::to_string(differentiated));
+            inconsistent("has differentiated " + std::to_string(backward_count_) +
+                         " micro-batches where the schedule has " + std::to_string(differentiated));
         }
         if (stage_.in_flight() != forwarded - differentiated) {
-            inconsistent("has " + std::to_string(stage_.in_flight()) + " micro-batches in flight where the schedule "
-                         "has " + std::to_string(forwarded - differentiated));
+            inconsistent("has " + std::to_string(stage_.in_flight()) +
+                         " micro-batches in flight where the schedule has " +
+                         std::to_string(forwarded - differentiated));
         }
     }
     [[noreturn]] void inconsistent(const std::string& what) const

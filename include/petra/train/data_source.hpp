@@ -42,8 +42,8 @@ namespace petra {
 template <class Source, class Input>
 concept data_source = requires(Source& source, const Source& view, std::size_t epoch, std::size_t index,
                                batch_view<float, Input> images, std::span<std::int32_t> labels) {
-    { view.batch_size() } -> std::convertible_to<std::size_t>;
-    { view.batches_per_epoch() } -> std::convertible_to<std::size_t>;
+    requires std::convertible_to<decltype(view.batch_size()), std::size_t>;
+    requires std::convertible_to<decltype(view.batches_per_epoch()), std::size_t>;
     source.batch(epoch, index, images, labels);
 };
 

@@ -110,7 +110,7 @@ concept one_file_checkpoint = requires(M& method, checkpoint_writer& out, checkp
 };
 template <class M>
 concept own_checkpoint_files = requires(M& method, const std::string& path) {
-    { method.save_checkpoint(path, [](auto&) {}) } -> std::same_as<std::uint64_t>;
+    requires std::same_as<decltype(method.save_checkpoint(path, [](auto&) {})), std::uint64_t>;
     method.load_checkpoint(path, [](auto&) {});
 };
 

@@ -54,9 +54,9 @@ concept training_method =
     is_network<typename M::network>::value &&
     requires(M& method, const training_batch<typename M::network::input>& batch, const training_position& position) {
         method.train(batch, position);
-        { method.reads_data() } -> std::same_as<bool>;
-        { method.progress() } -> std::same_as<epoch_statistics>;
-        { method.end_epoch() } -> std::same_as<epoch_statistics>;
+        requires std::same_as<decltype(method.reads_data()), bool>;
+        requires std::same_as<decltype(method.progress()), epoch_statistics>;
+        requires std::same_as<decltype(method.end_epoch()), epoch_statistics>;
         method.pause();
     };
 
