@@ -12,9 +12,11 @@
 # the compile-time figure; pkg-config for the consumer built without CMake
 # (tests/consumer); the real data; the runtimes the interchange tests
 # (label 'interchange') exchange weights with: NumPy, PyTorch, ONNX's checker
-# and OpenCV's ONNX runtime, for the system interpreter /usr/bin/python3.
+# and OpenCV's ONNX runtime, for the system interpreter /usr/bin/python3;
+# clang-format-14 for the C++ style (scripts/format, the test step format).
 PETRA_PACKAGES=(
   g++ clang libclang-rt-dev libc++-14-dev libc++abi-14-dev cmake make
+  clang-format-14
   libboost-dev libxtensor-dev libxsimd-dev zlib1g-dev
   doctest-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev
