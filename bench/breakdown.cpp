@@ -256,7 +256,8 @@ int main(int argc, char** argv)
             }
         };
         run(exact, [&] { (*exact_step)(); });
-        run(first_tick, [&] { ticks->first_forward(); }, false);
+        run(
+            first_tick, [&] { ticks->first_forward(); }, false);
         run(last_tick, [&] { ticks->last_tick(); });
         run(first_tick, [&] { ticks->first_backward(); });
     }

@@ -140,7 +140,8 @@ double median_tick(petra_ticks& measured, std::size_t stage, std::size_t ticks, 
 int main(int argc, char** argv)
 {
     std::size_t rounds = 5, ticks = 10;
-    petra::bench::read_command_line(argc, argv, "bench_contention", usage, {{"--rounds", &rounds}, {"--ticks", &ticks}});
+    petra::bench::read_command_line(argc, argv, "bench_contention", usage,
+                                    {{"--rounds", &rounds}, {"--ticks", &ticks}});
     if (std::thread::hardware_concurrency() < 2 || !pin_to(0) || !pin_to(1)) {
         std::fprintf(stderr, "bench_contention: needs two CPUs it may pin threads to\n");
         return 1;

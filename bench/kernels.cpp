@@ -73,9 +73,19 @@ void gemm_benchmark(benchmark::State& state)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(n), int(k), 1.0f, a.data(), int(k),
                         b.data(), int(n), 0.0f, c.data(), int(n));
         } else {
-            petra::kernels::gemm<float>({.op_a = transpose::no, .op_b = transpose::no, .m = m, .n = n, .k = k,
-                                         .alpha = 1.0f, .a = a.data(), .lda = k, .b = b.data(), .ldb = n, .beta = 0.0f,
-                                         .c = c.data(), .ldc = n});
+            petra::kernels::gemm<float>({.op_a = transpose::no,
+                                         .op_b = transpose::no,
+                                         .m = m,
+                                         .n = n,
+                                         .k = k,
+                                         .alpha = 1.0f,
+                                         .a = a.data(),
+                                         .lda = k,
+                                         .b = b.data(),
+                                         .ldb = n,
+                                         .beta = 0.0f,
+                                         .c = c.data(),
+                                         .ldc = n});
         }
         benchmark::DoNotOptimize(c.data());
         benchmark::ClobberMemory();
@@ -115,8 +125,7 @@ void convolution_benchmark(benchmark::State& state)
     const auto input = random_values(shape.input_count(), 3);
     const auto weights = random_values(shape.weight_count(), 4);
     const auto grad_y = random_values(shape.output_count(), 5);
-    std::vector<float> output(shape.output_count()), grad_x(shape.input_count()),
-        grad_weights(shape.weight_count());
+    std::vector<float> output(shape.output_count()), grad_x(shape.input_count()), grad_weights(shape.weight_count());
     petra::kernels::scratch_source scratch;
     namespace detail = petra::kernels::detail;
     for (auto _ : state) {
@@ -124,8 +133,7 @@ void convolution_benchmark(benchmark::State& state)
             detail::forward_accumulate(shape, input.data(), weights.data(), output.data(), 0.0f, scratch);
             benchmark::DoNotOptimize(output.data());
         } else if constexpr (Direct && Pass == pass::backward_input) {
-            detail::backward_input_by_phases(shape, grad_y.data(), weights.data(), grad_x.data(), 0.0f,
-                                             scratch);
+            detail::backward_input_by_phases(shape, grad_y.data(), weights.data(), grad_x.data(), 0.0f, scratch);
             benchmark::DoNotOptimize(grad_x.data());
         } else if constexpr (Direct) {
             std::fill(grad_weights.begin(), grad_weights.end(), 0.0f);
@@ -139,8 +147,7 @@ void convolution_benchmark(benchmark::State& state)
             petra::kernels::convolution_backward_input(shape, grad_y.data(), weights.data(), grad_x.data());
             benchmark::DoNotOptimize(grad_x.data());
         } else {
-            petra::kernels::convolution_backward_weights(shape, input.data(), grad_y.data(),
-                                                         grad_weights.data());
+            petra::kernels::convolution_backward_weights(shape, input.data(), grad_y.data(), grad_weights.data());
             benchmark::DoNotOptimize(grad_weights.data());
         }
         benchmark::ClobberMemory();
@@ -159,7 +166,7 @@ void convolution_shapes(benchmark::internal::Benchmark* benchmark)
     benchmark->Args({16, 32, 28, 1, 2});
     benchmark->Args({32, 64, 14, 3, 2}); // downsampling 14 -> 7
     benchmark->Args({32, 64, 14, 1, 2});
-    benchmark->Args({1, 32, 28, 3, 1});  // stem
+    benchmark->Args({1, 32, 28, 3, 1}); // stem
 }
 
 // The couplings' shapes, which take Winograd's form, in the direct one.

@@ -167,8 +167,8 @@ int run_pipeline(bool input_buffer, bool parameter_buffer)
     const std::size_t before = peak_rss_bytes();
     const petra::pipeline_options options{
         .batch = batch, .input_buffer = input_buffer, .parameter_buffer = parameter_buffer};
-    petra::thread_pipeline<Net, Cuts, petra::sgd<float>> pipeline(parameters, petra::sgd_options{},
-                                                                  [](std::size_t) { return 0.01; }, options);
+    petra::thread_pipeline<Net, Cuts, petra::sgd<float>> pipeline(
+        parameters, petra::sgd_options{}, [](std::size_t) { return 0.01; }, options);
     for (std::size_t m = 0; m < data.images.size(); ++m) pipeline.feed(data.images[m].data(), data.labels[m].data());
     pipeline.drain();
     const auto plan = petra::memory_plan<Net, Cuts>(options);

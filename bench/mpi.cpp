@@ -129,8 +129,9 @@ int throughput(int rounds, std::size_t micro_batches)
     cpu_set_t allowed;
     if (world_rank() == 0 && sched_getaffinity(0, sizeof(allowed), &allowed) == 0 &&
         unsigned(CPU_COUNT(&allowed)) < std::thread::hardware_concurrency()) {
-        std::fprintf(stderr, "bench_mpi throughput: rank 0 may run on %d of %u cores, so the threads would share "
-                             "them: run under mpiexec --bind-to none.\n",
+        std::fprintf(stderr,
+                     "bench_mpi throughput: rank 0 may run on %d of %u cores, so the threads would share "
+                     "them: run under mpiexec --bind-to none.\n",
                      CPU_COUNT(&allowed), std::thread::hardware_concurrency());
     }
     auto parameters = net::make_parameters<float>(1);
@@ -256,8 +257,7 @@ public:
         : ranks_(ranks), parameters_(net::make_parameters<float>(1)), trainer_(batch),
           optimizer_(petra::sgd_options{}, net::weight_mask<float>()), gradient_(net::parameter_count),
           gathered_(ranks * net::parameter_count)
-    {
-    }
+    {}
 
     // One step: this rank's shard of the global micro-batch.
     void train(const petra::owned_batch<float, net::input>& images, const std::vector<std::int32_t>& labels)
@@ -267,8 +267,10 @@ public:
         MPI_Allgather(gradient_.data(), int(gradient_.size()), MPI_FLOAT, gathered_.data(), int(gradient_.size()),
                       MPI_FLOAT, MPI_COMM_WORLD);
         petra::add_in_replica_order(
-            ranks_, [&](std::size_t d) { return std::span<const float>(gathered_).subspan(d * gradient_.size(),
-                                                                                          gradient_.size()); },
+            ranks_,
+            [&](std::size_t d) {
+                return std::span<const float>(gathered_).subspan(d * gradient_.size(), gradient_.size());
+            },
             std::span<float>(gradient_));
         optimizer_.step(parameters_.values(), gradient_, ranks_, learning_rate(0));
     }
@@ -300,7 +302,8 @@ int replicas(int rounds, std::size_t micro_batches)
     for (std::size_t m = 0; m < micro_batches; ++m) {
         global_images.emplace_back(2 * batch);
         std::copy(data.images[m].begin(), data.images[m].end(), global_images.back().begin());
-        std::copy(data.images[m].begin(), data.images[m].end(), global_images.back().begin() + batch * net::input::size);
+        std::copy(data.images[m].begin(), data.images[m].end(),
+                  global_images.back().begin() + batch * net::input::size);
         global_labels.push_back(data.labels[m]);
         global_labels.back().insert(global_labels.back().end(), data.labels[m].begin(), data.labels[m].end());
     }
@@ -309,7 +312,7 @@ int replicas(int rounds, std::size_t micro_batches)
     data_parallel_backprop backprop(2);
     auto parameters = net::make_parameters<float>(1);
     petra::sequential_pipeline<net, one_stage, petra::sgd<float>> one_rank(parameters, petra::sgd_options{},
-                                                                          learning_rate, {.batch = batch});
+                                                                           learning_rate, {.batch = batch});
     const auto rate = [&](double seconds, std::size_t examples_per_micro_batch) {
         return double(micro_batches * examples_per_micro_batch) / seconds;
     };

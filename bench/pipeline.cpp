@@ -74,8 +74,8 @@ void stage_tick(benchmark::State& state)
     using stage = petra::stage<net, petra::reference_cuts<Stages>(), Index, float>;
     auto parameters = net::make_parameters<float>(1);
     stage alone(parameters, {.batch = batch});
-    std::vector<float> x(batch * stage::input_values, 0.5f), y(batch * stage::output_values),
-        grad_y(y.size(), 1e-3f), rebuilt(x.size()), grad_x(x.size());
+    std::vector<float> x(batch * stage::input_values, 0.5f), y(batch * stage::output_values), grad_y(y.size(), 1e-3f),
+        rebuilt(x.size()), grad_x(x.size());
     using input = petra::batch_view<float, typename stage::input>;
     using output = petra::batch_view<float, typename stage::output>;
     for (auto _ : state) {

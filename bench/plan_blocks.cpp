@@ -98,7 +98,8 @@ std::string memory_plan_json()
 {
     std::string text = "{";
     for (std::size_t replicas : {1, 2}) {
-        const auto plan = petra::memory_plan<Network, petra::reference_cuts<J>()>({.batch = batch, .replicas = replicas});
+        const auto plan =
+            petra::memory_plan<Network, petra::reference_cuts<J>()>({.batch = batch, .replicas = replicas});
         text += (replicas == 1 ? "\"" : ", \"") + std::to_string(replicas) + "\": {\"stages\": [";
         for (std::size_t j = 0; j < J; ++j) text += (j == 0 ? "" : ", ") + std::to_string(plan.stage_bytes(j));
         text += "], \"shared\": " + std::to_string(plan.shared_bytes) + "}";

@@ -97,7 +97,8 @@ int main(int argc, char** argv)
             const std::vector<float> original(values.begin(), values.end());
             for (std::size_t s = 0; s < steps.size(); ++s) {
                 for (std::size_t p = 0; p < original.size(); ++p) {
-                    values[p] = original[p] + float(steps[s]) * std::abs(original[p]) * float(petra::standard_normal(generator));
+                    values[p] = original[p] +
+                                float(steps[s]) * std::abs(original[p]) * float(petra::standard_normal(generator));
                 }
                 block::inverse(values, state, output, rebuilt_input, std::span<float>(workspace));
                 const auto moved = relative_errors(rebuilt, x, batch, block::input::size);

@@ -32,8 +32,8 @@ inline constexpr std::size_t classes = net::output::size;
 
 // Exact backprop: adds the batch's gradient to `gradient`, returns the loss.
 inline float exact_backprop_gradient(petra::exact_backprop<net, float>& trainer,
-                              petra::network_parameters<net, float>& parameters, const float* images,
-                              const std::int32_t* labels, std::span<float> gradient)
+                                     petra::network_parameters<net, float>& parameters, const float* images,
+                                     const std::int32_t* labels, std::span<float> gradient)
 {
     return trainer.accumulate_gradient(parameters, batch, images, labels, gradient);
 }
@@ -58,9 +58,13 @@ void stage_backward(Stage& stage, const float* y, const float* grad_y, float* x,
 // between forward and backward), on the kernel itself.
 inline float loss_gradient(const float* logits, const std::int32_t* labels, float* grad_logits)
 {
-    return petra::kernels::softmax_cross_entropy<float>({.rows = batch, .classes = classes, .logits = logits,
-                                                         .ld_logits = classes, .labels = labels,
-                                                         .probabilities = nullptr, .grad_logits = grad_logits,
+    return petra::kernels::softmax_cross_entropy<float>({.rows = batch,
+                                                         .classes = classes,
+                                                         .logits = logits,
+                                                         .ld_logits = classes,
+                                                         .labels = labels,
+                                                         .probabilities = nullptr,
+                                                         .grad_logits = grad_logits,
                                                          .ld_out = classes});
 }
 

@@ -66,9 +66,9 @@ int score(const arguments& asked)
     const std::vector<std::byte> file = read_file(asked.weights);
     load_npz(std::span<const std::byte>(file), parameters, asked.weights);
 
-    const labelled_images test = load_idx_dataset(asked.data_dir + "/t10k-images-idx3-ubyte.gz",
-                                                  asked.data_dir + "/t10k-labels-idx1-ubyte.gz", Net::output::size,
-                                                  fashion_mnist_normalisation);
+    const labelled_images test =
+        load_idx_dataset(asked.data_dir + "/t10k-images-idx3-ubyte.gz", asked.data_dir + "/t10k-labels-idx1-ubyte.gz",
+                         Net::output::size, fashion_mnist_normalisation);
     const std::size_t count = asked.count == 0 ? test.size() : std::min(asked.count, test.size());
     std::array<float, batch * Net::output::size> logits;
     std::size_t correct = 0;

@@ -27,17 +27,17 @@ using namespace petra;
 // The network: 2 coordinates -> 2 halves of 16 values -> 4 couplings ->
 // 2 logits. Each coupling's F is dense, ReLU, dense on one half.
 using mixing = chain<dense<16, 64>, relu, dense<64, 16>>;
-using spiral_network = network<input<2>,                              // a point (x, y)
-                               stem<chain<dense<2, 32>, relu>>,       // to two halves of 16 values
+using spiral_network = network<input<2>,                               // a point (x, y)
+                               stem<chain<dense<2, 32>, relu>>,        // to two halves of 16 values
                                repeated<4, additive_coupling<mixing>>, // y = x~ + F(x), y~ = x
-                               head<dense<32, 2>>>;                   // halves joined, to 2 logits
+                               head<dense<32, 2>>>;                    // halves joined, to 2 logits
 
 static_assert(spiral_network::parameter_count == (2 * 32 + 32) + 4 * (16 * 64 + 64 + 64 * 16 + 16) + (32 * 2 + 2));
 
 namespace {
 
 struct dataset {
-    xt::xtensor<float, 2> points;         // N x 2
+    xt::xtensor<float, 2> points;        // N x 2
     xt::xtensor<std::int32_t, 1> labels; // N
 };
 
@@ -45,7 +45,8 @@ struct dataset {
 dataset two_spirals(std::size_t count, std::uint64_t seed)
 {
     std::mt19937_64 generator(seed);
-    dataset data{xt::xtensor<float, 2>::from_shape({2 * count, 2}), xt::xtensor<std::int32_t, 1>::from_shape({2 * count})};
+    dataset data{xt::xtensor<float, 2>::from_shape({2 * count, 2}),
+                 xt::xtensor<std::int32_t, 1>::from_shape({2 * count})};
     for (std::size_t i = 0; i < 2 * count; ++i) {
         const float t = uniform_real(generator, 0.05f, 1.0f), angle = 3.0f * std::numbers::pi_v<float> * t;
         const float sign = i % 2 == 0 ? 1.0f : -1.0f;
@@ -135,8 +136,7 @@ int main(int argc, char** argv)
 
     double largest_difference = 0.0;
     for (std::size_t p = 0; p < spiral_network::parameter_count; ++p) {
-        largest_difference =
-            std::max(largest_difference, double(std::abs(exact.values()[p] - reversible.values()[p])));
+        largest_difference = std::max(largest_difference, double(std::abs(exact.values()[p] - reversible.values()[p])));
     }
     std::printf("largest difference between the two backprop runs' parameters after %zu epochs: %.2e\n", epochs,
                 largest_difference);

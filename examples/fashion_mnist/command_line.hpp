@@ -96,71 +96,82 @@ inline void declare_options(CLI::App& app, job_options& options)
     const CLI::Validator whole_number(whole_number_form_error, "");
 
     app.add_option("--network", options.network,
-                   alternatives(network_names) + ": the reference network, or\nits variant whose downsamplings are "
-                   "reversible\n(pixel unshuffle), so that PETRA keeps no input\nbetween stem and head")
+                   alternatives(network_names) +
+                       ": the reference network, or\nits variant whose downsamplings are "
+                       "reversible\n(pixel unshuffle), so that PETRA keeps no input\nbetween stem and head")
         ->type_name("N");
     app.add_option("--method", options.method, alternatives(method_names))->type_name("M");
-    app.add_option("--stages", options.stages, "PETRA's stages: 1 to " + std::to_string(max_stages) + ", the\nnetwork's blocks")
-        ->type_name("J")->check(whole_number);
+    app.add_option("--stages", options.stages,
+                   "PETRA's stages: 1 to " + std::to_string(max_stages) + ", the\nnetwork's blocks")
+        ->type_name("J")
+        ->check(whole_number);
     app.add_option("--driver", options.driver,
                    alternatives(driver_names) + ": PETRA's stages on one\nthread each, on the caller's thread, or on "
-                   "MPI ranks\n(mpirun -np R, R <= J; the same numbers)")
+                                                "MPI ranks\n(mpirun -np R, R <= J; the same numbers)")
         ->type_name("D");
     app.add_option("--replicas", options.replicas,
                    "PETRA's pipeline in D copies (--driver simulator or\nmpi: mpirun -np D x R), each on its "
                    "shard of a\nmicro-batch of D x batch examples")
-        ->type_name("D")->check(whole_number);
+        ->type_name("D")
+        ->check(whole_number);
     app.add_option("--accumulation", options.accumulation, "micro-batches per optimizer step")
-        ->type_name("K")->check(whole_number);
+        ->type_name("K")
+        ->check(whole_number);
     app.add_option("--epochs", options.epochs, "epochs over the 60,000 training images")
-        ->type_name("N")->check(whole_number);
+        ->type_name("N")
+        ->check(whole_number);
     app.add_option("--batch", options.batch, "examples per micro-batch")->type_name("B")->check(whole_number);
     app.add_option("--lr", options.learning_rate, "peak learning rate, after the warm-up")
-        ->type_name("R")->check(number);
+        ->type_name("R")
+        ->check(number);
     app.add_option("--warmup", options.warmup_epochs, "warm-up length in epochs (linear)")
-        ->type_name("E")->check(number);
+        ->type_name("E")
+        ->check(number);
     app.add_option("--delay-rate-exponent", options.delay_rate_exponent,
                    "PETRA: stage j's rate / (1 + its delay in steps)^P;\n0: the same rate for every stage")
-        ->type_name("P")->check(number);
+        ->type_name("P")
+        ->check(number);
     app.add_option("--schedule", options.schedule, alternatives(schedule_names) + ", after the warm-up")
         ->type_name("S");
     app.add_option("--momentum", options.momentum, "Nesterov momentum")->type_name("M")->check(number);
     app.add_option("--weight-decay", options.weight_decay, "on convolution and dense weights only")
-        ->type_name("W")->check(number);
+        ->type_name("W")
+        ->check(number);
     app.add_flag("--augment", options.augment, "random crops (padding 2) and flips");
     app.add_option("--seed", options.seed, "initial parameters, data order, augmentation")
-        ->type_name("S")->check(whole_number);
+        ->type_name("S")
+        ->check(whole_number);
     app.add_option("--data-dir", options.data_dir, "IDX files (gzip)")->type_name("D");
     app.add_option("--metrics", options.metrics_path, "CSV, one row per epoch")->type_name("PATH");
-    app.add_option("--summary", options.summary_path, "the JSON summary line, also written to PATH")
-        ->type_name("PATH");
+    app.add_option("--summary", options.summary_path, "the JSON summary line, also written to PATH")->type_name("PATH");
     app.add_option("--max-steps", options.max_steps,
                    "stop after N micro-batches (quick runs; the schedule\nis compressed into them); 0: no cap")
-        ->type_name("N")->check(whole_number);
+        ->type_name("N")
+        ->check(whole_number);
     app.add_option("--checkpoint", options.checkpoint_path,
                    "save the whole training state to PATH every\n--checkpoint-every micro-batches, at the end, and "
                    "on\nSIGINT or SIGTERM (the current tick finishes, the\nstate is saved, the job exits with 130 or "
                    "143)")
         ->type_name("PATH");
     app.add_option("--checkpoint-every", options.checkpoint_every, "0: only at the end and on a signal")
-        ->type_name("N")->check(whole_number);
+        ->type_name("N")
+        ->check(whole_number);
     app.add_flag("--resume", options.resume,
                  "go on from --checkpoint PATH; the other options must\nbe those the run started with (paths aside)");
     app.add_option("--init-weights", options.init_weights_path,
                    "start from the weights in the .npz file PATH (named\nas petra names them; e.g. converted from "
                    "PyTorch by\nscripts/torch_weights) instead of the seed's")
         ->type_name("PATH");
-    app.add_option("--save-weights", options.save_weights_path,
-                   "at the end, write the weights to the .npz file PATH")
+    app.add_option("--save-weights", options.save_weights_path, "at the end, write the weights to the .npz file PATH")
         ->type_name("PATH");
-    app.add_option("--export-onnx", options.onnx_path,
-                   "at the end, write the inference graph to PATH (ONNX)")
+    app.add_option("--export-onnx", options.onnx_path, "at the end, write the inference graph to PATH (ONNX)")
         ->type_name("PATH");
     app.add_option("--fidelity-every", options.fidelity_every,
                    "PETRA: every N micro-batches, compare the gradient\neach stage computes with the true (backprop) "
                    "gradient\nat the same parameters; cosine and norm ratio per\nstage go to <metrics>-fidelity.csv "
                    "(needs --metrics)")
-        ->type_name("N")->check(whole_number);
+        ->type_name("N")
+        ->check(whole_number);
     app.add_flag("--quiet", options.quiet, "no progress on stderr");
 }
 

@@ -61,11 +61,10 @@ using micro_batch = petra::training_batch<image>;
 // in the checkpoint). train_size: the training set's size, also where train
 // is empty (a process that does not read the data).
 inline petra::dataset_source<image> training_micro_batches(const training_recipe& recipe,
-                                                          const petra::labelled_images& train, std::size_t train_size)
+                                                           const petra::labelled_images& train, std::size_t train_size)
 {
     const petra::augmentation augment{.padding = 2, .flip = true, .fill = petra::fashion_mnist_normalisation.black()};
-    return {train, train_size, recipe.global_batch(), recipe.seed,
-            recipe.augment ? augment : petra::augmentation{}};
+    return {train, train_size, recipe.global_batch(), recipe.seed, recipe.augment ? augment : petra::augmentation{}};
 }
 
 } // namespace fashion

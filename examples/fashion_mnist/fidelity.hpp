@@ -77,7 +77,8 @@ public:
         if (micro_batch != next_) first_ = micro_batch; // a new epoch, or a resumed run
         next_ = micro_batch + 1;
         const std::size_t slot = micro_batch % history;
-        std::copy(images, images + batch_ * Network::input::size, images_.data() + slot * batch_ * Network::input::size);
+        std::copy(images, images + batch_ * Network::input::size,
+                  images_.data() + slot * batch_ * Network::input::size);
         std::copy(labels, labels + batch_, labels_.data() + slot * batch_);
     }
 

@@ -35,7 +35,8 @@ inline job_summary run_method(const job_options& options, const training_recipe&
 {
     using run = job_summary (*)(const job_options&, const training_recipe&, const job_data&);
     using network_runs = std::array<run, run_groups>;
-    constexpr auto groups_of = []<network_kind Network, std::size_t... G>(std::index_sequence<G...>) {
+    constexpr auto groups_of = []<network_kind Network, std::size_t... G>(std::index_sequence<G...>)
+    {
         return network_runs{&method_runs<Network, G>::run...};
     };
     constexpr std::array<network_runs, network_kinds> runs{

@@ -183,12 +183,12 @@ int main(int argc, char** argv)
         // Before the data is read: every rank refuses alike.
         const std::size_t ranks = std::size_t(mpi->session.size());
         if (ranks % recipe.replicas != 0) {
-            return refuse(("rank " + std::to_string(mpi->session.rank()) + ": " + std::to_string(ranks) +
-                           " MPI ranks cannot hold " + std::to_string(recipe.replicas) +
-                           " replicas of equal size: launch a multiple of " + std::to_string(recipe.replicas) +
-                           " ranks.")
-                              .c_str(),
-                          exit_status::usage);
+            return refuse(
+                ("rank " + std::to_string(mpi->session.rank()) + ": " + std::to_string(ranks) +
+                 " MPI ranks cannot hold " + std::to_string(recipe.replicas) +
+                 " replicas of equal size: launch a multiple of " + std::to_string(recipe.replicas) + " ranks.")
+                    .c_str(),
+                exit_status::usage);
         }
         if (recipe.replicas > 1 && ranks / recipe.replicas > recipe.stages) {
             return refuse(("rank " + std::to_string(mpi->session.rank()) + ": " + std::to_string(ranks) +
@@ -200,8 +200,8 @@ int main(int argc, char** argv)
                           exit_status::usage);
         }
         if (ranks > recipe.stages * recipe.replicas) {
-            return refuse(("rank " + std::to_string(mpi->session.rank()) + ": " +
-                           std::to_string(mpi->session.size()) + " MPI ranks for " + std::to_string(recipe.stages) +
+            return refuse(("rank " + std::to_string(mpi->session.rank()) + ": " + std::to_string(mpi->session.size()) +
+                           " MPI ranks for " + std::to_string(recipe.stages) +
                            " stages; every rank hosts at least one stage: launch at most " +
                            std::to_string(recipe.stages) + " ranks, or pass more --stages.")
                               .c_str(),

@@ -36,9 +36,10 @@ struct method_context {
 // --export-onnx) need it.
 template <class M>
 concept training_method = petra::training_method<M> && std::constructible_from<M, const method_context&> &&
-                          requires(M& method, const petra::labelled_images& test, std::size_t count) {
-                              requires std::same_as<decltype(method.evaluate(test, count)), evaluation>;
-                              requires std::same_as<decltype(method.digest()), std::string>;
-                          };
+    requires(M& method, const petra::labelled_images& test, std::size_t count)
+{
+    requires std::same_as<decltype(method.evaluate(test, count)), evaluation>;
+    requires std::same_as<decltype(method.digest()), std::string>;
+};
 
 } // namespace fashion

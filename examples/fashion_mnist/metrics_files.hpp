@@ -69,8 +69,8 @@ public:
     {
         if (!out_.is_open()) return;
         out_ << run_columns_ << record.epoch << ',' << record.steps << ',' << record.train_loss << ','
-             << record.train_accuracy << ',' << record.test_loss << ',' << record.test_accuracy << ','
-             << record.seconds << ',' << record.learning_rate << trailing_columns_ << '\n';
+             << record.train_accuracy << ',' << record.test_loss << ',' << record.test_accuracy << ',' << record.seconds
+             << ',' << record.learning_rate << trailing_columns_ << '\n';
         out_.flush();
     }
 

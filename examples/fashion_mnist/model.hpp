@@ -19,8 +19,8 @@ using reference_net = petra::reference_network<>;
 using reversible_net = petra::reversible_reference_network<>;
 
 // What the data and the stage counts need is the same for both.
-using image = reference_net::input;                  // channels, height, width of one example
-using task = petra::classification<reference_net>;   // one logit per class, softmax cross-entropy
+using image = reference_net::input;                // channels, height, width of one example
+using task = petra::classification<reference_net>; // one logit per class, softmax cross-entropy
 inline constexpr std::size_t classes = task::classes;
 static_assert(std::is_same_v<reversible_net::input, image>, "Both networks must take the same images.");
 static_assert(petra::classification<reversible_net>::classes == classes, "Both networks must have the same classes.");
@@ -40,8 +40,7 @@ std::vector<std::size_t> cuts_at(std::size_t stages)
 {
     std::vector<std::size_t> cuts;
     ([&]<std::size_t... J>(std::index_sequence<J...>) {
-        ((J + 1 == stages ? (void)cuts.assign(cuts_of<Net, J + 1>.begin(), cuts_of<Net, J + 1>.end()) : void()),
-         ...);
+        ((J + 1 == stages ? (void)cuts.assign(cuts_of<Net, J + 1>.begin(), cuts_of<Net, J + 1>.end()) : void()), ...);
     })(std::make_index_sequence<Net::block_count>{});
     return cuts;
 }

@@ -37,8 +37,7 @@ public:
     explicit mpi_method(const method_context& context)
         : pipeline_(MPI_COMM_WORLD, context.recipe.seed, context.recipe.optimizer(), context.schedule,
                     context.recipe.pipeline())
-    {
-    }
+    {}
 
     bool reads_data() const { return pipeline_.feeds(); }
     // Replicas are saved between epochs only (petra/train/training_loop.hpp).

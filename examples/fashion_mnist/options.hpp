@@ -77,9 +77,9 @@ inline std::string_view name_of(driver value) { return name_in(driver_names, val
 
 struct job_options {
     std::string network = "reference"; // reference | reversible
-    std::string method = "petra"; // petra | backprop | reversible-backprop
-    std::size_t stages = 4;       // PETRA only: 1 to max_stages
-    std::string driver = "threads"; // PETRA only: threads | simulator | mpi
+    std::string method = "petra";      // petra | backprop | reversible-backprop
+    std::size_t stages = 4;            // PETRA only: 1 to max_stages
+    std::string driver = "threads";    // PETRA only: threads | simulator | mpi
     // PETRA only, on the simulator or MPI ranks: copies of the pipeline,
     // each training on its shard of a global micro-batch of replicas x
     // batch examples (petra::pipeline_options::replicas).
@@ -139,9 +139,9 @@ struct job_options {
 struct training_recipe {
     network_kind network = network_kind::reference;
     fashion::method method = fashion::method::petra;
-    std::size_t stages = 1; // PETRA's J; 1 for the sequential methods
+    std::size_t stages = 1;                            // PETRA's J; 1 for the sequential methods
     fashion::driver driver = fashion::driver::threads; // PETRA's; not part of the numbers
-    std::size_t replicas = 1; // PETRA's; a micro-batch is replicas x batch examples
+    std::size_t replicas = 1;                          // PETRA's; a micro-batch is replicas x batch examples
     std::size_t accumulation = 1;
     std::size_t epochs = 1;
     std::size_t batch = 2;
@@ -171,7 +171,9 @@ struct training_recipe {
     // micro-batches per epoch.
     petra::training_plan plan(std::size_t batches_per_epoch) const
     {
-        return {{.epochs = epochs, .batches_per_epoch = batches_per_epoch, .accumulation = accumulation,
+        return {{.epochs = epochs,
+                 .batches_per_epoch = batches_per_epoch,
+                 .accumulation = accumulation,
                  .max_micro_batches = max_steps},
                 {.peak = learning_rate, .warmup_epochs = warmup_epochs, .shape = schedule}};
     }

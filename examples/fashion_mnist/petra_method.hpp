@@ -30,15 +30,13 @@ public:
 
     explicit petra_method(const method_context& context)
         : parameters_(Net::template make_parameters<float>(context.recipe.seed)),
-          pipeline_(parameters_, context.recipe.optimizer(), context.schedule,
-                    context.recipe.pipeline()),
+          pipeline_(parameters_, context.recipe.optimizer(), context.schedule, context.recipe.pipeline()),
           fidelity_every_(context.fidelity_every), fidelity_(context.fidelity)
     {
         if (fidelity_every_ != 0) {
             probe_ = std::make_unique<fidelity_probe<Net, cuts>>(context.recipe.batch);
-            pipeline_.set_trace([probe = probe_.get()](const petra::pipeline_event<float>& event) {
-                probe->observe(event);
-            });
+            pipeline_.set_trace(
+                [probe = probe_.get()](const petra::pipeline_event<float>& event) { probe->observe(event); });
         }
     }
 

@@ -25,13 +25,20 @@ inline std::array<std::pair<const char*, std::string>, 15> recipe_options(const 
         std::array<char, 64> digits{};
         return std::string(digits.data(), std::to_chars(digits.data(), digits.data() + digits.size(), value).ptr);
     };
-    return {{{"--method", std::string(name_of(recipe.method))}, {"--stages", text(recipe.stages)},
-             {"--accumulation", text(recipe.accumulation)}, {"--epochs", text(recipe.epochs)},
-             {"--batch", text(recipe.batch)}, {"--max-steps", text(recipe.max_steps)},
-             {"--seed", text(recipe.seed)}, {"--augment", recipe.augment ? "on" : "off"},
-             {"--schedule", std::string(name_of(recipe.schedule))}, {"--lr", text(recipe.learning_rate)},
-             {"--warmup", text(recipe.warmup_epochs)}, {"--delay-rate-exponent", text(recipe.delay_rate_exponent)},
-             {"--momentum", text(recipe.momentum)}, {"--weight-decay", text(recipe.weight_decay)},
+    return {{{"--method", std::string(name_of(recipe.method))},
+             {"--stages", text(recipe.stages)},
+             {"--accumulation", text(recipe.accumulation)},
+             {"--epochs", text(recipe.epochs)},
+             {"--batch", text(recipe.batch)},
+             {"--max-steps", text(recipe.max_steps)},
+             {"--seed", text(recipe.seed)},
+             {"--augment", recipe.augment ? "on" : "off"},
+             {"--schedule", std::string(name_of(recipe.schedule))},
+             {"--lr", text(recipe.learning_rate)},
+             {"--warmup", text(recipe.warmup_epochs)},
+             {"--delay-rate-exponent", text(recipe.delay_rate_exponent)},
+             {"--momentum", text(recipe.momentum)},
+             {"--weight-decay", text(recipe.weight_decay)},
              {"--replicas", text(recipe.replicas)}}};
 }
 

@@ -19,8 +19,7 @@ public:
     run_progress(bool quiet, const petra::training_plan& plan, std::size_t batch)
         : quiet_(quiet), epochs_(plan.epochs()), total_steps_(plan.total_micro_batches()),
           reporter_(plan.total_micro_batches(), batch)
-    {
-    }
+    {}
 
     bool quiet() const { return quiet_; }
 

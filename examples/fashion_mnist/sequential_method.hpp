@@ -27,8 +27,7 @@ public:
     explicit sequential_method(const method_context& context)
         : parameters_(Net::template make_parameters<float>(context.recipe.seed)),
           method_(parameters_, context.recipe.optimizer(), context.schedule, context.recipe.pipeline())
-    {
-    }
+    {}
     sequential_method(const sequential_method&) = delete; // the method holds a reference to the parameters
     sequential_method& operator=(const sequential_method&) = delete;
 

@@ -27,11 +27,11 @@ struct job_summary {
     double test_accuracy = 0, test_loss = 0, train_seconds = 0, examples_per_second = 0;
     std::size_t peak_rss_bytes = 0;
     std::vector<epoch_record> epochs;
-    bool interrupted = false;                            // stopped on request before the end
+    bool interrupted = false;                           // stopped on request before the end
     std::size_t position_epoch = 0, position_batch = 0; // where it stopped: the next micro-batch
-    std::string parameter_digest;                        // of the final parameters and statistics
-    std::size_t checkpoint_bytes = 0;                    // the last checkpoint saved, if any
-    double checkpoint_seconds = 0;                       // and how long saving it took
+    std::string parameter_digest;                       // of the final parameters and statistics
+    std::size_t checkpoint_bytes = 0;                   // the last checkpoint saved, if any
+    double checkpoint_seconds = 0;                      // and how long saving it took
 };
 
 // The summary of a run at `position`, with `epochs` finished: finished or

@@ -30,15 +30,14 @@ public:
     training_run(const job_options& options, const training_recipe& recipe, const job_data& data)
         : options_(options), recipe_(recipe), data_(data),
           source_(training_micro_batches(recipe, data.train, data.train_size)),
-          plan_(recipe.plan(source_.batches_per_epoch())),
-          progress_(options.quiet, plan_, recipe.global_batch()),
+          plan_(recipe.plan(source_.batches_per_epoch())), progress_(options.quiet, plan_, recipe.global_batch()),
           method_(method_context{recipe, plan_.schedule(), options.fidelity_every, fidelity_}),
           loop_(method_, source_, plan_,
-                {.checkpoint_path = options.checkpoint_path, .checkpoint_every = options.checkpoint_every,
+                {.checkpoint_path = options.checkpoint_path,
+                 .checkpoint_every = options.checkpoint_every,
                  .stop_requested = options.stop_requested},
                 callbacks())
-    {
-    }
+    {}
     training_run(const training_run&) = delete; // the loop and the method hold references into the run
     training_run& operator=(const training_run&) = delete;
 
@@ -62,14 +61,16 @@ private:
     petra::training_callbacks callbacks()
     {
         return {.trained = [this](const auto& position, const auto& so_far) { progress_.trained(position, so_far); },
-                .evaluate = [this] {
-                    const evaluation test = method_.evaluate(data_.test, data_.test_size);
-                    return petra::test_score{test.loss, test.accuracy};
-                },
-                .epoch_finished = [this](const epoch_record& record) {
-                    progress_.epoch_done(record);
-                    metrics_.write(record);
-                },
+                .evaluate =
+                    [this] {
+                        const evaluation test = method_.evaluate(data_.test, data_.test_size);
+                        return petra::test_score{test.loss, test.accuracy};
+                    },
+                .epoch_finished =
+                    [this](const epoch_record& record) {
+                        progress_.epoch_done(record);
+                        metrics_.write(record);
+                    },
                 .checkpoint_saved = options_.checkpoint_saved,
                 .save_records = [this](auto& out) { transfer_recipe(out, recipe_, plan_.batches_per_epoch()); },
                 .load_records = [this](auto& in) { transfer_recipe(in, recipe_, plan_.batches_per_epoch()); }};

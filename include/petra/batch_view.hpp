@@ -46,9 +46,7 @@ public:
     // A read-only view of the same values.
     template <class Mutable>
         requires std::is_const_v<T> && std::is_same_v<const Mutable, T>
-    constexpr batch_view(batch_view<Mutable, Shape> values) noexcept : data_(values.data()), batch_(values.batch())
-    {
-    }
+    constexpr batch_view(batch_view<Mutable, Shape> values) noexcept : data_(values.data()), batch_(values.batch()) {}
 
     constexpr T* data() const noexcept { return data_; }
     constexpr std::size_t batch() const noexcept { return batch_; }
@@ -71,13 +69,11 @@ public:
 
     // The first (x) and second (x~) half of every example, when Shape is a
     // pair of halves.
-    constexpr auto first_half() const noexcept
-        requires is_halves<Shape>::value
+    constexpr auto first_half() const noexcept requires is_halves<Shape>::value
     {
         return batch_view<T, typename Shape::half>(data_, batch_);
     }
-    constexpr auto second_half() const noexcept
-        requires is_halves<Shape>::value
+    constexpr auto second_half() const noexcept requires is_halves<Shape>::value
     {
         return batch_view<T, typename Shape::half>(data_ ? data_ + batch_ * Shape::half::size : nullptr, batch_);
     }

@@ -85,8 +85,7 @@ struct block_bench_data {
           x(random_values<T>(batch_size * bound::input::size, 2, T(-1), T(1))), y(batch_size * bound::output::size),
           grad_y(random_values<T>(batch_size * bound::output::size, 3, T(-1), T(1))), grad_x(x.size()),
           workspace(bound::workspace_size(batch_size)), recomputed(y.size()), grad_parameters(bound::parameter_count)
-    {
-    }
+    {}
 
     batch_view<T, typename bound::input> input() { return {x.data(), batch}; }
     batch_view<T, typename bound::output> output() { return {y.data(), batch}; }
@@ -159,9 +158,10 @@ void register_block_benchmarks(std::size_t batch)
                 reconstruct_backward<bound>(values.values(), values.read_state(), values.output(), grad_y,
                                             values.input(), grad_x, values.gradient(), std::span<T>(values.workspace));
             } else {
-                recompute_backward<bound>(values.values(), values.read_state(), values.input(), grad_y, grad_x,
-                                          values.gradient(), std::span<T>(values.workspace),
-                                          batch_view<T, typename bound::output>(values.recomputed.data(), values.batch));
+                recompute_backward<bound>(
+                    values.values(), values.read_state(), values.input(), grad_y, grad_x, values.gradient(),
+                    std::span<T>(values.workspace),
+                    batch_view<T, typename bound::output>(values.recomputed.data(), values.batch));
             }
         });
         add("last_stage_tick", forward + backward, 2 * activation_bytes, [](data& values) {
@@ -189,32 +189,32 @@ void register_stage_benchmarks(std::size_t batch)
         double flops = 0, bytes = 0;
         for (std::size_t i = stage_type::first_block; i < stage_type::end_block; ++i) {
             const block_profile& profile = Network::profile[i];
-            flops += double(stage_type::is_last ? profile.forward_flops + profile.backward_flops : profile.tick_flops());
+            flops +=
+                double(stage_type::is_last ? profile.forward_flops + profile.backward_flops : profile.tick_flops());
             bytes += double((profile.input_values + profile.output_values) * sizeof(T));
         }
         const std::string name = "stages:" + std::to_string(stages) + "/stage:" + std::to_string(J) + "/tick";
-        const std::string label = "blocks " + std::to_string(stage_type::first_block) + " to " +
-                                  std::to_string(stage_type::end_block - 1);
-        benchmark::RegisterBenchmark(name.c_str(),
-                                     [=](benchmark::State& state) {
-                                         auto parameters = Network::template make_parameters<T>(1);
-                                         stage_type alone(parameters, {.batch = batch});
-                                         auto x = detail::random_values<T>(batch * stage_type::input_values, 2,
-                                                                           T(-1), T(1));
-                                         auto grad_y = detail::random_values<T>(batch * stage_type::output_values, 3,
-                                                                                T(-1), T(1));
-                                         std::vector<T> y(grad_y.size()), rebuilt(x.size()), grad_x(x.size());
-                                         using in = batch_view<T, typename stage_type::input>;
-                                         using out = batch_view<T, typename stage_type::output>;
-                                         for (auto _ : state) {
-                                             alone.forward(in(x.data(), batch), out(y.data(), batch));
-                                             alone.backward(out(y.data(), batch), out(grad_y.data(), batch),
-                                                            in(rebuilt.data(), batch), in(grad_x.data(), batch));
-                                             benchmark::ClobberMemory();
-                                         }
-                                         state.SetLabel(label);
-                                         detail::rate_counters(state, batch, flops, 3 * bytes);
-                                     })
+        const std::string label =
+            "blocks " + std::to_string(stage_type::first_block) + " to " + std::to_string(stage_type::end_block - 1);
+        benchmark::RegisterBenchmark(
+            name.c_str(),
+            [=](benchmark::State& state) {
+                auto parameters = Network::template make_parameters<T>(1);
+                stage_type alone(parameters, {.batch = batch});
+                auto x = detail::random_values<T>(batch * stage_type::input_values, 2, T(-1), T(1));
+                auto grad_y = detail::random_values<T>(batch * stage_type::output_values, 3, T(-1), T(1));
+                std::vector<T> y(grad_y.size()), rebuilt(x.size()), grad_x(x.size());
+                using in = batch_view<T, typename stage_type::input>;
+                using out = batch_view<T, typename stage_type::output>;
+                for (auto _ : state) {
+                    alone.forward(in(x.data(), batch), out(y.data(), batch));
+                    alone.backward(out(y.data(), batch), out(grad_y.data(), batch), in(rebuilt.data(), batch),
+                                   in(grad_x.data(), batch));
+                    benchmark::ClobberMemory();
+                }
+                state.SetLabel(label);
+                detail::rate_counters(state, batch, flops, 3 * bytes);
+            })
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime();
     });

@@ -17,7 +17,7 @@
 #include <petra/network.hpp>
 #include <petra/optim.hpp>
 #include <petra/partition.hpp>
-#include <petra/random.hpp>
 #include <petra/pipeline.hpp>
+#include <petra/random.hpp>
 #include <petra/train.hpp>
 #include <petra/version.hpp>

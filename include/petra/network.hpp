@@ -42,12 +42,12 @@
 #include <petra/kernels/scratch.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/layers/chain.hpp>
-#include <petra/state_archive.hpp>
-#include <petra/tensor_batch.hpp>
 #include <petra/layers/layer.hpp>
 #include <petra/owned_batch.hpp>
 #include <petra/parameter_names.hpp>
 #include <petra/shape.hpp>
+#include <petra/state_archive.hpp>
+#include <petra/tensor_batch.hpp>
 #include <petra/type_list.hpp>
 
 namespace petra {
@@ -80,10 +80,10 @@ struct block_profile {
     std::size_t parameter_count;
     std::size_t state_count;
     std::size_t forward_flops;
-    std::size_t backward_flops; // the vector-Jacobian product alone
-    std::size_t input_values;   // activation entering the block
-    std::size_t output_values;  // activation leaving it
-    std::size_t kept_values;    // what its forward keeps for backward (workspace of one example)
+    std::size_t backward_flops;             // the vector-Jacobian product alone
+    std::size_t input_values;               // activation entering the block
+    std::size_t output_values;              // activation leaving it
+    std::size_t kept_values;                // what its forward keeps for backward (workspace of one example)
     std::size_t winograd_forward_flops = 0; // the part of forward_flops in Winograd's form
 
     // One pipeline tick of PETRA spends a forward, a reconstruction (the
@@ -225,10 +225,9 @@ inline constexpr auto bind_next_block = []<class Output, class Last, class... Bo
 // Blocks bound in order from Input (if Input is a shape: otherwise that
 // error is reported on its own and nothing is bound).
 template <class Input, class... Elements>
-using bind_network =
-    decltype(boost::hana::fold_left(boost::hana::flatten(boost::hana::make_tuple(blocks_of(std::type_identity<Elements>{})...)),
-                                    binding<std::conditional_t<a_shape<Input>, Input, no_output>, void>{},
-                                    bind_next_block));
+using bind_network = decltype(boost::hana::fold_left(
+    boost::hana::flatten(boost::hana::make_tuple(blocks_of(std::type_identity<Elements>{})...)),
+    binding<std::conditional_t<a_shape<Input>, Input, no_output>, void>{}, bind_next_block));
 
 // One field of every profile.
 template <std::size_t N>
@@ -247,10 +246,9 @@ template <class Output, class Last, class... Bound>
 struct bound_network<binding<Output, Last, Bound...>> {
     static constexpr std::size_t block_count = sizeof...(Bound);
     static constexpr auto blocks = type_list<Bound...>;
-    static constexpr std::array<block_profile, block_count> profile{
-        block_profile{Bound::reversible, Bound::parameter_count, Bound::state_count, Bound::forward_flops,
-                      Bound::backward_flops, Bound::input::size, Bound::output::size, Bound::workspace_size(1),
-                      winograd_forward_flops_of<Bound>()}...};
+    static constexpr std::array<block_profile, block_count> profile{block_profile{
+        Bound::reversible, Bound::parameter_count, Bound::state_count, Bound::forward_flops, Bound::backward_flops,
+        Bound::input::size, Bound::output::size, Bound::workspace_size(1), winograd_forward_flops_of<Bound>()}...};
 
     static constexpr std::size_t largest_workspace(std::size_t batch)
     {
@@ -263,8 +261,7 @@ struct bound_network<binding<Output, Last, Bound...>> {
         (demand.merge(forward_scratch_of<Bound, T>(batch)), ...);
         return demand;
     }
-    static constexpr std::array<std::size_t (*)(std::size_t), block_count> workspace_sizes{
-        &Bound::workspace_size...};
+    static constexpr std::array<std::size_t (*)(std::size_t), block_count> workspace_sizes{&Bound::workspace_size...};
 };
 
 } // namespace detail
@@ -540,29 +537,24 @@ public:
     using values_span = std::span<T, Network::parameter_count>;
     using state_span = std::span<T, Network::state_count>;
 
-    constexpr network_parameters_view(values_span values, state_span state) noexcept : values_(values), state_(state)
-    {
-    }
+    constexpr network_parameters_view(values_span values, state_span state) noexcept : values_(values), state_(state) {}
     // The arrays of a network_parameters (only read-only ones from a const
     // network_parameters).
     constexpr network_parameters_view(network_parameters<Network, value_type>& parameters) noexcept
         : values_(parameters.values().template first<Network::parameter_count>()),
           state_(parameters.state().template first<Network::state_count>())
-    {
-    }
+    {}
     constexpr network_parameters_view(const network_parameters<Network, value_type>& parameters) noexcept
         requires(std::is_const_v<T>)
         : values_(parameters.values().template first<Network::parameter_count>()),
           state_(parameters.state().template first<Network::state_count>())
-    {
-    }
+    {}
     // A read-only view of a writable one.
     template <class Writable>
         requires std::is_const_v<T> && std::is_same_v<Writable, value_type>
     constexpr network_parameters_view(const network_parameters_view<Network, Writable>& writable) noexcept
         : values_(writable.values()), state_(writable.state())
-    {
-    }
+    {}
 
     constexpr values_span values() const noexcept { return values_; }
     constexpr state_span state() const noexcept { return state_; }
@@ -589,9 +581,9 @@ private:
 template <class P>
 concept network_parameters_like =
     (is_network<typename P::network_type>::value && std::is_floating_point_v<typename P::value_type> &&
-    (std::is_same_v<P, network_parameters<typename P::network_type, typename P::value_type>> ||
-     std::is_same_v<P, network_parameters_view<typename P::network_type, typename P::value_type>> ||
-     std::is_same_v<P, network_parameters_view<typename P::network_type, const typename P::value_type>>));
+     (std::is_same_v<P, network_parameters<typename P::network_type, typename P::value_type>> ||
+      std::is_same_v<P, network_parameters_view<typename P::network_type, typename P::value_type>> ||
+      std::is_same_v<P, network_parameters_view<typename P::network_type, const typename P::value_type>>));
 
 namespace detail {
 
@@ -657,8 +649,8 @@ void predict(const Parameters& parameters,
         raise_error(error_kind::invalid_argument,
                     "predict: a workspace of " + std::to_string(workspace.size()) + " bytes for a batch of " +
                         std::to_string(batch) + "; it needs Network::inference_workspace_bytes(" +
-                        std::to_string(batch) + ") = " +
-                        std::to_string(Network::template inference_workspace_bytes<T>(batch)) + ".");
+                        std::to_string(batch) +
+                        ") = " + std::to_string(Network::template inference_workspace_bytes<T>(batch)) + ".");
     }
     std::byte* const base = workspace.data() + skip;
     const auto buffer = [&](std::size_t k) { return reinterpret_cast<T*>(base + k * layout.buffer_bytes); };
@@ -706,7 +698,8 @@ void predict(const Parameters& parameters, const Images& images, Logits& logits)
     using T = typename Parameters::value_type;
     const auto x = as_batch<typename Network::input>(images, "predict: images");
     const auto y = as_batch<typename Network::output>(logits, "predict: logits");
-    static_assert(std::is_same_v<typename decltype(y)::element_type, T>, "predict writes logits of the parameters' type.");
+    static_assert(std::is_same_v<typename decltype(y)::element_type, T>,
+                  "predict writes logits of the parameters' type.");
     if (y.batch() != x.batch()) {
         raise_error(error_kind::invalid_argument, "predict: logits for " + std::to_string(y.batch()) +
                                                       " examples, images of " + std::to_string(x.batch()) + ".");

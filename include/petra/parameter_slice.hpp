@@ -68,7 +68,8 @@ public:
     }
 
     // A copy of these blocks' values in a whole network's parameters.
-    explicit parameter_slice(const network_parameters<Network, T>& whole) : values_(parameter_count), state_(state_count)
+    explicit parameter_slice(const network_parameters<Network, T>& whole)
+        : values_(parameter_count), state_(state_count)
     {
         std::copy_n(whole.values().begin() + parameter_offset, parameter_count, values_.begin());
         std::copy_n(whole.state().begin() + state_offset, state_count, state_.begin());

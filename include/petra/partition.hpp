@@ -189,10 +189,9 @@ inline std::vector<std::size_t> balanced_groups(std::span<const std::size_t> cos
 {
     const std::size_t n = costs.size();
     if (groups < 1 || groups > n) {
-        raise_error(error_kind::invalid_argument, std::to_string(n) + " stages cannot be placed on " +
-                                                      std::to_string(groups) +
-                                                      " ranks: every rank needs at least one stage (at most " +
-                                                      std::to_string(n) + " ranks).");
+        raise_error(error_kind::invalid_argument,
+                    std::to_string(n) + " stages cannot be placed on " + std::to_string(groups) +
+                        " ranks: every rank needs at least one stage (at most " + std::to_string(n) + " ranks).");
     }
     std::vector<std::size_t> prefix(n + 1, 0);
     for (std::size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + costs[i];

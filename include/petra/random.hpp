@@ -75,9 +75,8 @@ namespace petra {
 // An engine whose every output is 64 uniform bits, like std::mt19937_64.
 template <class Generator>
 concept bits64_generator = (std::uniform_random_bit_generator<Generator> &&
-                           std::same_as<typename Generator::result_type, std::uint64_t> &&
-                           (Generator::min() == 0) &&
-                           (Generator::max() == std::numeric_limits<std::uint64_t>::max()));
+                            std::same_as<typename Generator::result_type, std::uint64_t> && (Generator::min() == 0) &&
+                            (Generator::max() == std::numeric_limits<std::uint64_t>::max()));
 
 template <int Bits, bits64_generator Generator>
 std::uint64_t uniform_bits(Generator& generator)

@@ -44,7 +44,8 @@ public:
 
     void write(const void* data, std::size_t size)
     {
-        if (file_ == nullptr) raise_error(error_kind::logic_error, caller_ + "'" + path_ + "': written after commit().");
+        if (file_ == nullptr)
+            raise_error(error_kind::logic_error, caller_ + "'" + path_ + "': written after commit().");
         if (size > 0 && std::fwrite(data, 1, size, file_) != size) fail_io();
         written_ += size;
     }
@@ -55,7 +56,8 @@ public:
     // fields are known only at the end); later writes go on at the end.
     void overwrite(std::size_t offset, const void* data, std::size_t size)
     {
-        if (file_ == nullptr) raise_error(error_kind::logic_error, caller_ + "'" + path_ + "': written after commit().");
+        if (file_ == nullptr)
+            raise_error(error_kind::logic_error, caller_ + "'" + path_ + "': written after commit().");
         if (offset + size > written_) {
             raise_error(error_kind::logic_error, caller_ + "'" + path_ + "': overwrite() past the bytes written.");
         }

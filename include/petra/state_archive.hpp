@@ -31,16 +31,17 @@ namespace petra {
 
 template <class A>
 concept state_archive = requires(A& archive, std::string_view name, std::size_t& count, std::size_t limit,
-                                 std::span<float> floats, std::span<double> doubles,
-                                 std::span<std::int32_t> integers, std::string& text) {
+                                 std::span<float> floats, std::span<double> doubles, std::span<std::int32_t> integers,
+                                 std::string& text)
+{
     requires std::convertible_to<decltype(A::loading), bool>;
-    archive.section(name);             // a named mark: sections must come back in the same order
-    archive.count(count, limit);       // a whole number; read back, it must not exceed limit
-    archive.expect(limit, name);       // a figure both sides must agree on (a size, a stage count)
-    archive.values(floats);            // a run of values of exactly this length
+    archive.section(name);       // a named mark: sections must come back in the same order
+    archive.count(count, limit); // a whole number; read back, it must not exceed limit
+    archive.expect(limit, name); // a figure both sides must agree on (a size, a stage count)
+    archive.values(floats);      // a run of values of exactly this length
     archive.values(doubles);
     archive.values(integers);
-    archive.text(text);                // bytes of any length
+    archive.text(text); // bytes of any length
 };
 
 // The limit of a count that no figure of the saving side bounds (a step

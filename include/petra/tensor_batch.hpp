@@ -33,7 +33,8 @@ namespace petra {
 // A tensor whose values are reachable from data() and laid out by shape()
 // and strides() (counted in values).
 template <class E>
-concept tensor_like = requires(E& tensor) {
+concept tensor_like = requires(E& tensor)
+{
     tensor.data();
     requires std::convertible_to<decltype(tensor.shape().size()), std::size_t>;
     requires std::convertible_to<decltype(tensor.strides().size()), std::size_t>;
@@ -118,10 +119,9 @@ auto as_batch(E& tensor, const std::string& what)
     const bool fits = !given.empty() && given.size() == expected.size() &&
                       std::equal(given.begin() + 1, given.end(), expected.begin() + 1);
     if (!fits) {
-        raise_error(error_kind::invalid_argument, what + ": a tensor of shape " +
-                                                      detail::dimensions_text(dimensions, true) +
-                                                      "; the network takes " +
-                                                      detail::dimensions_text(expected, false) + ".");
+        raise_error(error_kind::invalid_argument,
+                    what + ": a tensor of shape " + detail::dimensions_text(dimensions, true) + "; the network takes " +
+                        detail::dimensions_text(expected, false) + ".");
     }
     detail::check_contiguous(tensor, dimensions, what);
     return batch_view<element, Shape>(detail::first_value(tensor), dimensions[0]);
@@ -152,9 +152,9 @@ std::span<const std::int32_t> as_labels(const E& labels, std::size_t batch, cons
                       "Labels are a tensor of std::int32_t class indices.");
         const std::vector<std::size_t> dimensions = detail::dimensions_of(labels);
         if (dimensions.size() != 1 || dimensions[0] != batch) {
-            raise_error(error_kind::invalid_argument, what + ": labels of shape " +
-                                                          detail::dimensions_text(dimensions, true) + " for a batch of " +
-                                                          std::to_string(batch) + " images; one label each.");
+            raise_error(error_kind::invalid_argument,
+                        what + ": labels of shape " + detail::dimensions_text(dimensions, true) + " for a batch of " +
+                            std::to_string(batch) + " images; one label each.");
         }
         detail::check_contiguous(labels, dimensions, what);
         return {detail::first_value(labels), batch};

@@ -47,9 +47,8 @@ using type_at = typename detail::type_at_impl<Index, std::remove_cvref_t<List>>:
 template <std::size_t Count, class Visitor>
 constexpr void for_each_index(Visitor&& visit)
 {
-    ([&]<std::size_t... I>(std::index_sequence<I...>) {
-        (visit(std::integral_constant<std::size_t, I>{}), ...);
-    })(std::make_index_sequence<Count>{});
+    ([&]<std::size_t... I>(std::index_sequence<I...>) { (visit(std::integral_constant<std::size_t, I>{}), ...); })(
+        std::make_index_sequence<Count>{});
 }
 
 // The same, from Count - 1 down to 0: the order of a backward pass.

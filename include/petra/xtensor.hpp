@@ -22,8 +22,7 @@ xt::xtensor<typename Parameters::value_type, 2> predict(const Parameters& parame
 {
     using Network = typename Parameters::network_type;
     using T = typename Parameters::value_type;
-    const batch_view<const T, typename Network::input> x =
-        as_batch<typename Network::input>(images, "predict: images");
+    const batch_view<const T, typename Network::input> x = as_batch<typename Network::input>(images, "predict: images");
     xt::xtensor<T, 2> logits = xt::xtensor<T, 2>::from_shape({x.batch(), Network::output::size});
     predict(parameters, x, batch_view<T, typename Network::output>(logits.data(), x.batch()));
     return logits;

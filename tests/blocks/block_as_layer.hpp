@@ -101,12 +101,11 @@ struct recompute_then_backward : block_as_layer_base<Block> {
     {
         base::poison(workspace);
         const std::size_t batch = x.batch();
-        recompute_backward<Block>(parameters, base::template unused_statistics<T>(),
-                                  x.template as<typename Block::input>(), grad_y.template as<typename Block::output>(),
-                                  grad_x.template as<typename Block::input>(), grad_parameters,
-                                  workspace.first(Block::workspace_size(batch)),
-                                  petra::batch_view<T, typename Block::output>(
-                                      workspace.data() + Block::workspace_size(batch), batch));
+        recompute_backward<Block>(
+            parameters, base::template unused_statistics<T>(), x.template as<typename Block::input>(),
+            grad_y.template as<typename Block::output>(), grad_x.template as<typename Block::input>(), grad_parameters,
+            workspace.first(Block::workspace_size(batch)),
+            petra::batch_view<T, typename Block::output>(workspace.data() + Block::workspace_size(batch), batch));
     }
 };
 

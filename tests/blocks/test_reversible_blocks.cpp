@@ -88,8 +88,7 @@ TEST_CASE_TEMPLATE("reversible blocks: reconstruct-and-backward matches central 
     test::check_gradients<test::reconstruct_then_backward<coupling>>(generator, {.batch = 2});
 }
 
-TEST_CASE_TEMPLATE("reversible blocks: backward after forward matches central differences", coupling, additive,
-                   revnet)
+TEST_CASE_TEMPLATE("reversible blocks: backward after forward matches central differences", coupling, additive, revnet)
 {
     std::mt19937_64 generator(7);
     test::check_gradients<test::backward_after_forward<coupling>>(generator, {.batch = 2});
@@ -125,7 +124,8 @@ TEST_CASE("pixel_unshuffle: 2 x 2 neighbourhoods become channels, and back exact
 {
     using unshuffle = layer_for<pixel_unshuffle, block_input>;
     static_assert(std::is_same_v<unshuffle::output, halves<shape<16, 3, 3>>>);
-    static_assert(unshuffle::reversible && unshuffle::parameter_count == 0 && unshuffle::input::size == unshuffle::output::size);
+    static_assert(unshuffle::reversible && unshuffle::parameter_count == 0 &&
+                  unshuffle::input::size == unshuffle::output::size);
     static_assert(!block_accepts<pixel_unshuffle, halves<shape<4, 5, 6>>>(), "odd sizes are refused");
     const std::size_t batch = 3;
     std::mt19937_64 generator(21);
@@ -139,8 +139,8 @@ TEST_CASE("pixel_unshuffle: 2 x 2 neighbourhoods become channels, and back exact
     const std::size_t out = ((batch + 1) * 16 + 10) * 9 + 1 * 3 + 2;
     CHECK(y[out] == x[in]);
     unshuffle::inverse(std::span<const float, 0>(), std::span<const float, 0>(),
-                       test::batch_of<unshuffle::output>(std::as_const(y), batch), test::batch_of<block_input>(back, batch),
-                       {});
+                       test::batch_of<unshuffle::output>(std::as_const(y), batch),
+                       test::batch_of<block_input>(back, batch), {});
     CHECK(back == x);
 }
 

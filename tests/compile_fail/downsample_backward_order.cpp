@@ -4,8 +4,9 @@
 
 using namespace petra;
 
-using net = network<input<1, 8, 8>, stem<chain<conv2d<1, 16>, batch_norm<16>, relu>>,
-                    downsample<chain<conv2d<8, 8, 3, 2>, batch_norm<8>, relu>, chain<conv2d<8, 8, 1, 2, 0>, user::swapped_backward>>,
-                    classifier_head<16, 10>>;
+using net = network<
+    input<1, 8, 8>, stem<chain<conv2d<1, 16>, batch_norm<16>, relu>>,
+    downsample<chain<conv2d<8, 8, 3, 2>, batch_norm<8>, relu>, chain<conv2d<8, 8, 1, 2, 0>, user::swapped_backward>>,
+    classifier_head<16, 10>>;
 
 int main() { return int(net::parameter_count); }

@@ -4,7 +4,6 @@
 
 using namespace petra;
 
-using wrong_input = network<input<3, 8, 8>, stem<chain<conv2d<1, 16>, batch_norm<16>, relu>>,
-                            classifier_head<16, 10>>;
+using wrong_input = network<input<3, 8, 8>, stem<chain<conv2d<1, 16>, batch_norm<16>, relu>>, classifier_head<16, 10>>;
 
 int main() { return int(wrong_input::parameter_count); }

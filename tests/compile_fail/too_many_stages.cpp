@@ -1,7 +1,7 @@
 // expected: A pipeline cannot have more stages than the network has blocks.
 // Three blocks cannot make four stages.
-#include <petra/partition.hpp>
 #include <petra/core.hpp>
+#include <petra/partition.hpp>
 
 using namespace petra;
 

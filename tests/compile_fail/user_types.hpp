@@ -71,8 +71,7 @@ struct swapped_backward {
         template <class T>
         static void backward(const_batch<T, Input>, const_batch<T, Input>, batch_view<T, Input>,
                              std::span<const T, Input::channels>, std::span<T, Input::channels>, std::span<T>)
-        {
-        }
+        {}
     };
 };
 
@@ -88,10 +87,9 @@ struct span_batches {
             scale_forward<Input>(scale, x.data(), y.data(), x.size());
         }
         template <class T>
-        static void backward(parameters_view<T, Input::channels>, std::span<const T>, std::span<const T>,
-                             std::span<T>, std::span<T, Input::channels>, std::span<T>)
-        {
-        }
+        static void backward(parameters_view<T, Input::channels>, std::span<const T>, std::span<const T>, std::span<T>,
+                             std::span<T, Input::channels>, std::span<T>)
+        {}
     };
 };
 
@@ -102,8 +100,7 @@ struct no_backward_flops {
         template <class T>
         static void backward(parameters_view<T, Input::channels>, const_batch<T, Input>, const_batch<T, Input>,
                              batch_view<T, Input>, std::span<T, Input::channels>, std::span<T>)
-        {
-        }
+        {}
     };
 };
 
@@ -131,8 +128,7 @@ struct doubling_block : block_kind {
 
         template <class T>
         static void initialize(std::span<T, 0>, std::span<T, 0>, std::mt19937_64&)
-        {
-        }
+        {}
         template <forward_pass Pass, class T>
         static void forward(Pass, parameters_view<T, 0>, state_view<Pass, T, 0>, const_batch<T, input> x,
                             batch_view<T, output> y, std::span<T>)

@@ -26,8 +26,19 @@ int main()
     const float a[4] = {1, 2, 3, 4}; // [[1, 2], [3, 4]]
     const float b[4] = {5, 6, 7, 8}; // [[5, 6], [7, 8]]
     float c[4] = {};
-    kernels::gemm<float>({.op_a = kernels::transpose::no, .op_b = kernels::transpose::no, .m = 2, .n = 2, .k = 2,
-                          .alpha = 1.0f, .a = a, .lda = 2, .b = b, .ldb = 2, .beta = 0.0f, .c = c, .ldc = 2});
+    kernels::gemm<float>({.op_a = kernels::transpose::no,
+                          .op_b = kernels::transpose::no,
+                          .m = 2,
+                          .n = 2,
+                          .k = 2,
+                          .alpha = 1.0f,
+                          .a = a,
+                          .lda = 2,
+                          .b = b,
+                          .ldb = 2,
+                          .beta = 0.0f,
+                          .c = c,
+                          .ldc = 2});
     if (!std::ranges::equal(c, std::vector<float>{19, 22, 43, 50})) {
         std::printf("consumer (core): wrong product\n");
         return 1;
@@ -43,9 +54,9 @@ int main()
     }
 
     // Checkpoints are core: their CRC-32 needs no zlib.
-    const std::string path = (std::filesystem::temp_directory_path() /
-                              ("petra_consumer_core." + std::to_string(::getpid()) + ".checkpoint"))
-                                 .string();
+    const std::string path =
+        (std::filesystem::temp_directory_path() / ("petra_consumer_core." + std::to_string(::getpid()) + ".checkpoint"))
+            .string();
     {
         auto saved = parameters;
         checkpoint_writer out(path, small_network::signature);

@@ -11,9 +11,9 @@
 
 int main()
 {
-    const std::string path = (std::filesystem::temp_directory_path() /
-                              ("petra_consumer_data." + std::to_string(::getpid()) + ".idx"))
-                                 .string();
+    const std::string path =
+        (std::filesystem::temp_directory_path() / ("petra_consumer_data." + std::to_string(::getpid()) + ".idx"))
+            .string();
     {
         // Magic (unsigned bytes, 2 dimensions), 2 x 3, then the values 1 to 6.
         const unsigned char bytes[] = {0, 0, 8, 2, 0, 0, 0, 2, 0, 0, 0, 3, 1, 2, 3, 4, 5, 6};

@@ -10,8 +10,19 @@ int main()
     const float b[4] = {5, 6, 7, 8}; // [[5, 6], [7, 8]]
     float c[4] = {};
     using petra::kernels::transpose;
-    petra::kernels::gemm<float>({.op_a = transpose::no, .op_b = transpose::no, .m = 2, .n = 2, .k = 2, .alpha = 1.0f,
-                                 .a = a, .lda = 2, .b = b, .ldb = 2, .beta = 0.0f, .c = c, .ldc = 2});
+    petra::kernels::gemm<float>({.op_a = transpose::no,
+                                 .op_b = transpose::no,
+                                 .m = 2,
+                                 .n = 2,
+                                 .k = 2,
+                                 .alpha = 1.0f,
+                                 .a = a,
+                                 .lda = 2,
+                                 .b = b,
+                                 .ldb = 2,
+                                 .beta = 0.0f,
+                                 .c = c,
+                                 .ldc = 2});
     const float expected[4] = {19, 22, 43, 50};
     for (int i = 0; i < 4; ++i) {
         if (c[i] != expected[i]) {

@@ -3,11 +3,11 @@
 // of batches in an epoch.
 #include <algorithm>
 #include <cmath>
-#include <random>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -119,7 +119,7 @@ TEST_CASE("read_idx: every broken file gives its own error, naming the file")
     wrong_magic[0] = 0x12;
     write_plain(directory.file("magic.idx"), wrong_magic);
     write_plain(directory.file("extra.idx"), idx_bytes({2, 3, 2}, values)); // dimensions too small for the data
-    write_plain(directory.file("plain.idx.gz"), valid);                      // named .gz, not gzip
+    write_plain(directory.file("plain.idx.gz"), valid);                     // named .gz, not gzip
     write_plain(directory.file("type.idx"), idx_bytes({2, 3, 3}, values, 0x0D));
     write_plain(directory.file("rank.idx"), idx_bytes({}, values));
     write_plain(directory.file("header.idx"), std::vector<unsigned char>(valid.begin(), valid.begin() + 9));
@@ -183,8 +183,8 @@ TEST_CASE("load_idx_dataset: normalised images, checked labels")
     const auto values = pixels(4 * 2 * 3);
     write_gzip(directory.file("images.gz"), idx_bytes({4, 2, 3}, values));
     write_gzip(directory.file("labels.gz"), idx_bytes({4}, {3, 0, 9, 1}));
-    const auto dataset = load_idx_dataset(directory.file("images.gz"), directory.file("labels.gz"), 10,
-                                          fashion_mnist_normalisation);
+    const auto dataset =
+        load_idx_dataset(directory.file("images.gz"), directory.file("labels.gz"), 10, fashion_mnist_normalisation);
     REQUIRE(dataset.size() == 4);
     CHECK(dataset.image_size() == 6);
     CHECK(dataset.images.shape()[1] == 1);
@@ -198,12 +198,12 @@ TEST_CASE("load_idx_dataset: normalised images, checked labels")
     CHECK_THROWS_WITH_AS(load_idx_dataset(directory.file("images.gz"), directory.file("three_labels.gz"), 10,
                                           fashion_mnist_normalisation),
                          doctest::Contains("3 labels for the 4 images"), data_error);
-    CHECK_THROWS_WITH_AS(load_idx_dataset(directory.file("images.gz"), directory.file("labels.gz"), 5,
-                                          fashion_mnist_normalisation),
-                         doctest::Contains("label 9 of example 2 is not below the 5 classes"), data_error);
-    CHECK_THROWS_WITH_AS(load_idx_dataset(directory.file("labels.gz"), directory.file("labels.gz"), 10,
-                                          fashion_mnist_normalisation),
-                         doctest::Contains("images need 3 dimensions"), data_error);
+    CHECK_THROWS_WITH_AS(
+        load_idx_dataset(directory.file("images.gz"), directory.file("labels.gz"), 5, fashion_mnist_normalisation),
+        doctest::Contains("label 9 of example 2 is not below the 5 classes"), data_error);
+    CHECK_THROWS_WITH_AS(
+        load_idx_dataset(directory.file("labels.gz"), directory.file("labels.gz"), 10, fashion_mnist_normalisation),
+        doctest::Contains("images need 3 dimensions"), data_error);
 }
 
 TEST_CASE("batch_order: a permutation per epoch, reproducible, full batches only")

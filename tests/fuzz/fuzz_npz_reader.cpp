@@ -52,7 +52,8 @@ void load_into_network(std::span<const std::byte> bytes)
         const npz_array array = archive.at(named.name.view());
         std::vector<float> expected(array.size());
         copy_values(array, std::span<float>(expected));
-        const std::span<const float> all = named.role == array_role::parameter ? parameters.values() : parameters.state();
+        const std::span<const float> all =
+            named.role == array_role::parameter ? parameters.values() : parameters.state();
         if (std::memcmp(expected.data(), all.data() + named.offset, expected.size() * sizeof(float)) != 0) {
             broken("a loaded array differs from the file's");
         }
@@ -65,7 +66,8 @@ void read_any_archive(std::span<const std::byte> bytes)
         const npz_archive_view archive(bytes);
         std::size_t visited = 0;
         archive.for_each([&](const npz_array& array) {
-            if (array.data.size() != array.size() * npy_dtype_bytes(array.dtype)) broken("an array's size disagrees with its bytes");
+            if (array.data.size() != array.size() * npy_dtype_bytes(array.dtype))
+                broken("an array's size disagrees with its bytes");
             std::vector<double> values(array.size());
             copy_values(array, std::span<double>(values));
             ++visited;
@@ -83,7 +85,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     load_into_network(bytes);
     read_any_archive(bytes);
     npz_array array;
-    const std::string problem = detail::parse_npy_dictionary(std::string_view(reinterpret_cast<const char*>(data), size), array);
+    const std::string problem =
+        detail::parse_npy_dictionary(std::string_view(reinterpret_cast<const char*>(data), size), array);
     if (problem.empty() && array.rank > npy_max_rank) broken("accepted too many dimensions");
     return 0;
 }

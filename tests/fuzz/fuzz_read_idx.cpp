@@ -4,8 +4,8 @@
 // sanitizer report, a hang, an allocation over -malloc_limit_mb) is a bug.
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include <petra/data/idx.hpp>

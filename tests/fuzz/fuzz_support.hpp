@@ -32,8 +32,8 @@ inline const std::string& scratch_directory()
         {
             // In memory where there is /dev/shm: a disk file rewritten per input
             // makes the file system flush it, which costs more than the parser.
-            std::string pattern = std::filesystem::is_directory("/dev/shm") ? "/dev/shm/petra_fuzz_XXXXXX"
-                                                                            : "/tmp/petra_fuzz_XXXXXX";
+            std::string pattern =
+                std::filesystem::is_directory("/dev/shm") ? "/dev/shm/petra_fuzz_XXXXXX" : "/tmp/petra_fuzz_XXXXXX";
             char* name = pattern.data();
             if (::mkdtemp(name) == nullptr) throw std::runtime_error("cannot make a scratch directory");
             path = name;

@@ -37,12 +37,11 @@ namespace {
 // fused) and a chain inside a chain, pixel_unshuffle, the reference
 // downsampling (3x3 and 1x1 convolutions of stride 2), a head with batch
 // norm, pooling, flatten and dense.
-using every_kind = network<input<3, 10, 10>, stem<chain<conv2d<3, 8, 3, 1, 0>, batch_norm<8>, relu>>,
-                           additive_coupling<conv2d<4, 4>>,
-                           revnet_coupling<chain<relu, batch_norm<4>, conv2d<4, 4, 1>>,
-                                           chain<chain<conv2d<4, 4>, batch_norm<4>>, relu>>,
-                           pixel_unshuffle, downsampling<16>, additive_coupling<residual_function<32>>,
-                           head<chain<batch_norm<64>, relu, global_average_pool, flatten, dense<64, 5>>>>;
+using every_kind = network<
+    input<3, 10, 10>, stem<chain<conv2d<3, 8, 3, 1, 0>, batch_norm<8>, relu>>, additive_coupling<conv2d<4, 4>>,
+    revnet_coupling<chain<relu, batch_norm<4>, conv2d<4, 4, 1>>, chain<chain<conv2d<4, 4>, batch_norm<4>>, relu>>,
+    pixel_unshuffle, downsampling<16>, additive_coupling<residual_function<32>>,
+    head<chain<batch_norm<64>, relu, global_average_pool, flatten, dense<64, 5>>>>;
 
 // A head whose dense layer reads the [C, H, W] values of each example in
 // order (no pooling), behind a ReLU that is not fused; then layers on the
@@ -54,7 +53,8 @@ using dense_head = network<input<2, 8, 8>, stem<chain<conv2d<2, 4>, batch_norm<4
                                       global_average_pool, dense<6, 3>>>>;
 
 // A .npy file (NumPy format 1.0) of little-endian float32 values.
-void write_npy(const std::filesystem::path& path, const std::vector<std::size_t>& shape, const std::vector<float>& values)
+void write_npy(const std::filesystem::path& path, const std::vector<std::size_t>& shape,
+               const std::vector<float>& values)
 {
     std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (";
     for (const std::size_t extent : shape) header += std::to_string(extent) + ", ";
@@ -68,7 +68,8 @@ void write_npy(const std::filesystem::path& path, const std::vector<std::size_t>
     bytes += '\x00';
     protobuf::message::append_little_endian(bytes, header.size(), 2);
     bytes += header;
-    for (const float value : values) protobuf::message::append_little_endian(bytes, std::bit_cast<std::uint32_t>(value), 4);
+    for (const float value : values)
+        protobuf::message::append_little_endian(bytes, std::bit_cast<std::uint32_t>(value), 4);
     std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
@@ -103,10 +104,11 @@ void randomise_normalisation(network_parameters<Network, T>& parameters, std::ui
         if (ends(".running_var")) range = {0.3, 2.0};
         else if (ends(".running_mean")) range = {-0.5, 0.5};
         else if (array.rank == 1 && ends(".weight")) range = {0.5, 1.5}; // a batch norm's gamma (dense weights are 2-D)
-        else if (ends(".bias")) range = {-0.5, 0.5};                       // a batch norm's beta, a dense layer's bias
+        else if (ends(".bias")) range = {-0.5, 0.5};                     // a batch norm's beta, a dense layer's bias
         if (range[0] == range[1]) continue;
         const std::span<T> values = array.role == array_role::parameter ? parameters.values() : parameters.state();
-        for (std::size_t i = 0; i < array.size(); ++i) values[array.offset + i] = T(uniform_real(generator, range[0], range[1]));
+        for (std::size_t i = 0; i < array.size(); ++i)
+            values[array.offset + i] = T(uniform_real(generator, range[0], range[1]));
     }
 }
 
@@ -162,7 +164,8 @@ void fashion_case(const std::filesystem::path& directory, const std::string& nam
                                                  train_set.labels.begin() + std::ptrdiff_t(batch * steps));
     auto parameters = Network::template make_parameters<float>(7);
     train(parameters, train_images, train_labels, batch, steps);
-    const std::vector<float> test_images(test_set.images.begin(), test_set.images.begin() + std::ptrdiff_t(count * 784));
+    const std::vector<float> test_images(test_set.images.begin(),
+                                         test_set.images.begin() + std::ptrdiff_t(count * 784));
     write_case(directory, name, parameters, test_images, count);
 }
 

@@ -87,7 +87,8 @@ std::string small_archive_with(const std::string& name, Change&& change)
     const auto parameters = trained_looking<small, float>(3);
     npz_writer out(scratch(name));
     for (const named_array& array : small::parameter_names()) {
-        const std::span<const float> all = array.role == array_role::parameter ? parameters.values() : parameters.state();
+        const std::span<const float> all =
+            array.role == array_role::parameter ? parameters.values() : parameters.state();
         std::vector<float> values(all.begin() + std::ptrdiff_t(array.offset),
                                   all.begin() + std::ptrdiff_t(array.offset + array.size()));
         std::vector<std::size_t> shape(array.extents.begin(), array.extents.begin() + std::ptrdiff_t(array.rank));
@@ -135,14 +136,17 @@ TEST_CASE("the same weights give the same bytes, and every named array is in the
     for (const named_array& array : net::parameter_names()) {
         INFO(std::string(array.name.view()));
         const std::vector<std::size_t> shape = file.shape(array.name.view());
-        CHECK(shape == std::vector<std::size_t>(array.extents.begin(), array.extents.begin() + std::ptrdiff_t(array.rank)));
+        CHECK(shape ==
+              std::vector<std::size_t>(array.extents.begin(), array.extents.begin() + std::ptrdiff_t(array.rank)));
         std::vector<float> values(array.size());
         file.read(array.name.view(), std::span<float>(values));
-        const std::span<const float> all = array.role == array_role::parameter ? parameters.values() : parameters.state();
+        const std::span<const float> all =
+            array.role == array_role::parameter ? parameters.values() : parameters.state();
         CHECK(std::memcmp(values.data(), all.data() + array.offset, values.size() * sizeof(float)) == 0);
     }
     // No partial file is left behind.
-    for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(scratch("first.npz")).parent_path())) {
+    for (const auto& entry :
+         std::filesystem::directory_iterator(std::filesystem::path(scratch("first.npz")).parent_path())) {
         CHECK(entry.path().string().find(".partial.") == std::string::npos);
     }
 }
@@ -214,7 +218,8 @@ TEST_CASE("bad files are refused with one sentence naming the array, and change 
         refuses(scratch("unknown.npz"), "holds an array 'blocks.1.f.2.weight' that the network does not have");
 
         // Truncated anywhere: the directory is gone.
-        write_bytes(scratch("truncated.npz"), std::vector<std::byte>(bytes.begin(), bytes.begin() + std::ptrdiff_t(bytes.size() / 2)));
+        write_bytes(scratch("truncated.npz"),
+                    std::vector<std::byte>(bytes.begin(), bytes.begin() + std::ptrdiff_t(bytes.size() / 2)));
         refuses(scratch("truncated.npz"), "is truncated, or is not an .npz file");
         // One value flipped: the member's checksum.
         std::vector<std::byte> flipped = bytes;

@@ -94,7 +94,8 @@ void check_initializers(const network_parameters<small, T>& parameters, std::str
             CHECK(one(initializer.bytes, 2).value == 1);
             const std::string_view raw = one(initializer.bytes, 9).bytes;
             REQUIRE(raw.size() == 4 * array.size());
-            const std::span<const T> source = array.role == array_role::parameter ? parameters.values() : parameters.state();
+            const std::span<const T> source =
+                array.role == array_role::parameter ? parameters.values() : parameters.state();
             for (std::size_t i = 0; i < array.size(); ++i) {
                 std::uint32_t bits = 0;
                 for (std::size_t byte = 0; byte < 4; ++byte) {
@@ -118,7 +119,7 @@ TEST_CASE("protobuf: fields encode as the wire format says and decode back")
     protobuf::message message;
     message.integer(2, -1).float32(3, 1.5f).string(4, "images").nested(5, inner).varint(6, 0);
     const std::string expected = std::string("\x10") + std::string(9, '\xff') + '\x01' // -1: ten bytes
-                                 + "\x1d" + std::string("\x00\x00\xc0\x3f", 4)          // 1.5f, little-endian
+                                 + "\x1d" + std::string("\x00\x00\xc0\x3f", 4)         // 1.5f, little-endian
                                  + "\x22\x06images" + "\x2a\x03\x08\x96\x01" + std::string("\x30\x00", 2);
     CHECK(message.bytes() == expected);
 
@@ -156,7 +157,8 @@ TEST_CASE("onnx_model_bytes: opset 13, images in and logits out, nodes in order,
     // Each block as onnx.hpp's table says, in order; each node reads only
     // the images, initializers and earlier outputs.
     std::set<std::string> defined{"images"};
-    for (const protobuf::field& initializer : all(graph, 5)) defined.insert(std::string(one(initializer.bytes, 8).bytes));
+    for (const protobuf::field& initializer : all(graph, 5))
+        defined.insert(std::string(one(initializer.bytes, 8).bytes));
     std::vector<std::string> operators;
     for (const protobuf::field& node : all(graph, 1)) {
         operators.emplace_back(one(node.bytes, 4).bytes);

@@ -34,7 +34,8 @@ struct channel_gain {
         static void forward(Pass, parameters_view<T, parameter_count> gain, state_view<Pass, T, 1>,
                             const_batch<T, input> x, batch_view<T, output> y, std::span<T>)
         {
-            for (std::size_t i = 0; i < x.size(); ++i) y.data()[i] = gain[(i / Input::pixels) % Input::channels] * x.data()[i];
+            for (std::size_t i = 0; i < x.size(); ++i)
+                y.data()[i] = gain[(i / Input::pixels) % Input::channels] * x.data()[i];
         }
         template <class T>
         static void backward(parameters_view<T, parameter_count> gain, const_batch<T, input> x,
@@ -52,11 +53,10 @@ struct channel_gain {
 
 // Every block kind; a chain in a chain; F a single layer; a user's layer
 // that names nothing; relu before a batch norm (no fusion) and after one.
-using every_kind = network<input<1, 4, 4>, stem<chain<conv2d<1, 8>, batch_norm<8>, relu>>,
-                           additive_coupling<conv2d<4, 4>>,
-                           revnet_coupling<chain<relu, batch_norm<4>, channel_gain>,
-                                           chain<chain<conv2d<4, 4>, batch_norm<4>>, relu>>,
-                           pixel_unshuffle, downsampling<16>, classifier_head<64, 3>>;
+using every_kind =
+    network<input<1, 4, 4>, stem<chain<conv2d<1, 8>, batch_norm<8>, relu>>, additive_coupling<conv2d<4, 4>>,
+            revnet_coupling<chain<relu, batch_norm<4>, channel_gain>, chain<chain<conv2d<4, 4>, batch_norm<4>>, relu>>,
+            pixel_unshuffle, downsampling<16>, classifier_head<64, 3>>;
 
 template <class Network>
 std::vector<std::string> names_of()
@@ -175,8 +175,7 @@ TEST_CASE("every block kind: parts f and g, a chain in a chain, a single layer, 
         // block 3, pixel_unshuffle: nothing. block 4, downsampling.
         "blocks.4.f.0.weight", "blocks.4.f.1.weight", "blocks.4.f.1.bias", "blocks.4.f.1.running_mean",
         "blocks.4.f.1.running_var", "blocks.4.g.0.weight", "blocks.4.g.1.weight", "blocks.4.g.1.bias",
-        "blocks.4.g.1.running_mean", "blocks.4.g.1.running_var",
-        "blocks.5.f.1.weight", "blocks.5.f.1.bias"};
+        "blocks.4.g.1.running_mean", "blocks.4.g.1.running_var", "blocks.5.f.1.weight", "blocks.5.f.1.bias"};
     CHECK(names_of<every_kind>() == expected);
     const auto& arrays = every_kind::parameter_names();
     const named_array& gain = arrays[find_named_array(arrays, "blocks.2.f.2.parameters")];

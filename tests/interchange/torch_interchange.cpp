@@ -40,8 +40,8 @@
 namespace {
 
 struct test_images {
-    std::vector<float> images;         // count x 1 x 28 x 28, normalised as petra's job does
-    std::vector<std::int32_t> labels;  // count
+    std::vector<float> images;        // count x 1 x 28 x 28, normalised as petra's job does
+    std::vector<std::int32_t> labels; // count
     std::size_t count = 0;
 };
 
@@ -149,11 +149,10 @@ int run(const std::vector<std::string>& arguments)
     return 0;
 }
 
-constexpr const char* usage =
-    "usage: torch_interchange names NETWORK\n"
-    "       torch_interchange predict NETWORK WEIGHTS.npz DATA_DIR COUNT OUT.npz\n"
-    "       torch_interchange train NETWORK DATA_DIR COUNT STEPS WEIGHTS.npz OUT.npz\n"
-    "NETWORK: reference or reversible\n";
+constexpr const char* usage = "usage: torch_interchange names NETWORK\n"
+                              "       torch_interchange predict NETWORK WEIGHTS.npz DATA_DIR COUNT OUT.npz\n"
+                              "       torch_interchange train NETWORK DATA_DIR COUNT STEPS WEIGHTS.npz OUT.npz\n"
+                              "NETWORK: reference or reversible\n";
 
 } // namespace
 

@@ -49,7 +49,8 @@ void write_split(const std::string& dir, const std::string& prefix, std::size_t 
     for (std::size_t n = 0; n < count; ++n) {
         const int c = petra::uniform_int(generator, 0, 9);
         labels[n] = static_cast<unsigned char>(c);
-        for (std::size_t p = 0; p < 784; ++p) images[n * 784 + p] = static_cast<unsigned char>(petra::uniform_int(generator, 0, 60));
+        for (std::size_t p = 0; p < 784; ++p)
+            images[n * 784 + p] = static_cast<unsigned char>(petra::uniform_int(generator, 0, 60));
         const std::size_t top = 2 + 12 * std::size_t(c / 5), left = 2 + 5 * std::size_t(c % 5);
         for (std::size_t y = top; y < top + 6; ++y)
             for (std::size_t x = left; x < left + 6 && x < 28; ++x) images[n * 784 + y * 28 + x] = 230;
@@ -59,8 +60,8 @@ void write_split(const std::string& dir, const std::string& prefix, std::size_t 
 }
 
 struct generated_data {
-    std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                ("petra_job_test_" + std::to_string(std::random_device{}()));
+    std::filesystem::path dir =
+        std::filesystem::temp_directory_path() / ("petra_job_test_" + std::to_string(std::random_device{}()));
     generated_data()
     {
         std::filesystem::create_directories(dir);
@@ -109,52 +110,52 @@ TEST_CASE("fashion_mnist job: the loss falls and the test accuracy beats chance,
 {
     const generated_data data;
     for (const std::string network : {"reference", "reversible"})
-    for (const auto& run : {std::pair<std::string, std::size_t>{"backprop", 1}, {"reversible-backprop", 1},
-                            {"petra", 2}}) {
-        const std::string& method = run.first;
-        const std::size_t stages = run.second;
-        CAPTURE(network);
-        CAPTURE(method);
-        auto options = quick(data, method, stages);
-        options.network = network;
-        options.metrics_path = (data.dir / (network + "-" + method + ".csv")).string();
-        options.summary_path = (data.dir / (network + "-" + method + ".json")).string();
-        const fashion::job_summary summary = fashion::run_job(options);
-        REQUIRE(summary.epochs.size() == 4);
-        INFO("train loss " << summary.epochs.front().train_loss << " -> " << summary.epochs.back().train_loss
-                           << ", test accuracy " << summary.test_accuracy);
-        CHECK(summary.epochs.back().train_loss < 0.7 * summary.epochs.front().train_loss);
-        CHECK(summary.test_accuracy > 0.3);
-        CHECK(summary.steps == 4 * (320 / 16));
-        // The files say the same.
-        std::ifstream csv(options.metrics_path);
-        std::string header, line;
-        std::getline(csv, header);
-        CHECK(header.ends_with(",learning_rate,network,peak_learning_rate,warmup_epochs,delay_rate_exponent"));
-        std::size_t rows = 0;
-        while (std::getline(csv, line)) {
-            ++rows;
-            const std::vector<std::string> fields = csv_fields(line);
-            REQUIRE(fields.size() == 16);
-            CHECK(fields[12] == network);
-            CHECK(std::stod(fields[13]) == doctest::Approx(options.learning_rate));
-            CHECK(std::stod(fields[14]) == doctest::Approx(options.warmup_epochs));
-            CHECK(fields[15] == "0");
+        for (const auto& run :
+             {std::pair<std::string, std::size_t>{"backprop", 1}, {"reversible-backprop", 1}, {"petra", 2}}) {
+            const std::string& method = run.first;
+            const std::size_t stages = run.second;
+            CAPTURE(network);
+            CAPTURE(method);
+            auto options = quick(data, method, stages);
+            options.network = network;
+            options.metrics_path = (data.dir / (network + "-" + method + ".csv")).string();
+            options.summary_path = (data.dir / (network + "-" + method + ".json")).string();
+            const fashion::job_summary summary = fashion::run_job(options);
+            REQUIRE(summary.epochs.size() == 4);
+            INFO("train loss " << summary.epochs.front().train_loss << " -> " << summary.epochs.back().train_loss
+                               << ", test accuracy " << summary.test_accuracy);
+            CHECK(summary.epochs.back().train_loss < 0.7 * summary.epochs.front().train_loss);
+            CHECK(summary.test_accuracy > 0.3);
+            CHECK(summary.steps == 4 * (320 / 16));
+            // The files say the same.
+            std::ifstream csv(options.metrics_path);
+            std::string header, line;
+            std::getline(csv, header);
+            CHECK(header.ends_with(",learning_rate,network,peak_learning_rate,warmup_epochs,delay_rate_exponent"));
+            std::size_t rows = 0;
+            while (std::getline(csv, line)) {
+                ++rows;
+                const std::vector<std::string> fields = csv_fields(line);
+                REQUIRE(fields.size() == 16);
+                CHECK(fields[12] == network);
+                CHECK(std::stod(fields[13]) == doctest::Approx(options.learning_rate));
+                CHECK(std::stod(fields[14]) == doctest::Approx(options.warmup_epochs));
+                CHECK(fields[15] == "0");
+            }
+            CHECK(rows == 4);
+            std::ifstream json(options.summary_path);
+            const nlohmann::json written = nlohmann::json::parse(json);
+            CHECK(written.at("network") == network);
+            // PETRA's J = 2 cut of the network trained; one stage otherwise.
+            const auto& two = network == "reference" ? fashion::cuts_of<fashion::reference_net, 2>
+                                                     : fashion::cuts_of<fashion::reversible_net, 2>;
+            CHECK(written.at("cuts") == (method == "petra" ? std::vector<std::size_t>(two.begin(), two.end())
+                                                           : std::vector<std::size_t>{0, 10}));
+            CHECK(written.at("method") == method);
+            CHECK(written.at("steps") == summary.steps);
+            CHECK(written.at("test_accuracy").get<double>() == doctest::Approx(summary.test_accuracy).epsilon(1e-3));
+            CHECK(written.at("parameter_digest") == summary.parameter_digest);
         }
-        CHECK(rows == 4);
-        std::ifstream json(options.summary_path);
-        const nlohmann::json written = nlohmann::json::parse(json);
-        CHECK(written.at("network") == network);
-        // PETRA's J = 2 cut of the network trained; one stage otherwise.
-        const auto& two = network == "reference" ? fashion::cuts_of<fashion::reference_net, 2>
-                                                 : fashion::cuts_of<fashion::reversible_net, 2>;
-        CHECK(written.at("cuts") == (method == "petra" ? std::vector<std::size_t>(two.begin(), two.end())
-                                                       : std::vector<std::size_t>{0, 10}));
-        CHECK(written.at("method") == method);
-        CHECK(written.at("steps") == summary.steps);
-        CHECK(written.at("test_accuracy").get<double>() == doctest::Approx(summary.test_accuracy).epsilon(1e-3));
-        CHECK(written.at("parameter_digest") == summary.parameter_digest);
-    }
 }
 
 TEST_CASE("fashion_mnist job: --max-steps caps the run, and bad options or data are refused")
@@ -167,8 +168,7 @@ TEST_CASE("fashion_mnist job: --max-steps caps the run, and bad options or data 
     CHECK(summary.epochs_run == 2);
 
     options.method = "sgd";
-    CHECK_THROWS_WITH_AS(fashion::run_job(options), doctest::Contains("--method must be petra"),
-                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(fashion::run_job(options), doctest::Contains("--method must be petra"), std::invalid_argument);
     options = quick(data, "petra", 3);
     options.network = "resnet";
     CHECK_THROWS_WITH_AS(fashion::run_job(options),
@@ -445,8 +445,7 @@ TEST_CASE("fashion_mnist job: checkpoints of other options, corrupted ones and o
     options.stop_requested = nullptr;
 
     // Starting again without --resume would overwrite it.
-    CHECK_THROWS_WITH_AS(fashion::run_job(options), doctest::Contains("exists: pass --resume"),
-                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(fashion::run_job(options), doctest::Contains("exists: pass --resume"), std::invalid_argument);
     options.resume = true;
     auto other = options;
     other.learning_rate = 0.1;

@@ -29,9 +29,9 @@ std::vector<fashion::stage_fidelity> measure(double learning_rate, std::size_t a
     constexpr auto cuts = cuts_of<J>;
     const test::micro_batches data(12, 4, 17);
     auto parameters = pipeline_network::make_parameters<float>(2);
-    thread_pipeline<pipeline_network, cuts, sgd<float>> pipeline(
-        parameters, plain_sgd, [learning_rate](std::size_t) { return learning_rate; },
-        {.batch = 4, .accumulation = accumulation});
+    thread_pipeline<pipeline_network, cuts, sgd<float>> pipeline(parameters, plain_sgd,
+                                                                 [learning_rate](std::size_t) { return learning_rate; },
+                                                                 {.batch = 4, .accumulation = accumulation});
     fashion::fidelity_probe<pipeline_network, cuts> probe(4);
     pipeline.set_trace([&probe](const pipeline_event<float>& event) { probe.observe(event); });
     std::vector<fashion::stage_fidelity> all;

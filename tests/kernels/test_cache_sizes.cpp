@@ -28,8 +28,8 @@ TEST_CASE("cache sizes as Linux writes them")
 TEST_CASE("the caches of this core are plausible and agree between sources")
 {
     const kernels::cache_sizes& caches = kernels::this_core_caches();
-    MESSAGE("L1d " << (caches.l1_data >> 10) << " KiB, L2 " << (caches.l2 >> 10) << " KiB, L3 "
-                   << (caches.l3 >> 10) << " KiB");
+    MESSAGE("L1d " << (caches.l1_data >> 10) << " KiB, L2 " << (caches.l2 >> 10) << " KiB, L3 " << (caches.l3 >> 10)
+                   << " KiB");
     CHECK(caches.l1_data >= (4u << 10));
     CHECK(caches.l1_data <= (1u << 20));
     CHECK(caches.l2 >= caches.l1_data);

@@ -32,9 +32,9 @@ struct image_size {
 // channel counts that are not whole vectors; {9, 8, 7, 9, 12} has more
 // images than one group of the form holds, the last group partial.
 constexpr image_size sizes[] = {
-    {1, 1, 1, 1, 1},   {1, 1, 5, 5, 1},     {2, 3, 7, 9, 5},      {3, 4, 8, 8, 8},  {1, 5, 13, 6, 17},
-    {2, 7, 9, 33, 9},  {2, 16, 14, 14, 16}, {1, 3, 28, 28, 33},   {3, 2, 28, 28, 3}, {7, 2, 14, 14, 5},
-    {2, 9, 7, 5, 12},  {9, 8, 7, 9, 12},    {1, 20, 1, 2, 8},     {3, 33, 6, 6, 17},
+    {1, 1, 1, 1, 1},  {1, 1, 5, 5, 1},     {2, 3, 7, 9, 5},    {3, 4, 8, 8, 8},   {1, 5, 13, 6, 17},
+    {2, 7, 9, 33, 9}, {2, 16, 14, 14, 16}, {1, 3, 28, 28, 33}, {3, 2, 28, 28, 3}, {7, 2, 14, 14, 5},
+    {2, 9, 7, 5, 12}, {9, 8, 7, 9, 12},    {1, 20, 1, 2, 8},   {3, 33, 6, 6, 17},
 };
 
 // Every supported kernel/stride/padding combination applied to every size
@@ -46,12 +46,12 @@ void for_each_shape(Check&& check)
         for (std::size_t kernel : {1, 3})
             for (std::size_t stride : {1, 2})
                 for (std::size_t padding = 0; padding < kernel; ++padding) {
-                    const convolution_shape shape{size.batch, size.in_channels, size.height, size.width,
-                                                  size.out_channels, kernel, stride, padding};
+                    const convolution_shape shape{size.batch,        size.in_channels, size.height, size.width,
+                                                  size.out_channels, kernel,           stride,      padding};
                     if (size.height + 2 * padding < kernel || size.width + 2 * padding < kernel) continue;
-                    INFO("batch " << shape.batch << ", channels " << shape.in_channels << " -> "
-                                  << shape.out_channels << ", input " << shape.in_height << "x" << shape.in_width
-                                  << ", kernel " << kernel << ", stride " << stride << ", padding " << padding);
+                    INFO("batch " << shape.batch << ", channels " << shape.in_channels << " -> " << shape.out_channels
+                                  << ", input " << shape.in_height << "x" << shape.in_width << ", kernel " << kernel
+                                  << ", stride " << stride << ", padding " << padding);
                     check(shape);
                 }
 }
@@ -83,8 +83,7 @@ TEST_CASE_TEMPLATE("convolution input gradient matches the reference", T, float,
             auto expected = beta == T(0) ? petra::test::nan_vector<T>(shape.input_count())
                                          : petra::test::random_vector<T>(shape.input_count(), generator);
             auto actual = expected;
-            petra::reference::convolution_backward_input(shape, grad_y.data(), weights.data(), expected.data(),
-                                                         beta);
+            petra::reference::convolution_backward_input(shape, grad_y.data(), weights.data(), expected.data(), beta);
             petra::kernels::convolution_backward_input(shape, grad_y.data(), weights.data(), actual.data(), beta);
             petra::test::check_close(actual, expected, petra::test::accumulation_tolerance<T>(terms + 1));
         }
@@ -97,14 +96,13 @@ TEST_CASE_TEMPLATE("Winograd's form and the direct correlation agree on all thre
 {
     using namespace petra::kernels;
     std::mt19937_64 generator(5);
-    for (const convolution_shape shape : {convolution_shape{3, 16, 28, 28, 16, 3, 1, 1},
-                                          convolution_shape{5, 32, 14, 14, 32, 3, 1, 1},
-                                          convolution_shape{4, 64, 7, 7, 64, 3, 1, 1},
-                                          convolution_shape{2, 12, 9, 4, 40, 3, 1, 1},
-                                          convolution_shape{2, 72, 5, 5, 9, 3, 1, 1}}) {
+    for (const convolution_shape shape :
+         {convolution_shape{3, 16, 28, 28, 16, 3, 1, 1}, convolution_shape{5, 32, 14, 14, 32, 3, 1, 1},
+          convolution_shape{4, 64, 7, 7, 64, 3, 1, 1}, convolution_shape{2, 12, 9, 4, 40, 3, 1, 1},
+          convolution_shape{2, 72, 5, 5, 9, 3, 1, 1}}) {
         REQUIRE(detail::winograd_applies(shape));
-        INFO("batch " << shape.batch << ", channels " << shape.in_channels << " -> " << shape.out_channels
-                      << ", input " << shape.in_height << "x" << shape.in_width);
+        INFO("batch " << shape.batch << ", channels " << shape.in_channels << " -> " << shape.out_channels << ", input "
+                      << shape.in_height << "x" << shape.in_width);
         const auto input = petra::test::random_vector<T>(shape.input_count(), generator);
         const auto weights = petra::test::random_vector<T>(shape.weight_count(), generator);
         const auto grad_y = petra::test::random_vector<T>(shape.output_count(), generator);
@@ -120,10 +118,8 @@ TEST_CASE_TEMPLATE("Winograd's form and the direct correlation agree on all thre
             auto direct_input = beta == T(0) ? petra::test::nan_vector<T>(shape.input_count())
                                              : petra::test::random_vector<T>(shape.input_count(), generator);
             auto winograd_input = direct_input;
-            detail::backward_input_by_phases(shape, grad_y.data(), weights.data(), direct_input.data(), beta,
-                                             scratch);
-            detail::winograd_backward_input(shape, grad_y.data(), weights.data(), winograd_input.data(), beta,
-                                            scratch);
+            detail::backward_input_by_phases(shape, grad_y.data(), weights.data(), direct_input.data(), beta, scratch);
+            detail::winograd_backward_input(shape, grad_y.data(), weights.data(), winograd_input.data(), beta, scratch);
             petra::test::check_close(winograd_input, direct_input,
                                      petra::test::accumulation_tolerance<T>(shape.out_channels * 9 + 1));
         }
@@ -133,8 +129,8 @@ TEST_CASE_TEMPLATE("Winograd's form and the direct correlation agree on all thre
         auto winograd_weights = direct_weights;
         const detail::phased_input<T> phased = detail::prepare_input(shape, input.data(), scratch);
         detail::weight_gradient(shape, phased, grad_y.data(), direct_weights.data(), scratch);
-        detail::winograd_weight_gradient(detail::forward_winograd_geometry<T>(shape), input.data(),
-                                         grad_y.data(), winograd_weights.data(), scratch);
+        detail::winograd_weight_gradient(detail::forward_winograd_geometry<T>(shape), input.data(), grad_y.data(),
+                                         winograd_weights.data(), scratch);
         petra::test::check_close(winograd_weights, direct_weights,
                                  petra::test::accumulation_tolerance<T>(shape.batch * shape.output_pixels() + 1));
     }
@@ -145,8 +141,8 @@ TEST_CASE_TEMPLATE("Winograd's form and the direct correlation agree on all thre
     CHECK_FALSE(detail::winograd_applies({64, 32, 14, 14, 64, 1, 1, 0}));
 }
 
-TEST_CASE_TEMPLATE("Winograd's two tiles agree with the direct correlation, tiles past the edge included", T,
-                   float, double)
+TEST_CASE_TEMPLATE("Winograd's two tiles agree with the direct correlation, tiles past the edge included", T, float,
+                   double)
 {
     using namespace petra::kernels;
     std::mt19937_64 generator(6);
@@ -213,8 +209,7 @@ TEST_CASE_TEMPLATE("convolution weight gradient matches the reference", T, float
             auto expected = beta == T(0) ? petra::test::nan_vector<T>(shape.weight_count())
                                          : petra::test::random_vector<T>(shape.weight_count(), generator);
             auto actual = expected;
-            petra::reference::convolution_backward_weights(shape, input.data(), grad_y.data(), expected.data(),
-                                                           beta);
+            petra::reference::convolution_backward_weights(shape, input.data(), grad_y.data(), expected.data(), beta);
             petra::kernels::convolution_backward_weights(shape, input.data(), grad_y.data(), actual.data(), beta);
             petra::test::check_close(actual, expected, petra::test::accumulation_tolerance<T>(terms + 1));
         }

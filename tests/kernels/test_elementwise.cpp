@@ -220,8 +220,8 @@ TEST_CASE_TEMPLATE("relu_backward matches the reference", T, float, double)
     }
 }
 
-TEST_CASE_TEMPLATE("relu_backward gives exactly 0 where the input is not positive, whatever grad_y holds", T,
-                   float, double)
+TEST_CASE_TEMPLATE("relu_backward gives exactly 0 where the input is not positive, whatever grad_y holds", T, float,
+                   double)
 {
     // Long enough to cover the vector loop and the scalar tail.
     const std::size_t n = 2 * petra::kernels::simd_width<T> + 3;

@@ -42,12 +42,23 @@ void check_gemm(const gemm_case& g, std::mt19937_64& generator)
     const std::size_t lda = a_columns + g.padding, ldb = b_columns + g.padding, ldc = g.n + g.padding;
     const auto a = petra::test::random_vector<T>(a_rows * lda, generator);
     const auto b = petra::test::random_vector<T>(b_rows * ldb, generator);
-    auto expected = g.beta == 0 ? petra::test::nan_vector<T>(g.m * ldc) : petra::test::random_vector<T>(g.m * ldc, generator);
+    auto expected =
+        g.beta == 0 ? petra::test::nan_vector<T>(g.m * ldc) : petra::test::random_vector<T>(g.m * ldc, generator);
     auto actual = expected;
     const auto arguments_into = [&](T* c) {
-        return petra::kernels::gemm_arguments<T>{.op_a = g.op_a, .op_b = g.op_b, .m = g.m, .n = g.n, .k = g.k,
-                                                 .alpha = T(g.alpha), .a = a.data(), .lda = lda, .b = b.data(),
-                                                 .ldb = ldb, .beta = T(g.beta), .c = c, .ldc = ldc};
+        return petra::kernels::gemm_arguments<T>{.op_a = g.op_a,
+                                                 .op_b = g.op_b,
+                                                 .m = g.m,
+                                                 .n = g.n,
+                                                 .k = g.k,
+                                                 .alpha = T(g.alpha),
+                                                 .a = a.data(),
+                                                 .lda = lda,
+                                                 .b = b.data(),
+                                                 .ldb = ldb,
+                                                 .beta = T(g.beta),
+                                                 .c = c,
+                                                 .ldc = ldc};
     };
     petra::reference::gemm<T>(arguments_into(expected.data()));
     petra::kernels::gemm<T>(arguments_into(actual.data()));
@@ -60,8 +71,9 @@ void check_gemm(const gemm_case& g, std::mt19937_64& generator)
         }
         for (std::size_t j = g.n; j < ldc; ++j) {
             // NaN == NaN is false: compare bit patterns through the ordering-free check.
-            const bool same = (actual[i * ldc + j] == expected[i * ldc + j]) ||
-                              (actual[i * ldc + j] != actual[i * ldc + j] && expected[i * ldc + j] != expected[i * ldc + j]);
+            const bool same =
+                (actual[i * ldc + j] == expected[i * ldc + j]) ||
+                (actual[i * ldc + j] != actual[i * ldc + j] && expected[i * ldc + j] != expected[i * ldc + j]);
             REQUIRE_MESSAGE(same, "gemm wrote outside the m x n result, row " << i << " column " << j);
         }
     }
@@ -129,12 +141,33 @@ TEST_CASE_TEMPLATE("gemm with k == 0 or alpha == 0 scales C by beta without read
     const std::size_t m = 7, n = 9;
     auto c = petra::test::random_vector<T>(m * n, generator);
     const auto original = c;
-    petra::kernels::gemm<T>({.op_a = transpose::no, .op_b = transpose::no, .m = m, .n = n, .k = 0, .alpha = T(1),
-                             .a = nullptr, .lda = 1, .b = nullptr, .ldb = n, .beta = T(0.5), .c = c.data(), .ldc = n});
+    petra::kernels::gemm<T>({.op_a = transpose::no,
+                             .op_b = transpose::no,
+                             .m = m,
+                             .n = n,
+                             .k = 0,
+                             .alpha = T(1),
+                             .a = nullptr,
+                             .lda = 1,
+                             .b = nullptr,
+                             .ldb = n,
+                             .beta = T(0.5),
+                             .c = c.data(),
+                             .ldc = n});
     for (std::size_t i = 0; i < c.size(); ++i) CHECK(c[i] == T(0.5) * original[i]);
     auto poisoned = petra::test::nan_vector<T>(m * n);
-    petra::kernels::gemm<T>({.op_a = transpose::no, .op_b = transpose::no, .m = m, .n = n, .k = 4, .alpha = T(0),
-                             .a = nullptr, .lda = 4, .b = nullptr, .ldb = n, .beta = T(0), .c = poisoned.data(),
+    petra::kernels::gemm<T>({.op_a = transpose::no,
+                             .op_b = transpose::no,
+                             .m = m,
+                             .n = n,
+                             .k = 4,
+                             .alpha = T(0),
+                             .a = nullptr,
+                             .lda = 4,
+                             .b = nullptr,
+                             .ldb = n,
+                             .beta = T(0),
+                             .c = poisoned.data(),
                              .ldc = n});
     for (T value : poisoned) CHECK(value == T(0));
 }
@@ -143,9 +176,19 @@ TEST_CASE("gemm rejects leading dimensions that are too small, naming the argume
 {
     std::vector<float> a(64), b(64), c(64);
     auto call = [&](std::size_t lda, std::size_t ldb, std::size_t ldc) {
-        petra::kernels::gemm<float>({.op_a = transpose::no, .op_b = transpose::yes, .m = 4, .n = 4, .k = 4,
-                                     .alpha = 1.0f, .a = a.data(), .lda = lda, .b = b.data(), .ldb = ldb, .beta = 0.0f,
-                                     .c = c.data(), .ldc = ldc});
+        petra::kernels::gemm<float>({.op_a = transpose::no,
+                                     .op_b = transpose::yes,
+                                     .m = 4,
+                                     .n = 4,
+                                     .k = 4,
+                                     .alpha = 1.0f,
+                                     .a = a.data(),
+                                     .lda = lda,
+                                     .b = b.data(),
+                                     .ldb = ldb,
+                                     .beta = 0.0f,
+                                     .c = c.data(),
+                                     .ldc = ldc});
     };
     CHECK_NOTHROW(call(4, 4, 4));
     CHECK_THROWS_WITH_AS(call(3, 4, 4), doctest::Contains("lda"), std::invalid_argument);
@@ -175,18 +218,28 @@ TEST_CASE_TEMPLATE("gemm in a caller's scratch region computes the same numbers,
         const auto address = reinterpret_cast<std::uintptr_t>(storage.data());
         std::byte* start = storage.data() + (buffer_alignment - address % buffer_alignment) % buffer_alignment;
         const auto product_into = [&](T* c) {
-            return petra::kernels::gemm_arguments<T>{.op_a = transpose::no, .op_b = transpose::no, .m = m, .n = n,
-                                                     .k = k, .alpha = T(1), .a = a.data(), .lda = k, .b = b.data(),
-                                                     .ldb = n, .beta = T(0), .c = c, .ldc = n};
+            return petra::kernels::gemm_arguments<T>{.op_a = transpose::no,
+                                                     .op_b = transpose::no,
+                                                     .m = m,
+                                                     .n = n,
+                                                     .k = k,
+                                                     .alpha = T(1),
+                                                     .a = a.data(),
+                                                     .lda = k,
+                                                     .b = b.data(),
+                                                     .ldb = n,
+                                                     .beta = T(0),
+                                                     .c = c,
+                                                     .ldc = n};
         };
         petra::kernels::gemm<T>(product_into(per_thread.data()));
         petra::kernels::gemm<T>(product_into(carved.data()), std::span<std::byte>(start, bytes));
         CHECK(std::equal(per_thread.begin(), per_thread.end(), carved.begin()));
         CHECK(std::all_of(start + bytes, start + bytes + buffer_alignment,
                           [](std::byte v) { return v == std::byte{0x5a}; }));
-        CHECK_THROWS_WITH_AS(petra::kernels::gemm<T>(product_into(carved.data()),
-                                                     std::span<std::byte>(start, bytes - buffer_alignment)),
-                             doctest::Contains("scratch region is too small"), std::invalid_argument);
+        CHECK_THROWS_WITH_AS(
+            petra::kernels::gemm<T>(product_into(carved.data()), std::span<std::byte>(start, bytes - buffer_alignment)),
+            doctest::Contains("scratch region is too small"), std::invalid_argument);
     }
     static_assert(petra::kernels::gemm_scratch<T>(0, 5, 5).region_bytes() == 0);
 }

@@ -56,19 +56,35 @@ TEST_CASE_TEMPLATE("channel_affine and channel_combination match the reference",
         const auto a = test::random_vector<T>(C, generator), b = test::random_vector<T>(C, generator),
                    d = test::random_vector<T>(C, generator);
         auto y = test::nan_vector<T>(x.size());
-        kernels::channel_affine<T>({.batch = N, .channels = C, .positions = S, .x = x.data(), .scale = a.data(),
-                                    .shift = b.data(), .y = y.data()});
+        kernels::channel_affine<T>({.batch = N,
+                                    .channels = C,
+                                    .positions = S,
+                                    .x = x.data(),
+                                    .scale = a.data(),
+                                    .shift = b.data(),
+                                    .y = y.data()});
         check_against(y, reference::channel_affine(N, C, S, x, a, b), 4 * test::accumulation_tolerance<T>(1));
         auto grad_x = test::nan_vector<T>(x.size());
-        kernels::channel_combination<T>({.batch = N, .channels = C, .positions = S, .grad_y = grad_y.data(),
-                                         .x = x.data(), .grad_y_coefficient = a.data(), .x_coefficient = b.data(),
-                                         .offset = d.data(), .grad_x = grad_x.data()});
+        kernels::channel_combination<T>({.batch = N,
+                                         .channels = C,
+                                         .positions = S,
+                                         .grad_y = grad_y.data(),
+                                         .x = x.data(),
+                                         .grad_y_coefficient = a.data(),
+                                         .x_coefficient = b.data(),
+                                         .offset = d.data(),
+                                         .grad_x = grad_x.data()});
         check_against(grad_x, reference::channel_combination(N, C, S, grad_y, x, a, b, d),
                       4 * test::accumulation_tolerance<T>(3));
         // In place, over x.
         auto in_place = x;
-        kernels::channel_affine<T>({.batch = N, .channels = C, .positions = S, .x = in_place.data(), .scale = a.data(),
-                                    .shift = b.data(), .y = in_place.data()});
+        kernels::channel_affine<T>({.batch = N,
+                                    .channels = C,
+                                    .positions = S,
+                                    .x = in_place.data(),
+                                    .scale = a.data(),
+                                    .shift = b.data(),
+                                    .y = in_place.data()});
         CHECK(in_place == y);
     }
 }
@@ -84,8 +100,13 @@ TEST_CASE_TEMPLATE("channel_gradient_sums matches the reference", T, float, doub
         const auto x = test::random_vector<T>(N * C * S, generator), g = test::random_vector<T>(N * C * S, generator);
         const auto center = test::random_vector<T>(C, generator);
         auto sum_g = test::nan_vector<T>(C), sum_gd = test::nan_vector<T>(C);
-        kernels::channel_gradient_sums<T>({.batch = N, .channels = C, .positions = S, .grad_y = g.data(), .x = x.data(),
-                                           .mean = center.data(), .sum_grad_y = sum_g.data(),
+        kernels::channel_gradient_sums<T>({.batch = N,
+                                           .channels = C,
+                                           .positions = S,
+                                           .grad_y = g.data(),
+                                           .x = x.data(),
+                                           .mean = center.data(),
+                                           .sum_grad_y = sum_g.data(),
                                            .sum_grad_y_deviation = sum_gd.data()});
         std::vector<long double> expected_g, expected_gd;
         reference::channel_gradient_sums(N, C, S, g, x, center, expected_g, expected_gd);
@@ -124,11 +145,21 @@ TEST_CASE_TEMPLATE("the fused normalisation-and-ReLU kernels equal the unfused o
                    b = test::random_vector<T>(C, generator), d = test::random_vector<T>(C, generator);
 
         std::vector<T> normalised(count), expected(count), fused(count);
-        kernels::channel_affine<T>({.batch = N, .channels = C, .positions = S, .x = x.data(), .scale = scale.data(),
-                                    .shift = shift.data(), .y = normalised.data()});
+        kernels::channel_affine<T>({.batch = N,
+                                    .channels = C,
+                                    .positions = S,
+                                    .x = x.data(),
+                                    .scale = scale.data(),
+                                    .shift = shift.data(),
+                                    .y = normalised.data()});
         kernels::relu_forward(count, normalised.data(), expected.data());
-        kernels::channel_affine_relu<T>({.batch = N, .channels = C, .positions = S, .x = x.data(),
-                                         .scale = scale.data(), .shift = shift.data(), .y = fused.data()});
+        kernels::channel_affine_relu<T>({.batch = N,
+                                         .channels = C,
+                                         .positions = S,
+                                         .x = x.data(),
+                                         .scale = scale.data(),
+                                         .shift = shift.data(),
+                                         .y = fused.data()});
         CHECK(fused == expected);
         // Values fall on both sides of the kink (for all but the tiniest case).
         const auto zeros = std::size_t(std::count(fused.begin(), fused.end(), T(0)));
@@ -140,24 +171,48 @@ TEST_CASE_TEMPLATE("the fused normalisation-and-ReLU kernels equal the unfused o
         std::vector<T> gated(count);
         kernels::relu_backward(count, normalised.data(), g.data(), gated.data());
         std::vector<T> sum_g(C), sum_gd(C), fused_g(C), fused_gd(C);
-        kernels::channel_gradient_sums<T>({.batch = N, .channels = C, .positions = S, .grad_y = gated.data(),
-                                           .x = x.data(), .mean = center.data(), .sum_grad_y = sum_g.data(),
+        kernels::channel_gradient_sums<T>({.batch = N,
+                                           .channels = C,
+                                           .positions = S,
+                                           .grad_y = gated.data(),
+                                           .x = x.data(),
+                                           .mean = center.data(),
+                                           .sum_grad_y = sum_g.data(),
                                            .sum_grad_y_deviation = sum_gd.data()});
-        kernels::channel_relu_gradient_sums<T>({.batch = N, .channels = C, .positions = S, .grad_y = g.data(),
-                                                .x = x.data(), .mean = center.data(), .scale = scale.data(),
-                                                .shift = shift.data(), .sum_grad_y = fused_g.data(),
+        kernels::channel_relu_gradient_sums<T>({.batch = N,
+                                                .channels = C,
+                                                .positions = S,
+                                                .grad_y = g.data(),
+                                                .x = x.data(),
+                                                .mean = center.data(),
+                                                .scale = scale.data(),
+                                                .shift = shift.data(),
+                                                .sum_grad_y = fused_g.data(),
                                                 .sum_grad_y_deviation = fused_gd.data()});
         CHECK(fused_g == sum_g);
         CHECK(fused_gd == sum_gd);
 
         std::vector<T> combined(count), fused_combined(count);
-        kernels::channel_combination<T>({.batch = N, .channels = C, .positions = S, .grad_y = gated.data(),
-                                         .x = x.data(), .grad_y_coefficient = a.data(), .x_coefficient = b.data(),
-                                         .offset = d.data(), .grad_x = combined.data()});
-        kernels::channel_relu_combination<T>({.batch = N, .channels = C, .positions = S, .grad_y = g.data(),
-                                              .x = x.data(), .scale = scale.data(), .shift = shift.data(),
-                                              .grad_y_coefficient = a.data(), .x_coefficient = b.data(),
-                                              .offset = d.data(), .grad_x = fused_combined.data()});
+        kernels::channel_combination<T>({.batch = N,
+                                         .channels = C,
+                                         .positions = S,
+                                         .grad_y = gated.data(),
+                                         .x = x.data(),
+                                         .grad_y_coefficient = a.data(),
+                                         .x_coefficient = b.data(),
+                                         .offset = d.data(),
+                                         .grad_x = combined.data()});
+        kernels::channel_relu_combination<T>({.batch = N,
+                                              .channels = C,
+                                              .positions = S,
+                                              .grad_y = g.data(),
+                                              .x = x.data(),
+                                              .scale = scale.data(),
+                                              .shift = shift.data(),
+                                              .grad_y_coefficient = a.data(),
+                                              .x_coefficient = b.data(),
+                                              .offset = d.data(),
+                                              .grad_x = fused_combined.data()});
         CHECK(fused_combined == combined);
     }
 }

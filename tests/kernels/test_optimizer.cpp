@@ -36,10 +36,11 @@ TEST_CASE_TEMPLATE("sgd_update matches the reference over several steps", T, flo
                                              mask, gradient, expected_velocity, expected_parameters);
                 }
                 for (std::size_t i = 0; i < n; ++i) {
-                    CHECK(double(parameters[i]) ==
-                          doctest::Approx(double(expected_parameters[i])).epsilon(20 * test::accumulation_tolerance<T>(1)));
-                    CHECK(double(velocity[i]) ==
-                          doctest::Approx(double(expected_velocity[i])).epsilon(20 * test::accumulation_tolerance<T>(1)).scale(1.0));
+                    CHECK(double(parameters[i]) == doctest::Approx(double(expected_parameters[i]))
+                                                       .epsilon(20 * test::accumulation_tolerance<T>(1)));
+                    CHECK(double(velocity[i]) == doctest::Approx(double(expected_velocity[i]))
+                                                     .epsilon(20 * test::accumulation_tolerance<T>(1))
+                                                     .scale(1.0));
                 }
             }
         }

@@ -224,10 +224,14 @@ TEST_CASE_TEMPLATE("softmax_cross_entropy gives the worked example", T, float, d
     const std::int32_t label = 1;
     auto probabilities = nan_vector<T>(2);
     auto gradient = nan_vector<T>(2);
-    const T loss = petra::kernels::softmax_cross_entropy<T>({.rows = 1, .classes = 2, .logits = logits.data(),
-                                                             .ld_logits = 2, .labels = &label,
+    const T loss = petra::kernels::softmax_cross_entropy<T>({.rows = 1,
+                                                             .classes = 2,
+                                                             .logits = logits.data(),
+                                                             .ld_logits = 2,
+                                                             .labels = &label,
                                                              .probabilities = probabilities.data(),
-                                                             .grad_logits = gradient.data(), .ld_out = 2});
+                                                             .grad_logits = gradient.data(),
+                                                             .ld_out = 2});
     const T tolerance = T(4) * std::numeric_limits<T>::epsilon();
     check_close(std::vector<T>{loss}, std::vector<T>{T(0.6931471805599453)}, tolerance);
     check_close(probabilities, std::vector<T>{T(0.5), T(0.5)}, tolerance);
@@ -253,10 +257,14 @@ TEST_CASE_TEMPLATE("one dominant logit anywhere in the row neither overflows nor
 
         const auto label = static_cast<std::int32_t>(position);
         probabilities = nan_vector<T>(classes);
-        const T loss = petra::kernels::softmax_cross_entropy<T>({.rows = 1, .classes = classes, .logits = logits.data(),
-                                                                 .ld_logits = classes, .labels = &label,
+        const T loss = petra::kernels::softmax_cross_entropy<T>({.rows = 1,
+                                                                 .classes = classes,
+                                                                 .logits = logits.data(),
+                                                                 .ld_logits = classes,
+                                                                 .labels = &label,
                                                                  .probabilities = probabilities.data(),
-                                                                 .grad_logits = nullptr, .ld_out = classes});
+                                                                 .grad_logits = nullptr,
+                                                                 .ld_out = classes});
         check_close(probabilities, one_hot, T(0));
         CHECK(loss == T(0));
     }
@@ -269,9 +277,13 @@ TEST_CASE("softmax_cross_entropy's gradient matches a central finite difference 
     auto logits = random_vector<double>(rows * classes, generator, -2.0, 2.0);
     const std::vector<std::int32_t> labels{4, 0, 2};
     auto gradient = nan_vector<double>(rows * classes);
-    petra::kernels::softmax_cross_entropy<double>({.rows = rows, .classes = classes, .logits = logits.data(),
-                                                   .ld_logits = classes, .labels = labels.data(),
-                                                   .probabilities = nullptr, .grad_logits = gradient.data(),
+    petra::kernels::softmax_cross_entropy<double>({.rows = rows,
+                                                   .classes = classes,
+                                                   .logits = logits.data(),
+                                                   .ld_logits = classes,
+                                                   .labels = labels.data(),
+                                                   .probabilities = nullptr,
+                                                   .grad_logits = gradient.data(),
                                                    .ld_out = classes});
 
     // With h = 1e-5 the truncation error, about h^2 times the third
@@ -279,10 +291,14 @@ TEST_CASE("softmax_cross_entropy's gradient matches a central finite difference 
     // 1e-11: both far below 1e-6 of the largest gradient element (about 0.2).
     const double h = 1e-5;
     const auto loss = [&] {
-        return petra::kernels::softmax_cross_entropy<double>({.rows = rows, .classes = classes,
-                                                              .logits = logits.data(), .ld_logits = classes,
-                                                              .labels = labels.data(), .probabilities = nullptr,
-                                                              .grad_logits = nullptr, .ld_out = classes});
+        return petra::kernels::softmax_cross_entropy<double>({.rows = rows,
+                                                              .classes = classes,
+                                                              .logits = logits.data(),
+                                                              .ld_logits = classes,
+                                                              .labels = labels.data(),
+                                                              .probabilities = nullptr,
+                                                              .grad_logits = nullptr,
+                                                              .ld_out = classes});
     };
     double largest = 0.0;
     for (double value : gradient) largest = std::max(largest, std::abs(value));
@@ -310,10 +326,14 @@ TEST_CASE_TEMPLATE("softmax_cross_entropy rejects bad arguments before writing a
     auto probabilities = nan_vector<T>(rows * classes);
     auto gradient = nan_vector<T>(rows * classes);
     const auto call = [&](std::size_t call_rows, std::size_t call_classes, const std::vector<std::int32_t>& labels) {
-        return petra::kernels::softmax_cross_entropy<T>({.rows = call_rows, .classes = call_classes,
-                                                         .logits = logits.data(), .ld_logits = classes,
-                                                         .labels = labels.data(), .probabilities = probabilities.data(),
-                                                         .grad_logits = gradient.data(), .ld_out = classes});
+        return petra::kernels::softmax_cross_entropy<T>({.rows = call_rows,
+                                                         .classes = call_classes,
+                                                         .logits = logits.data(),
+                                                         .ld_logits = classes,
+                                                         .labels = labels.data(),
+                                                         .probabilities = probabilities.data(),
+                                                         .grad_logits = gradient.data(),
+                                                         .ld_out = classes});
     };
 
     CHECK_THROWS_WITH_AS(call(rows, classes, {3, 1, 10, 0}), doctest::Contains("label 10 of row 2"),

@@ -25,8 +25,8 @@ namespace petra::test {
 struct gradient_check_options {
     std::size_t batch = 3;
     double step = 1e-5;
-    double tolerance = 1e-6;       // on the largest error relative to the largest gradient value
-    double smallest_input = 0.0;   // inputs are drawn with |x| >= this (away from ReLU kinks)
+    double tolerance = 1e-6;     // on the largest error relative to the largest gradient value
+    double smallest_input = 0.0; // inputs are drawn with |x| >= this (away from ReLU kinks)
 };
 
 // Largest |a - b| over the largest |b| (at least tiny): the relative error of
@@ -66,15 +66,17 @@ void check_gradients(std::mt19937_64& generator, const gradient_check_options& o
     std::vector<double> y(batch * output::size), workspace(Bound::workspace_size(batch) + 1);
     auto objective = [&](const std::vector<double>& at_x, const std::vector<double>& at_parameters) {
         std::vector<double> scratch_cache(Bound::workspace_size(batch) + 1), out(y.size());
-        Bound::forward(petra::pass::recomputation, span_of<Bound::parameter_count>(at_parameters), span_of<Bound::state_count>(state),
-                       batch_of<input>(at_x, batch), batch_of<output>(out, batch), std::span<double>(scratch_cache));
+        Bound::forward(petra::pass::recomputation, span_of<Bound::parameter_count>(at_parameters),
+                       span_of<Bound::state_count>(state), batch_of<input>(at_x, batch), batch_of<output>(out, batch),
+                       std::span<double>(scratch_cache));
         double sum = 0.0;
         for (std::size_t i = 0; i < out.size(); ++i) sum += direction[i] * out[i];
         return sum;
     };
 
-    Bound::forward(petra::pass::training, span_of<Bound::parameter_count>(parameters), span_of<Bound::state_count>(state),
-                   batch_of<input>(x, batch), batch_of<output>(y, batch), std::span<double>(workspace));
+    Bound::forward(petra::pass::training, span_of<Bound::parameter_count>(parameters),
+                   span_of<Bound::state_count>(state), batch_of<input>(x, batch), batch_of<output>(y, batch),
+                   std::span<double>(workspace));
     std::vector<double> grad_x(x.size(), std::nan("")), grad_parameters(parameters.size(), 0.0);
     Bound::backward(span_of<Bound::parameter_count>(parameters), batch_of<input>(x, batch),
                     batch_of<output>(direction, batch), batch_of<input>(grad_x, batch),

@@ -64,15 +64,16 @@ TEST_CASE("batch_norm: only training passes move the running statistics")
 {
     using layer = layer_for<batch_norm<2>, shape<2, 3, 3>>;
     std::mt19937_64 generator(5);
-    std::vector<float> parameters(layer::parameter_count), state(layer::state_count), workspace(layer::workspace_size(4));
+    std::vector<float> parameters(layer::parameter_count), state(layer::state_count),
+        workspace(layer::workspace_size(4));
     layer::initialize(test::span_of<layer::parameter_count>(parameters), test::span_of<layer::state_count>(state),
                       generator);
     std::vector<float> x(4 * 18), y(x.size());
     fill_normal(std::span<float>(x), 3.0, 2.0, generator);
     const auto forward = [&](auto mode) {
-        layer::forward(mode, test::span_of<layer::parameter_count>(parameters), test::span_of<layer::state_count>(state),
-                       test::batch_of<layer::input>(x, 4), test::batch_of<layer::output>(y, 4),
-                       std::span<float>(workspace));
+        layer::forward(mode, test::span_of<layer::parameter_count>(parameters),
+                       test::span_of<layer::state_count>(state), test::batch_of<layer::input>(x, 4),
+                       test::batch_of<layer::output>(y, 4), std::span<float>(workspace));
     };
     // Only a training pass gets the statistics as writable, by type.
     static_assert(std::is_same_v<state_view<pass::recomputation_t, float, 4>, std::span<const float, 4>>);
@@ -102,7 +103,8 @@ TEST_CASE("batch_norm: training normalises each channel of the batch")
 {
     using layer = layer_for<batch_norm<3>, shape<3, 2, 2>>;
     std::mt19937_64 generator(6);
-    std::vector<double> parameters(layer::parameter_count), state(layer::state_count), workspace(layer::workspace_size(5));
+    std::vector<double> parameters(layer::parameter_count), state(layer::state_count),
+        workspace(layer::workspace_size(5));
     layer::initialize(test::span_of<layer::parameter_count>(parameters), test::span_of<layer::state_count>(state),
                       generator);
     std::vector<double> x(5 * 12), y(x.size());
@@ -193,7 +195,8 @@ TEST_CASE("chain: forward equals the layers applied one by one")
                    test::span_of<bound::state_count>(chained_state), test::batch_of<bound::input>(x, batch),
                    test::batch_of<bound::output>(y, batch), std::span<float>(workspace));
 
-    std::vector<float> a(batch * first::output::size), b(a.size()), c(b.size()), bn_cache(second::workspace_size(batch));
+    std::vector<float> a(batch * first::output::size), b(a.size()), c(b.size()),
+        bn_cache(second::workspace_size(batch));
     auto manual_state = state;
     const std::span<const float> all(parameters);
     // conv2d and relu have no state or workspace to pass.
@@ -216,8 +219,8 @@ TEST_CASE("chain: gradients through every layer")
     // With ReLUs the check holds unless a step crosses a kink, which at
     // batch-normalised values and a step of 1e-5 is vanishingly rare.
     test::check_gradients<layer_for<residual<3>, shape<3, 5, 5>>>(generator);
-    test::check_gradients<layer_for<chain<flatten, dense<12, 4>, relu, dense<4, 2>>, shape<3, 2, 2>>>(
-        generator, {.batch = 5});
+    test::check_gradients<layer_for<chain<flatten, dense<12, 4>, relu, dense<4, 2>>, shape<3, 2, 2>>>(generator,
+                                                                                                      {.batch = 5});
 }
 
 namespace {
@@ -241,8 +244,8 @@ void check_skipped_input_gradient()
         std::vector<double> workspace(Bound::workspace_size(batch));
         const auto parameter_values = test::span_of<Bound::parameter_count>(std::as_const(parameters));
         Bound::forward(pass::training, parameter_values, test::span_of<Bound::state_count>(state),
-                       test::batch_of<typename Bound::input>(x, batch), test::batch_of<typename Bound::output>(y, batch),
-                       std::span<double>(workspace));
+                       test::batch_of<typename Bound::input>(x, batch),
+                       test::batch_of<typename Bound::output>(y, batch), std::span<double>(workspace));
         Bound::backward(parameter_values, test::batch_of<typename Bound::input>(x, batch),
                         test::batch_of<typename Bound::output>(grad_y, batch),
                         gradient == &with ? test::batch_of<typename Bound::input>(grad_x, batch)
@@ -280,8 +283,8 @@ TEST_CASE("fusion: a chain runs batch_norm then relu as batch_norm_relu, whereve
     static_assert(layer_for<chain<batch_norm<4>, relu, relu>, shape<4, 5, 5>>::length == 2);
 }
 
-TEST_CASE_TEMPLATE("fusion: batch_norm_relu computes batch_norm then relu, forward and backward, bit for bit", T,
-                   float, double)
+TEST_CASE_TEMPLATE("fusion: batch_norm_relu computes batch_norm then relu, forward and backward, bit for bit", T, float,
+                   double)
 {
     using input = shape<3, 5, 6>;
     using normalisation = layer_for<batch_norm<3>, input>;
@@ -299,14 +302,15 @@ TEST_CASE_TEMPLATE("fusion: batch_norm_relu computes batch_norm then relu, forwa
     std::vector<T> y(x.size()), z(x.size()), workspace(normalisation::workspace_size(batch));
     normalisation::forward(pass::training, values, test::span_of<normalisation::state_count>(state),
                            test::batch_of<input>(x, batch), test::batch_of<input>(y, batch), std::span<T>(workspace));
-    rectifier::forward(pass::training, std::span<const T, 0>(), std::span<T, 0>(), test::batch_of<input>(std::as_const(y), batch),
-                       test::batch_of<input>(z, batch), {});
+    rectifier::forward(pass::training, std::span<const T, 0>(), std::span<T, 0>(),
+                       test::batch_of<input>(std::as_const(y), batch), test::batch_of<input>(z, batch), {});
     std::vector<T> grad_y(x.size()), grad_x(x.size()), grad_parameters(fused::parameter_count, T(0));
     rectifier::backward(std::span<const T, 0>(), test::batch_of<input>(std::as_const(y), batch),
-                        test::batch_of<input>(grad_z, batch), test::batch_of<input>(grad_y, batch), std::span<T, 0>(), {});
-    normalisation::backward(values, test::batch_of<input>(x, batch), test::batch_of<input>(std::as_const(grad_y), batch),
-                            test::batch_of<input>(grad_x, batch), test::span_of<fused::parameter_count>(grad_parameters),
-                            std::span<T>(workspace));
+                        test::batch_of<input>(grad_z, batch), test::batch_of<input>(grad_y, batch), std::span<T, 0>(),
+                        {});
+    normalisation::backward(values, test::batch_of<input>(x, batch),
+                            test::batch_of<input>(std::as_const(grad_y), batch), test::batch_of<input>(grad_x, batch),
+                            test::span_of<fused::parameter_count>(grad_parameters), std::span<T>(workspace));
 
     // The fused layer.
     std::vector<T> fused_z(x.size()), fused_cache(fused::workspace_size(batch)), fused_grad_x(x.size()),

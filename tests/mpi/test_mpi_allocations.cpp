@@ -44,7 +44,7 @@ void check_second_epoch_allocates_nothing(const pipeline_options& options)
     CAPTURE(options.parameter_buffer);
     const test::micro_batches data(12, 4, 1);
     mpi_pipeline<pipeline_network, test::cuts_of<J>, sgd<float>> pipeline(MPI_COMM_WORLD, 1, sgd_options{},
-                                                                         test::constant_rate, options);
+                                                                          test::constant_rate, options);
     run_epoch(pipeline, data);
     const std::size_t before = test::allocations.load();
     run_epoch(pipeline, data);

@@ -29,8 +29,8 @@ using test::plain_sgd;
 
 namespace {
 
-using petra::test::world_rank;
 using petra::test::shared_directory;
+using petra::test::world_rank;
 
 constexpr std::size_t J = 3;
 constexpr auto cuts = test::cuts_of<J>;
@@ -259,7 +259,8 @@ TEST_CASE("mpi checkpoints: a missing manifest, or a shard missing, truncated or
     if (world_rank() == 0) std::filesystem::rename(moved, last); // whole again
 
     const std::filesystem::path first = shard_of(path, 0);
-    if (world_rank() == 0) std::filesystem::copy_file(shard_of(other, 0), first, std::filesystem::copy_options::overwrite_existing);
+    if (world_rank() == 0)
+        std::filesystem::copy_file(shard_of(other, 0), first, std::filesystem::copy_options::overwrite_existing);
     MPI_Barrier(MPI_COMM_WORLD);
     check_refused(0, "belongs to another save");
 }

@@ -87,8 +87,10 @@ void check_every_option()
     for (std::size_t accumulation : {1, 2}) {
         for (bool input_buffer : {false, true}) {
             for (bool parameter_buffer : {false, true}) {
-                check_ranks_equal_simulation<J>({.batch = 4, .accumulation = accumulation,
-                                                 .input_buffer = input_buffer, .parameter_buffer = parameter_buffer});
+                check_ranks_equal_simulation<J>({.batch = 4,
+                                                 .accumulation = accumulation,
+                                                 .input_buffer = input_buffer,
+                                                 .parameter_buffer = parameter_buffer});
             }
         }
         check_ranks_equal_simulation<J>({.batch = 4, .accumulation = accumulation, .delay_rate_exponent = 0.5});
@@ -123,8 +125,8 @@ TEST_CASE("mpi pipeline: each rank hosts a contiguous group of stages, and only 
     MPI_Allreduce(&mine, &largest, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
     if (world_size() > 1) {
         auto whole = pipeline_network::make_parameters<float>(1);
-        sequential_pipeline<pipeline_network, cuts_of<J>, sgd<float>> one_process(whole, plain_sgd,
-                                                                                  test::constant_rate, {.batch = 4});
+        sequential_pipeline<pipeline_network, cuts_of<J>, sgd<float>> one_process(whole, plain_sgd, test::constant_rate,
+                                                                                  {.batch = 4});
         const std::size_t parameter_bytes = (whole.values().size() + whole.state().size()) * sizeof(float);
         CHECK(largest < one_process.memory_bytes() + parameter_bytes);
     }

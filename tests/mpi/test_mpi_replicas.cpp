@@ -115,11 +115,10 @@ void check_replica_result(ranks_pipeline<J>& pipeline, MPI_Comm communicator,
     }
     // A digest per replica, each folded over its own ranks: all equal, and
     // equal to the simulator's.
-    const std::uint64_t digest = pipeline.fold_stages(digest_basis, [](std::uint64_t hash, std::size_t,
-                                                                       std::span<const float> values,
-                                                                       std::span<const float> state) {
-        return digest_of(digest_of(hash, values), state);
-    });
+    const std::uint64_t digest = pipeline.fold_stages(
+        digest_basis, [](std::uint64_t hash, std::size_t, std::span<const float> values, std::span<const float> state) {
+            return digest_of(digest_of(hash, values), state);
+        });
     int ranks = 0;
     MPI_Comm_size(communicator, &ranks);
     std::vector<std::uint64_t> digests(std::size_t(ranks), 0);
@@ -213,11 +212,11 @@ TEST_CASE("mpi replicas: a rank count the replicas do not divide is refused on e
 {
     const first_ranks job(5);
     if (job.communicator == MPI_COMM_NULL) return;
-    CHECK_THROWS_WITH_AS((ranks_pipeline<3>(job.communicator, 1, plain_sgd, test::constant_rate,
-                                            {.batch = 4, .replicas = 2})),
-                         "mpi pipeline: 5 ranks cannot hold 2 replicas of equal size; launch a multiple of the "
-                         "replicas.",
-                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(
+        (ranks_pipeline<3>(job.communicator, 1, plain_sgd, test::constant_rate, {.batch = 4, .replicas = 2})),
+        "mpi pipeline: 5 ranks cannot hold 2 replicas of equal size; launch a multiple of the "
+        "replicas.",
+        std::invalid_argument);
 }
 
 TEST_CASE("mpi replicas: a checkpoint between epochs resumes under the same replicas, and refuses another count")

@@ -27,10 +27,9 @@ using namespace petra;
 namespace {
 
 // At least two reversible blocks of each kind, a downsampling and a head.
-using small_network =
-    network<input<1, 6, 6>, stem<chain<conv2d<1, 8>, batch_norm<8>, relu>>,
-            repeated<2, additive_coupling<residual_function<4>>>, downsampling<4>,
-            revnet_coupling<residual_function<8>, residual_function<8>>, classifier_head<16, 3>>;
+using small_network = network<input<1, 6, 6>, stem<chain<conv2d<1, 8>, batch_norm<8>, relu>>,
+                              repeated<2, additive_coupling<residual_function<4>>>, downsampling<4>,
+                              revnet_coupling<residual_function<8>, residual_function<8>>, classifier_head<16, 3>>;
 
 using reference = reference_network<>;
 
@@ -89,8 +88,8 @@ TEST_CASE("network: the reference network's counts are known at compile time")
 TEST_CASE("network: repeated blocks are the same network as blocks written out")
 {
     using written_out =
-        network<input<1, 6, 6>, stem<chain<conv2d<1, 8>, batch_norm<8>, relu>>,
-                additive_coupling<residual_function<4>>, additive_coupling<residual_function<4>>, downsampling<4>,
+        network<input<1, 6, 6>, stem<chain<conv2d<1, 8>, batch_norm<8>, relu>>, additive_coupling<residual_function<4>>,
+                additive_coupling<residual_function<4>>, downsampling<4>,
                 revnet_coupling<residual_function<8>, residual_function<8>>, classifier_head<16, 3>>;
     static_assert(written_out::block_count == small_network::block_count);
     static_assert(std::is_same_v<written_out::block<2>, small_network::block<2>>);
@@ -146,8 +145,8 @@ TEST_CASE("predict: inference block by block, each example on its own, running s
         constexpr std::size_t i = decltype(index)::value;
         using block = small_network::block<i>;
         std::vector<float> y(batch * block::output::size), workspace(block::workspace_size(batch));
-        const auto block_state = std::span<const float>(state).subspan<small_network::state_offsets[i],
-                                                                       block::state_count>();
+        const auto block_state =
+            std::span<const float>(state).subspan<small_network::state_offsets[i], block::state_count>();
         block::forward(pass::inference, small_network::parameters_of<i>(std::as_const(parameters).values()),
                        block_state, test::batch_of<typename block::input>(std::as_const(x), batch),
                        test::batch_of<typename block::output>(y, batch), std::span<float>(workspace));
@@ -185,7 +184,8 @@ TEST_CASE("exact backprop: the gradient of the mean loss matches central differe
     const double step = 1e-5;
     small_network::for_each_block([&](auto index) {
         constexpr std::size_t i = decltype(index)::value;
-        const std::size_t begin = small_network::parameter_offsets[i], count = small_network::profile[i].parameter_count;
+        const std::size_t begin = small_network::parameter_offsets[i],
+                          count = small_network::profile[i].parameter_count;
         const std::size_t stride = std::max<std::size_t>(1, count / 48);
         std::vector<double> analytic, numeric;
         for (std::size_t p = begin; p < begin + count; p += stride) {
@@ -230,8 +230,8 @@ void check_reversible_equals_exact(std::size_t batch, std::size_t image_size, st
     std::vector<T> exact_gradient(Network::parameter_count, T(0)), reversible_gradient(exact_gradient);
     const T exact_loss =
         exact.accumulate_gradient(exact_parameters, batch, images.data(), labels.data(), exact_gradient);
-    const T reversible_loss = reversible.accumulate_gradient(reversible_parameters, batch, images.data(),
-                                                                 labels.data(), reversible_gradient);
+    const T reversible_loss =
+        reversible.accumulate_gradient(reversible_parameters, batch, images.data(), labels.data(), reversible_gradient);
     // The same forward: the same loss and logits, bit for bit.
     CHECK(exact_loss == reversible_loss);
     CHECK(std::equal(exact.logits().begin(), exact.logits().end(), reversible.logits().begin(),
@@ -245,7 +245,7 @@ void check_reversible_equals_exact(std::size_t batch, std::size_t image_size, st
         const auto begin = Network::parameter_offsets[i], count = Network::profile[i].parameter_count;
         if (count == 0) return; // a block without parameters (pixel_unshuffle)
         const double error = test::relative_distance(std::span<const T>(reversible_gradient).subspan(begin, count),
-                                               std::span<const T>(exact_gradient).subspan(begin, count));
+                                                     std::span<const T>(exact_gradient).subspan(begin, count));
         INFO("block " << i << ": relative difference " << error);
         CHECK(error < tolerance);
     });

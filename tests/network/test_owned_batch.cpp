@@ -69,8 +69,7 @@ TEST_CASE("owned_batch: predict and both trainers take it as they take pointers"
 
     const auto check_trainer = [&](auto& trainer) {
         auto by_pointer = pipeline_network::make_parameters<float>(2), by_batch = by_pointer;
-        std::vector<float> pointer_gradient(pipeline_network::parameter_count),
-            batch_gradient(pointer_gradient.size());
+        std::vector<float> pointer_gradient(pipeline_network::parameter_count), batch_gradient(pointer_gradient.size());
         const float pointer_loss =
             trainer.accumulate_gradient(by_pointer, 4, images.data(), data.labels[0].data(), pointer_gradient);
         const float batch_loss = trainer.accumulate_gradient(by_batch, images, data.labels[0], batch_gradient);
@@ -94,7 +93,8 @@ epoch_statistics feed_epoch(Pipeline& pipeline, const test::micro_batches& data,
         const images_of& images = data.images[m];
         const std::vector<std::int32_t>& labels = data.labels[m];
         if (form == 0) pipeline.feed(images.data(), labels.data());
-        if (form == 1) pipeline.feed(batch_view<const float, pipeline_network::input>(images.data(), data.batch), labels);
+        if (form == 1)
+            pipeline.feed(batch_view<const float, pipeline_network::input>(images.data(), data.batch), labels);
         if (form == 2) pipeline.feed(images, labels);
     }
     return pipeline.drain();
@@ -152,10 +152,7 @@ TEST_CASE("feed: pointers, a view and an owned_batch train the simulator alike")
     check_feed_forms<test::simulator>();
 }
 
-TEST_CASE("feed: pointers, a view and an owned_batch train the threads alike")
-{
-    check_feed_forms<test::threads>();
-}
+TEST_CASE("feed: pointers, a view and an owned_batch train the threads alike") { check_feed_forms<test::threads>(); }
 
 TEST_CASE("feed: a label count other than the micro-batch's is refused, and nothing is fed")
 {

@@ -50,7 +50,8 @@ TEST_CASE("tensors: a container, an adapted array and a view of rows are batches
     CHECK(x.data() == images.data());
 
     std::vector<float> memory(images.begin(), images.end());
-    const auto adapted = xt::adapt(memory.data(), memory.size(), xt::no_ownership(), std::vector<std::size_t>{5, 1, 6, 6});
+    const auto adapted =
+        xt::adapt(memory.data(), memory.size(), xt::no_ownership(), std::vector<std::size_t>{5, 1, 6, 6});
     CHECK(as_batch<small_network::input>(adapted, "test").data() == memory.data());
 
     // Rows 2 and 3: the view starts past the container's first value.
@@ -104,7 +105,8 @@ TEST_CASE("tensors: predict, both trainers and augmentation compute what the poi
     CHECK(std::vector<float>(logits.begin(), logits.end()) == expected);
     // A view of rows 1 to 3 gives those rows' logits.
     const xt::xtensor<float, 2> some = predict(parameters, xt::view(images, xt::range(1, 3)));
-    CHECK(std::vector<float>(some.begin(), some.end()) == std::vector<float>(expected.begin() + 3, expected.begin() + 9));
+    CHECK(std::vector<float>(some.begin(), some.end()) ==
+          std::vector<float>(expected.begin() + 3, expected.begin() + 9));
 
     auto check_trainer = [&](auto& trainer) {
         auto by_pointer = small_network::make_parameters<float>(2), by_tensor = by_pointer;
@@ -169,9 +171,9 @@ TEST_CASE("tensors: images as a tensor, labels as a vector, for the trainers and
     CHECK(trainer.accumulate_gradient(with_tensor, images, label_tensor, tensor_gradient) ==
           trainer.accumulate_gradient(with_vector, images, labels, vector_gradient));
     CHECK(tensor_gradient == vector_gradient);
-    CHECK_THROWS_WITH_AS(trainer.accumulate_gradient(with_vector, images, std::vector<std::int32_t>{0, 1}, vector_gradient),
-                         "exact_backprop: labels: 2 labels for a batch of 3 images; one label each.",
-                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(
+        trainer.accumulate_gradient(with_vector, images, std::vector<std::int32_t>{0, 1}, vector_gradient),
+        "exact_backprop: labels: 2 labels for a batch of 3 images; one label each.", std::invalid_argument);
     constexpr auto cuts = partition<small_network, 2>();
     auto parameters = small_network::make_parameters<float>(7);
     sequential_pipeline<small_network, cuts, sgd<float>> pipeline(parameters, sgd_options{},

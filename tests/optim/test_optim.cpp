@@ -45,10 +45,8 @@ TEST_CASE("learning-rate schedules: warm-up, step decay, cosine")
     CHECK(constant(3) == doctest::Approx(0.2));
     CHECK(constant(1000) == doctest::Approx(0.2));
 
-    const learning_rate_schedule steps{.peak = 1.0,
-                                       .shape = learning_rate_schedule::decay::step,
-                                       .milestones = {10, 20},
-                                       .factor = 0.1};
+    const learning_rate_schedule steps{
+        .peak = 1.0, .shape = learning_rate_schedule::decay::step, .milestones = {10, 20}, .factor = 0.1};
     CHECK(steps(9) == doctest::Approx(1.0));
     CHECK(steps(10) == doctest::Approx(0.1));
     CHECK(steps(25) == doctest::Approx(0.01));

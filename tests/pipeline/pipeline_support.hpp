@@ -13,10 +13,9 @@ namespace petra::test {
 
 // Six blocks: stem, two additive couplings, a downsampling, a RevNet
 // coupling, the head; 6 x 6 images, 3 classes.
-using pipeline_network =
-    network<input<1, 6, 6>, stem<chain<conv2d<1, 8>, batch_norm<8>, relu>>,
-            repeated<2, additive_coupling<residual_function<4>>>, downsampling<4>,
-            revnet_coupling<residual_function<8>, residual_function<8>>, classifier_head<16, 3>>;
+using pipeline_network = network<input<1, 6, 6>, stem<chain<conv2d<1, 8>, batch_norm<8>, relu>>,
+                                 repeated<2, additive_coupling<residual_function<4>>>, downsampling<4>,
+                                 revnet_coupling<residual_function<8>, residual_function<8>>, classifier_head<16, 3>>;
 
 // Micro-batches as a user holds them: each an owned_batch of images and a
 // vector of as many labels.

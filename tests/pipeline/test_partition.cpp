@@ -10,8 +10,8 @@
 
 #include <doctest/doctest.h>
 
-#include <petra/partition.hpp>
 #include <petra/core.hpp>
+#include <petra/partition.hpp>
 
 using namespace petra;
 

@@ -30,7 +30,6 @@ using test::plain_sgd;
 
 namespace {
 
-
 template <std::size_t J>
 void check_threads_equal_simulation(std::size_t accumulation, bool input_buffer, bool parameter_buffer,
                                     double delay_rate_exponent = 0)
@@ -41,7 +40,9 @@ void check_threads_equal_simulation(std::size_t accumulation, bool input_buffer,
     CAPTURE(parameter_buffer);
     CAPTURE(delay_rate_exponent);
     const test::micro_batches data(27, 4, 100 + J);
-    const pipeline_options options{.batch = 4, .accumulation = accumulation, .input_buffer = input_buffer,
+    const pipeline_options options{.batch = 4,
+                                   .accumulation = accumulation,
+                                   .input_buffer = input_buffer,
                                    .parameter_buffer = parameter_buffer,
                                    .delay_rate_exponent = delay_rate_exponent};
     auto simulated = pipeline_network::make_parameters<float>(3);
@@ -85,7 +86,7 @@ struct recorder {
         events.back().gradient = {};
         if (event.what == pipeline_event<float>::kind::forward) {
             forward_parameters[{event.stage, event.micro_batch}].assign(event.parameters.begin(),
-                                                                         event.parameters.end());
+                                                                        event.parameters.end());
         } else if (event.what == pipeline_event<float>::kind::step) {
             step_gradients[{event.stage, event.micro_batch}].assign(event.gradient.begin(), event.gradient.end());
         }
@@ -265,7 +266,8 @@ TEST_CASE("pipeline: with input and parameter buffers, the gradients are those o
         auto at_forward = pipeline_network::make_parameters<float>(2);
         for (std::size_t j = 0; j < J; ++j) {
             const auto& used = trace.forward_parameters.at({j, m});
-            std::copy(used.begin(), used.end(), at_forward.values().begin() + pipeline_network::parameter_offsets[cuts[j]]);
+            std::copy(used.begin(), used.end(),
+                      at_forward.values().begin() + pipeline_network::parameter_offsets[cuts[j]]);
         }
         std::vector<float> gradient(pipeline_network::parameter_count, 0.0f);
         exact.accumulate_gradient(at_forward, 4, data.images[m].data(), data.labels[m].data(), gradient);
@@ -386,8 +388,8 @@ TEST_CASE("pipeline: a failing stage stops every stage and the error reaches the
     auto parameters = pipeline_network::make_parameters<float>(1);
     bool thrown = false;
     try {
-        thread_pipeline<pipeline_network, cuts, failing_sgd> pipeline(parameters, {middle_size, 3},
-                                                                      test::constant_rate, {.batch = 4});
+        thread_pipeline<pipeline_network, cuts, failing_sgd> pipeline(parameters, {middle_size, 3}, test::constant_rate,
+                                                                      {.batch = 4});
         test::train_epochs(pipeline, data, 3);
     } catch (const std::runtime_error& error) {
         thrown = true;
@@ -418,11 +420,11 @@ TEST_CASE("pipeline: after a failure the simulator reports it again instead of c
     test::micro_batches data(6, 4, 12);
     data.images[2].data()[0] = std::nanf("");
     auto parameters = pipeline_network::make_parameters<float>(1);
-    sequential_pipeline<pipeline_network, cuts_of<2>, sgd<float>> pipeline(parameters, plain_sgd,
-                                                                         test::constant_rate, {.batch = 4});
+    sequential_pipeline<pipeline_network, cuts_of<2>, sgd<float>> pipeline(parameters, plain_sgd, test::constant_rate,
+                                                                           {.batch = 4});
     CHECK_THROWS_AS(test::train_epochs(pipeline, data, 1), std::runtime_error);
-    CHECK_THROWS_WITH_AS(pipeline.feed(data.images[0], data.labels[0]),
-                         doctest::Contains("is not finite"), std::runtime_error);
+    CHECK_THROWS_WITH_AS(pipeline.feed(data.images[0], data.labels[0]), doctest::Contains("is not finite"),
+                         std::runtime_error);
     CHECK_THROWS_WITH_AS(pipeline.drain(), doctest::Contains("is not finite"), std::runtime_error);
 }
 
@@ -443,7 +445,7 @@ TEST_CASE("pipeline: bad options are refused")
 {
     auto parameters = pipeline_network::make_parameters<float>(1);
     CHECK_THROWS_AS((sequential_pipeline<pipeline_network, cuts_of<2>, sgd<float>>(parameters, plain_sgd,
-                                                                                  test::constant_rate, {.batch = 0})),
+                                                                                   test::constant_rate, {.batch = 0})),
                     std::invalid_argument);
     CHECK_THROWS_AS((thread_pipeline<pipeline_network, cuts_of<2>, sgd<float>>(
                         parameters, plain_sgd, test::constant_rate, {.batch = 4, .accumulation = 0})),
@@ -471,12 +473,12 @@ TEST_CASE("pipeline: a bad batch, accumulation or delay rate exponent is refused
     const char* exponent = "pipeline: the delay rate exponent must be a finite number, 0 or more.";
     for (double bad : {-0.5, std::nan(""), HUGE_VAL}) {
         CAPTURE(bad);
-        CHECK_THROWS_WITH_AS(simulator(parameters, plain_sgd, test::constant_rate,
-                                       {.batch = 4, .delay_rate_exponent = bad}),
-                             exponent, std::invalid_argument);
-        CHECK_THROWS_WITH_AS(threads(parameters, plain_sgd, test::constant_rate,
-                                     {.batch = 4, .delay_rate_exponent = bad}),
-                             exponent, std::invalid_argument);
+        CHECK_THROWS_WITH_AS(
+            simulator(parameters, plain_sgd, test::constant_rate, {.batch = 4, .delay_rate_exponent = bad}), exponent,
+            std::invalid_argument);
+        CHECK_THROWS_WITH_AS(
+            threads(parameters, plain_sgd, test::constant_rate, {.batch = 4, .delay_rate_exponent = bad}), exponent,
+            std::invalid_argument);
     }
 }
 
@@ -499,12 +501,12 @@ void check_unshuffling_threads_equal_simulation()
     std::vector<epoch_statistics> simulated_epochs, threaded_epochs;
     {
         sequential_pipeline<unshuffling_network, cuts, sgd<float>> pipeline(simulated, plain_sgd, test::constant_rate,
-                                                                           {.batch = 4});
+                                                                            {.batch = 4});
         simulated_epochs = test::train_epochs(pipeline, data, 2);
     }
     {
         thread_pipeline<unshuffling_network, cuts, sgd<float>> pipeline(threaded, plain_sgd, test::constant_rate,
-                                                                       {.batch = 4});
+                                                                        {.batch = 4});
         threaded_epochs = test::train_epochs(pipeline, data, 2);
     }
     CHECK(std::equal(simulated.values().begin(), simulated.values().end(), threaded.values().begin()));

@@ -54,8 +54,8 @@ TEST_CASE("pipeline: no heap allocation per tick once running")
             CHECK(allocations_in_second_epoch(pipeline, data) == 0);
         }
         {
-            thread_pipeline<pipeline_network, cuts, sgd<float>> pipeline(parameters, sgd_options{},
-                                                                         test::constant_rate, options);
+            thread_pipeline<pipeline_network, cuts, sgd<float>> pipeline(parameters, sgd_options{}, test::constant_rate,
+                                                                         options);
             CHECK(allocations_in_second_epoch(pipeline, data) == 0);
         }
     }

@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
-#include <stdexcept>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -35,7 +35,6 @@ using test::simulator;
 using test::threads;
 
 namespace {
-
 
 std::string temporary_path(const std::string& name) { return test::temporary_path(name + ".checkpoint"); }
 
@@ -164,8 +163,10 @@ void check_every_configuration()
     for (std::size_t accumulation : {1, 2}) {
         for (bool input_buffer : {false, true}) {
             for (bool parameter_buffer : {false, true}) {
-                const pipeline_options options{.batch = 4, .accumulation = accumulation,
-                                               .input_buffer = input_buffer, .parameter_buffer = parameter_buffer};
+                const pipeline_options options{.batch = 4,
+                                               .accumulation = accumulation,
+                                               .input_buffer = input_buffer,
+                                               .parameter_buffer = parameter_buffer};
                 const std::size_t at = points[(configuration++ + J) % points.size()];
                 check_resume<threads<J>, threads<J>, simulator<J>>(options, at);
             }
@@ -239,12 +240,27 @@ struct cut_short_writer {
     std::size_t records;
 
     bool keep() { return records > 0 && records-- > 0; }
-    void section(std::string_view name) { if (keep()) out.section(name); }
-    void count(std::size_t& value, std::size_t limit) { if (keep()) out.count(value, limit); }
-    void expect(std::size_t value, std::string_view what) { if (keep()) out.expect(value, what); }
+    void section(std::string_view name)
+    {
+        if (keep()) out.section(name);
+    }
+    void count(std::size_t& value, std::size_t limit)
+    {
+        if (keep()) out.count(value, limit);
+    }
+    void expect(std::size_t value, std::string_view what)
+    {
+        if (keep()) out.expect(value, what);
+    }
     template <class T>
-    void values(std::span<T> values) { if (keep()) out.values(values); }
-    void text(std::string& text) { if (keep()) out.text(text); }
+    void values(std::span<T> values)
+    {
+        if (keep()) out.values(values);
+    }
+    void text(std::string& text)
+    {
+        if (keep()) out.text(text);
+    }
 };
 static_assert(state_archive<cut_short_writer>);
 
@@ -379,8 +395,8 @@ TEST_CASE("pipeline checkpoint: one shard per stage, saved by either driver, res
     const test::micro_batches data(micro_batches_per_epoch, 4, 21);
     const std::string path = temporary_path("sharded");
     for (const pipeline_options& options :
-         {pipeline_options{.batch = 4}, pipeline_options{.batch = 4, .accumulation = 2, .input_buffer = true,
-                                                         .parameter_buffer = true}}) {
+         {pipeline_options{.batch = 4},
+          pipeline_options{.batch = 4, .accumulation = 2, .input_buffer = true, .parameter_buffer = true}}) {
         for (std::size_t at : {0, 5}) {
             CAPTURE(at);
             const run_result reference = uninterrupted<simulator<3>>(data, options);
@@ -418,8 +434,7 @@ TEST_CASE("pipeline checkpoint: a save interrupted before its manifest leaves th
     check_same(reference, resumed_from_shards<threads<3>>(data, options, 4, path), 1);
 
     // Stage 2's shard cut short: refused, the shard named.
-    const checkpoint_manifest manifest =
-        read_checkpoint_manifest(path, pipeline_network::signature, 3, [](auto&) {});
+    const checkpoint_manifest manifest = read_checkpoint_manifest(path, pipeline_network::signature, 3, [](auto&) {});
     const std::string last = (std::filesystem::path(path).parent_path() / manifest.shards[2].file).string();
     std::filesystem::resize_file(last, manifest.shards[2].bytes - 1);
     {
@@ -441,7 +456,8 @@ TEST_CASE("pipeline checkpoint: a save interrupted before its manifest leaves th
 }
 
 TEST_CASE("pipeline checkpoint: a sound file whose state the schedule never reaches is refused on load, never one "
-          "that hangs or fails mid-tick" * doctest::timeout(120))
+          "that hangs or fails mid-tick" *
+          doctest::timeout(120))
 {
     const test::micro_batches data(micro_batches_per_epoch, 4, 10);
     const std::string path = temporary_path("tampered");
@@ -469,8 +485,8 @@ TEST_CASE("pipeline checkpoint: a sound file whose state the schedule never reac
             simulator<2> pipeline(parameters, plain_sgd, decaying_rate, {.batch = 4});
             feed_range(pipeline, data, 0, 3);
             checkpoint_writer out(path, pipeline_network::signature);
-            tampering_writer writer{out, tampered.section, tampered.occurrence, tampered.labels,
-                                    tampered.record, tampered.value};
+            tampering_writer writer{
+                out, tampered.section, tampered.occurrence, tampered.labels, tampered.record, tampered.value};
             pipeline.transfer_state(writer);
             parameters.transfer_state(out);
             out.commit();

@@ -32,7 +32,6 @@ using test::threads;
 
 namespace {
 
-
 constexpr const char* feed_refused =
     "pipeline: feed() while the pipeline is paused; let the paused_pipeline that pause() returned go out of scope "
     "first.";
@@ -70,12 +69,11 @@ void check_guards_agree(std::size_t accumulation)
             CHECK(same(thread_view.state(), simulator_view.state()));
             for (std::size_t j = 0; j < J; ++j) {
                 CAPTURE(j);
-                CHECK(thread_view.gradient_sum(j).size() ==
-                      pipeline_network::parameter_offsets[cuts_of<J>[j + 1]] -
-                          pipeline_network::parameter_offsets[cuts_of<J>[j]]);
+                CHECK(thread_view.gradient_sum(j).size() == pipeline_network::parameter_offsets[cuts_of<J>[j + 1]] -
+                                                                pipeline_network::parameter_offsets[cuts_of<J>[j]]);
                 CHECK(same(thread_view.gradient_sum(j), simulator_view.gradient_sum(j)));
-                some_sum_nonzero = some_sum_nonzero || std::ranges::any_of(thread_view.gradient_sum(j),
-                                                                           [](float g) { return g != 0.0f; });
+                some_sum_nonzero = some_sum_nonzero ||
+                                   std::ranges::any_of(thread_view.gradient_sum(j), [](float g) { return g != 0.0f; });
             }
             CHECK(running.progress().loss_sum == stepping.progress().loss_sum);
         }
@@ -113,8 +111,7 @@ void check_refusal_changes_nothing()
         feed_range(pipeline, data, 0, 5);
         {
             const auto paused = pipeline.pause();
-            CHECK_THROWS_WITH_AS(pipeline.feed(data.images[5], data.labels[5]), feed_refused,
-                                 std::logic_error);
+            CHECK_THROWS_WITH_AS(pipeline.feed(data.images[5], data.labels[5]), feed_refused, std::logic_error);
             CHECK_THROWS_WITH_AS(pipeline.drain(), drain_refused, std::logic_error);
         }
         feed_range(pipeline, data, 5, data.images.size());
@@ -151,8 +148,7 @@ void check_release()
         std::remove(path.c_str());
     }
     // One guard is gone, the moved-in one lives on.
-    CHECK_THROWS_WITH_AS(pipeline.feed(data.images[2], data.labels[2]), feed_refused,
-                         std::logic_error);
+    CHECK_THROWS_WITH_AS(pipeline.feed(data.images[2], data.labels[2]), feed_refused, std::logic_error);
     held.reset();
     feed_range(pipeline, data, 2, data.images.size());
     CHECK(pipeline.drain().micro_batches == data.images.size());

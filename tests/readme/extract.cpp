@@ -39,10 +39,10 @@
 namespace {
 
 struct code_block {
-    std::size_t fence_line = 0;      // 1-based line of the opening fence
-    std::vector<std::string> lines;  // without the fence's indentation
-    std::string preceding;           // the last non-blank line before the fence
-    bool shell = false;              // a ```sh block, else C++
+    std::size_t fence_line = 0;     // 1-based line of the opening fence
+    std::vector<std::string> lines; // without the fence's indentation
+    std::string preceding;          // the last non-blank line before the fence
+    bool shell = false;             // a ```sh block, else C++
 };
 
 std::vector<std::string> read_lines(const std::filesystem::path& path)
@@ -64,7 +64,7 @@ bool blank(const std::string& line) { return line.find_first_not_of(" \t") == st
 // The C++ and shell blocks of a markdown file; other fenced blocks are
 // skipped.
 std::vector<code_block> code_blocks(const std::vector<std::string>& lines, std::vector<std::string>& problems,
-                                   const std::string& name)
+                                    const std::string& name)
 {
     static const std::regex cpp_fence(R"(^( *)```\s*(cpp|c\+\+|cxx|cc|hpp|C\+\+)\s*$)");
     static const std::regex shell_fence(R"(^( *)```\s*(sh|bash|shell)\s*$)");

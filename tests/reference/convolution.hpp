@@ -39,8 +39,8 @@ inline std::size_t output_index(const kernels::convolution_shape& s, std::size_t
 {
     return ((n * s.out_channels + c) * s.out_height() + h) * s.out_width() + w;
 }
-inline std::size_t weight_index(const kernels::convolution_shape& s, std::size_t co, std::size_t ci,
-                                std::size_t kh, std::size_t kw)
+inline std::size_t weight_index(const kernels::convolution_shape& s, std::size_t co, std::size_t ci, std::size_t kh,
+                                std::size_t kw)
 {
     return ((co * s.in_channels + ci) * s.kernel + kh) * s.kernel + kw;
 }
@@ -50,20 +50,20 @@ void convolution_forward(const kernels::convolution_shape& s, const T* input, co
 {
     std::vector<long double> sum(s.output_count(), 0.0L);
     for_each_convolution_term(s, [&](auto n, auto co, auto oh, auto ow, auto ci, auto ih, auto iw, auto kh, auto kw) {
-        sum[output_index(s, n, co, oh, ow)] += static_cast<long double>(weights[weight_index(s, co, ci, kh, kw)]) *
-                                               input[input_index(s, n, ci, ih, iw)];
+        sum[output_index(s, n, co, oh, ow)] +=
+            static_cast<long double>(weights[weight_index(s, co, ci, kh, kw)]) * input[input_index(s, n, ci, ih, iw)];
     });
     for (std::size_t i = 0; i < sum.size(); ++i) output[i] = static_cast<T>(sum[i]);
 }
 
 template <class T>
-void convolution_backward_input(const kernels::convolution_shape& s, const T* grad_y, const T* weights,
-                                T* grad_x, T beta)
+void convolution_backward_input(const kernels::convolution_shape& s, const T* grad_y, const T* weights, T* grad_x,
+                                T beta)
 {
     std::vector<long double> sum(s.input_count(), 0.0L);
     for_each_convolution_term(s, [&](auto n, auto co, auto oh, auto ow, auto ci, auto ih, auto iw, auto kh, auto kw) {
-        sum[input_index(s, n, ci, ih, iw)] += static_cast<long double>(weights[weight_index(s, co, ci, kh, kw)]) *
-                                              grad_y[output_index(s, n, co, oh, ow)];
+        sum[input_index(s, n, ci, ih, iw)] +=
+            static_cast<long double>(weights[weight_index(s, co, ci, kh, kw)]) * grad_y[output_index(s, n, co, oh, ow)];
     });
     for (std::size_t i = 0; i < sum.size(); ++i) {
         grad_x[i] = static_cast<T>(sum[i] + (beta == T(0) ? 0.0L : static_cast<long double>(beta) * grad_x[i]));
@@ -71,13 +71,13 @@ void convolution_backward_input(const kernels::convolution_shape& s, const T* gr
 }
 
 template <class T>
-void convolution_backward_weights(const kernels::convolution_shape& s, const T* input, const T* grad_y,
-                                  T* grad_weights, T beta)
+void convolution_backward_weights(const kernels::convolution_shape& s, const T* input, const T* grad_y, T* grad_weights,
+                                  T beta)
 {
     std::vector<long double> sum(s.weight_count(), 0.0L);
     for_each_convolution_term(s, [&](auto n, auto co, auto oh, auto ow, auto ci, auto ih, auto iw, auto kh, auto kw) {
-        sum[weight_index(s, co, ci, kh, kw)] += static_cast<long double>(input[input_index(s, n, ci, ih, iw)]) *
-                                                grad_y[output_index(s, n, co, oh, ow)];
+        sum[weight_index(s, co, ci, kh, kw)] +=
+            static_cast<long double>(input[input_index(s, n, ci, ih, iw)]) * grad_y[output_index(s, n, co, oh, ow)];
     });
     for (std::size_t i = 0; i < sum.size(); ++i) {
         grad_weights[i] =

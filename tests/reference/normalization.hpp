@@ -22,9 +22,8 @@ std::vector<long double> channel_affine(std::size_t N, std::size_t C, std::size_
 }
 
 template <class T>
-std::vector<long double> channel_combination(std::size_t N, std::size_t C, std::size_t S,
-                                             const std::vector<T>& grad_y, const std::vector<T>& x,
-                                             const std::vector<T>& grad_y_coefficient,
+std::vector<long double> channel_combination(std::size_t N, std::size_t C, std::size_t S, const std::vector<T>& grad_y,
+                                             const std::vector<T>& x, const std::vector<T>& grad_y_coefficient,
                                              const std::vector<T>& x_coefficient, const std::vector<T>& offset)
 {
     std::vector<long double> grad_x(x.size());
@@ -32,8 +31,8 @@ std::vector<long double> channel_combination(std::size_t N, std::size_t C, std::
         for (std::size_t c = 0; c < C; ++c)
             for (std::size_t s = 0; s < S; ++s) {
                 const std::size_t i = (n * C + c) * S + s;
-                grad_x[i] = (long double)grad_y_coefficient[c] * grad_y[i] + (long double)x_coefficient[c] * x[i] +
-                            offset[c];
+                grad_x[i] =
+                    (long double)grad_y_coefficient[c] * grad_y[i] + (long double)x_coefficient[c] * x[i] + offset[c];
             }
     return grad_x;
 }

@@ -13,8 +13,7 @@ namespace petra::reference {
 // Softmax of each row of a rows x classes matrix stored with leading
 // dimension ld; the result is packed (leading dimension classes).
 template <class T>
-std::vector<double> softmax_rows(std::size_t rows, std::size_t classes, const std::vector<T>& logits,
-                                 std::size_t ld)
+std::vector<double> softmax_rows(std::size_t rows, std::size_t classes, const std::vector<T>& logits, std::size_t ld)
 {
     std::vector<double> probabilities(rows * classes);
     for (std::size_t r = 0; r < rows; ++r) {
@@ -37,8 +36,8 @@ struct cross_entropy {
 };
 
 template <class T>
-cross_entropy softmax_cross_entropy(std::size_t rows, std::size_t classes, const std::vector<T>& logits,
-                                    std::size_t ld, const std::vector<std::int32_t>& labels)
+cross_entropy softmax_cross_entropy(std::size_t rows, std::size_t classes, const std::vector<T>& logits, std::size_t ld,
+                                    const std::vector<std::int32_t>& labels)
 {
     cross_entropy result{0.0, softmax_rows(rows, classes, logits, ld), std::vector<double>(rows * classes)};
     for (std::size_t r = 0; r < rows; ++r) {
@@ -46,7 +45,8 @@ cross_entropy softmax_cross_entropy(std::size_t rows, std::size_t classes, const
         result.mean_loss -= std::log(result.probabilities[r * classes + label]);
         for (std::size_t j = 0; j < classes; ++j) {
             const double target = j == label ? 1.0 : 0.0;
-            result.gradient[r * classes + j] = (result.probabilities[r * classes + j] - target) / static_cast<double>(rows);
+            result.gradient[r * classes + j] =
+                (result.probabilities[r * classes + j] - target) / static_cast<double>(rows);
         }
     }
     result.mean_loss /= static_cast<double>(rows);

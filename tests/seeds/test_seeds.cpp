@@ -33,7 +33,7 @@
 
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__FMA__) && defined(__clang__) && __clang_major__ == 14
 #define PETRA_SEEDS_RUN_DIGESTS 11385149209347925180ull, 631233819649737466ull
-#elif defined(__x86_64__) && defined(__AVX512F__) && defined(__FMA__) && !defined(__clang__) && defined(__GNUC__) && \
+#elif defined(__x86_64__) && defined(__AVX512F__) && defined(__FMA__) && !defined(__clang__) && defined(__GNUC__) &&   \
     __GNUC__ == 12
 #define PETRA_SEEDS_RUN_DIGESTS 2602797665513296379ull, 6928155551989575594ull
 #endif
@@ -41,11 +41,10 @@
 namespace {
 
 // Six blocks of every kind on 6 x 6 images, 3 classes: cheap to compile.
-using small_net = petra::network<petra::input<1, 6, 6>, petra::stem<petra::chain<petra::conv2d<1, 8>, petra::batch_norm<8>, petra::relu>>,
-                                 petra::repeated<2, petra::additive_coupling<petra::residual_function<4>>>,
-                                 petra::downsampling<4>,
-                                 petra::revnet_coupling<petra::residual_function<8>, petra::residual_function<8>>,
-                                 petra::classifier_head<16, 3>>;
+using small_net = petra::network<
+    petra::input<1, 6, 6>, petra::stem<petra::chain<petra::conv2d<1, 8>, petra::batch_norm<8>, petra::relu>>,
+    petra::repeated<2, petra::additive_coupling<petra::residual_function<4>>>, petra::downsampling<4>,
+    petra::revnet_coupling<petra::residual_function<8>, petra::residual_function<8>>, petra::classifier_head<16, 3>>;
 using input = small_net::input;
 constexpr std::size_t examples = 40, micro_batch = 4;
 
@@ -90,9 +89,9 @@ std::uint64_t trained_digest()
     const petra::labelled_images data = generated_examples();
     petra::dataset_source<input> source(data, data.size(), micro_batch, /*seed=*/3,
                                         {.padding = 1, .flip = true, .fill = 0.0f});
-    const petra::training_plan plan({.epochs = 2, .batches_per_epoch = examples / micro_batch, .accumulation = 1},
-                                    {.peak = 0.05, .warmup_epochs = 0.5,
-                                     .shape = petra::learning_rate_schedule::decay::cosine});
+    const petra::training_plan plan(
+        {.epochs = 2, .batches_per_epoch = examples / micro_batch, .accumulation = 1},
+        {.peak = 0.05, .warmup_epochs = 0.5, .shape = petra::learning_rate_schedule::decay::cosine});
     auto weights = small_net::make_parameters<float>(1);
     Method method(weights, {.momentum = 0.9, .nesterov = true, .weight_decay = 5e-4}, plan.schedule(),
                   {.batch = micro_batch, .accumulation = 1});
@@ -201,7 +200,7 @@ TEST_CASE("seeds: standard normal values have mean 0 and variance 1")
     for (double value : values) mean += value;
     mean /= double(values.size());
     for (double value : values) square += (value - mean) * (value - mean);
-    CHECK(std::abs(mean) < 0.01);                          // deviation of the mean: 0.0022
+    CHECK(std::abs(mean) < 0.01);                                 // deviation of the mean: 0.0022
     CHECK(std::abs(square / double(values.size()) - 1.0) < 0.01); // of the variance: 0.0032
 }
 

@@ -34,8 +34,8 @@ std::string temporary_path(const std::string& name) { return test::temporary_pat
 // gives, never a failure to open it.
 bool names_the_damage(const std::string& message)
 {
-    for (const char* reason : {"is corrupted", "is truncated", "is not a petra checkpoint", "has format version",
-                               "another byte order"}) {
+    for (const char* reason :
+         {"is corrupted", "is truncated", "is not a petra checkpoint", "has format version", "another byte order"}) {
         if (message.find(reason) != std::string::npos) return true;
     }
     return false;
@@ -366,6 +366,6 @@ TEST_CASE("checkpoint: the checksum is zlib's CRC-32, and the file's last four b
     REQUIRE(file.size() > 4);
     std::uint32_t stored = 0;
     std::memcpy(&stored, file.data() + file.size() - 4, 4);
-    CHECK(stored == static_cast<std::uint32_t>(::crc32(0, reinterpret_cast<const Bytef*>(file.data()),
-                                                       uInt(file.size() - 4))));
+    CHECK(stored ==
+          static_cast<std::uint32_t>(::crc32(0, reinterpret_cast<const Bytef*>(file.data()), uInt(file.size() - 4))));
 }

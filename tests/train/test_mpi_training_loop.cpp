@@ -28,8 +28,8 @@
 
 namespace {
 
-using petra::test::world_rank;
 using petra::test::shared_directory;
+using petra::test::world_rank;
 
 using net = petra::test::pipeline_network;
 using input = net::input;
@@ -42,7 +42,8 @@ using petra::test::parameter_digest;
 
 const petra::sgd_options optimizer = petra::test::loop_optimizer;
 const petra::training_plan plan({.epochs = 3, .batches_per_epoch = 10, .accumulation = 2},
-                                {.peak = 0.05, .warmup_epochs = 0.5,
+                                {.peak = 0.05,
+                                 .warmup_epochs = 0.5,
                                  .shape = petra::learning_rate_schedule::decay::cosine});
 constexpr std::uint64_t seed = 1;
 
@@ -80,9 +81,9 @@ run_end run_on_simulator(const std::string& path, std::size_t stop_at)
     on_simulator method(weights, optimizer, plan.schedule(), {.batch = 4, .accumulation = 2});
     std::size_t asked = 0;
     petra::training_loop loop(method, source, plan,
-                              {.checkpoint_path = path,
-                               .checkpoint_every = 4,
-                               .stop_requested = [&] { return stop_at != 0 && asked++ == stop_at; }});
+                              {.checkpoint_path = path, .checkpoint_every = 4, .stop_requested = [&] {
+                                   return stop_at != 0 && asked++ == stop_at;
+                               }});
     run_end end{loop.run(), loop.position().steps, 0};
     end.digest = parameter_digest(weights);
     return end;
@@ -153,7 +154,8 @@ namespace {
 // Two replicas, one rank each: global micro-batches of 2 x 4 examples, 5
 // per epoch.
 const petra::training_plan replicas_plan({.epochs = 3, .batches_per_epoch = 5},
-                                         {.peak = 0.05, .warmup_epochs = 0.5,
+                                         {.peak = 0.05,
+                                          .warmup_epochs = 0.5,
                                           .shape = petra::learning_rate_schedule::decay::cosine});
 constexpr petra::pipeline_options replicas_options{.batch = 4, .replicas = 2};
 
@@ -165,9 +167,9 @@ run_end run_replicas_on_ranks(const std::string& path, std::size_t stop_at)
     CHECK_FALSE(method.checkpoints_within_epoch());
     std::size_t asked = 0;
     petra::training_loop loop(method, source, replicas_plan,
-                              {.checkpoint_path = path,
-                               .checkpoint_every = 2,
-                               .stop_requested = [&] { return stop_at != 0 && asked++ == stop_at; }});
+                              {.checkpoint_path = path, .checkpoint_every = 2, .stop_requested = [&] {
+                                   return stop_at != 0 && asked++ == stop_at;
+                               }});
     run_end end{loop.run(), loop.position().steps, 0};
     auto whole = net::make_parameters<float>(0);
     method.pipeline().gather_parameters(method.pipeline().rank() == 0 ? &whole : nullptr);

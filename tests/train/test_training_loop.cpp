@@ -37,13 +37,14 @@ const petra::sgd_options optimizer = petra::test::loop_optimizer;
 
 petra::training_plan plan_of(std::size_t epochs, std::size_t batches_per_epoch = 10)
 {
-    return petra::training_plan({.epochs = epochs, .batches_per_epoch = batches_per_epoch, .accumulation = 2},
-                                {.peak = 0.05, .warmup_epochs = 0.5, .shape = petra::learning_rate_schedule::decay::cosine});
+    return petra::training_plan(
+        {.epochs = epochs, .batches_per_epoch = batches_per_epoch, .accumulation = 2},
+        {.peak = 0.05, .warmup_epochs = 0.5, .shape = petra::learning_rate_schedule::decay::cosine});
 }
 
 struct temporary_directory {
-    std::filesystem::path path = std::filesystem::temp_directory_path() /
-                                 ("petra_loop_test_" + std::to_string(std::random_device{}()));
+    std::filesystem::path path =
+        std::filesystem::temp_directory_path() / ("petra_loop_test_" + std::to_string(std::random_device{}()));
     temporary_directory() { std::filesystem::create_directories(path); }
     ~temporary_directory() { std::filesystem::remove_all(path); }
     std::string file(const std::string& name) const { return (path / name).string(); }
@@ -70,9 +71,9 @@ run_end run(const std::string& path, std::size_t stop_at, std::size_t epochs = 3
     Method method(weights, optimizer, plan.schedule(), {.batch = micro_batch, .accumulation = 2});
     std::size_t asked = 0;
     petra::training_loop loop(method, source, plan,
-                              {.checkpoint_path = path,
-                               .checkpoint_every = 3,
-                               .stop_requested = [&] { return stop_at != 0 && asked++ == stop_at; }});
+                              {.checkpoint_path = path, .checkpoint_every = 3, .stop_requested = [&] {
+                                   return stop_at != 0 && asked++ == stop_at;
+                               }});
     run_end end;
     end.finished = loop.run();
     end.steps = loop.position().steps;
@@ -200,8 +201,9 @@ TEST_CASE("training loop: checkpoints of another plan, another network or other 
                          doctest::Contains("was saved by a run of 3 epochs, this one has 4: resume with the plan"),
                          std::invalid_argument);
     // Another network: the file's signature.
-    using other_net = petra::network<petra::input<1, 6, 6>, petra::stem<petra::chain<petra::conv2d<1, 8>,
-                                     petra::batch_norm<8>, petra::relu>>, petra::classifier_head<8, 3>>;
+    using other_net = petra::network<petra::input<1, 6, 6>,
+                                     petra::stem<petra::chain<petra::conv2d<1, 8>, petra::batch_norm<8>, petra::relu>>,
+                                     petra::classifier_head<8, 3>>;
     {
         std::vector<float> images(40 * input::size);
         std::vector<std::int32_t> labels(40);
@@ -210,8 +212,7 @@ TEST_CASE("training loop: checkpoints of another plan, another network or other 
         auto weights = other_net::make_parameters<float>(1);
         petra::exact_backprop_method<other_net> method(weights, optimizer, plan.schedule(), {.batch = micro_batch});
         petra::training_loop loop(method, source, plan, {.checkpoint_path = path});
-        CHECK_THROWS_WITH_AS(loop.run(), doctest::Contains("was written for another network"),
-                             petra::checkpoint_error);
+        CHECK_THROWS_WITH_AS(loop.run(), doctest::Contains("was written for another network"), petra::checkpoint_error);
     }
     // The caller's own settings, first in the file: the caller names them.
     const examples data;
@@ -219,7 +220,8 @@ TEST_CASE("training loop: checkpoints of another plan, another network or other 
     const auto run_with_seed = [&](std::size_t seed) {
         petra::tensor_source<input> source(data.images, data.labels, micro_batch);
         auto weights = net::make_parameters<float>(1);
-        petra::exact_backprop_method<net> method(weights, optimizer, plan.schedule(), {.batch = micro_batch, .accumulation = 2});
+        petra::exact_backprop_method<net> method(weights, optimizer, plan.schedule(),
+                                                 {.batch = micro_batch, .accumulation = 2});
         petra::training_callbacks callbacks;
         callbacks.save_records = [&](petra::checkpoint_writer& out) {
             out.section("my settings");
@@ -233,10 +235,10 @@ TEST_CASE("training loop: checkpoints of another plan, another network or other 
             if (stored != seed) throw std::invalid_argument("--seed: the checkpoint's run used another seed.");
         };
         std::size_t asked = 0;
-        petra::training_loop loop(method, source, plan,
-                                  {.checkpoint_path = directory.file("settings.checkpoint"),
-                                   .stop_requested = [&] { return asked++ == 3; }},
-                                  callbacks);
+        petra::training_loop loop(
+            method, source, plan,
+            {.checkpoint_path = directory.file("settings.checkpoint"), .stop_requested = [&] { return asked++ == 3; }},
+            callbacks);
         return loop.run();
     };
     CHECK_FALSE(run_with_seed(1));
@@ -246,7 +248,8 @@ TEST_CASE("training loop: checkpoints of another plan, another network or other 
     // A PETRA checkpoint of another stage count: its layout is named.
     REQUIRE_FALSE(run<on_simulator<2>>(directory.file("petra.checkpoint"), 4).finished);
     CHECK_THROWS_WITH_AS(run<on_simulator<3>>(directory.file("petra.checkpoint"), 0),
-                         doctest::Contains("names 2 stage shards; this pipeline has 3 stages"), petra::checkpoint_error);
+                         doctest::Contains("names 2 stage shards; this pipeline has 3 stages"),
+                         petra::checkpoint_error);
 }
 
 namespace {

@@ -14,8 +14,8 @@
 #include <type_traits>
 
 #include <petra/blocks/block.hpp>
-#include <petra/layers/contract.hpp>
 #include <petra/kernels/elementwise.hpp>
+#include <petra/layers/contract.hpp>
 #include <petra/layers/layer.hpp>
 
 namespace petra {
@@ -50,8 +50,8 @@ struct additive_coupling : block_kind {
 
         template <forward_pass Pass, class T>
         static void forward(Pass mode, parameters_view<T, parameter_count> parameters,
-                            state_view<Pass, T, state_count> state, const_batch<T, input> x,
-                            batch_view<T, output> y, std::span<T> workspace)
+                            state_view<Pass, T, state_count> state, const_batch<T, input> x, batch_view<T, output> y,
+                            std::span<T> workspace)
         {
             // y = F(x) + x~ into the first output half, the addition in F's last pass.
             forward_onto_of<function>(mode, combination::add, parameters, state, x.first_half(), x.second_half(),

@@ -23,8 +23,8 @@
 #include <petra/batch_view.hpp>
 #include <petra/layers/chain.hpp>
 #include <petra/layers/contract.hpp>
-#include <petra/layers/parts.hpp>
 #include <petra/layers/layer.hpp>
+#include <petra/layers/parts.hpp>
 #include <petra/shape.hpp>
 #include <petra/type_list.hpp>
 
@@ -82,7 +82,6 @@ constexpr bool halves_accepted_by()
 template <class Input>
 using concatenated_halves =
     shape<2 * half_of<Input>::type::channels, half_of<Input>::type::height, half_of<Input>::type::width>;
-
 
 // Between the NCHW layout of a batch with 2C channels per example and the
 // half-major layout of halves of C channels: channels [0, C) of every example
@@ -164,9 +163,8 @@ constexpr block_requirement first_unmet_requirement_of_block()
     } else if constexpr (B::reversible &&
                          !requires(std::span<float, B::parameter_count> parameters,
                                    std::span<float, B::state_count> state, batch_view<float, typename B::input> x,
-                                   batch_view<float, typename B::output> y, std::span<float> workspace) {
-                             B::inverse(parameters, state, y, x, workspace);
-                         }) {
+                                   batch_view<float, typename B::output> y,
+                                   std::span<float> workspace) { B::inverse(parameters, state, y, x, workspace); }) {
         return block_requirement::inverse;
     } else {
         return block_requirement::met;

@@ -14,10 +14,10 @@
 #include <type_traits>
 
 #include <petra/blocks/block.hpp>
-#include <petra/layers/contract.hpp>
 #include <petra/kernels/elementwise.hpp>
 #include <petra/layers/batch_norm.hpp>
 #include <petra/layers/chain.hpp>
+#include <petra/layers/contract.hpp>
 #include <petra/layers/conv2d.hpp>
 #include <petra/layers/layer.hpp>
 #include <petra/layers/relu.hpp>
@@ -47,8 +47,7 @@ struct downsample : block_kind {
         using input = Input;
         using output = halves<typename first::output>;
         static constexpr bool reversible = false;
-        static constexpr std::size_t forward_flops =
-            first::forward_flops + second::forward_flops + output::half::size;
+        static constexpr std::size_t forward_flops = first::forward_flops + second::forward_flops + output::half::size;
         static constexpr std::size_t backward_flops =
             first::backward_flops + second::backward_flops + output::half::size;
         static constexpr std::size_t winograd_forward_flops =
@@ -62,12 +61,12 @@ struct downsample : block_kind {
 
         template <forward_pass Pass, class T>
         static void forward(Pass mode, parameters_view<T, parameter_count> parameters,
-                            state_view<Pass, T, state_count> state, const_batch<T, input> x,
-                            batch_view<T, output> y, std::span<T> workspace)
+                            state_view<Pass, T, state_count> state, const_batch<T, input> x, batch_view<T, output> y,
+                            std::span<T> workspace)
         {
             const workspace_layout<T> at{workspace, x.batch()};
-            first::forward(mode, parts::template parameters_of<0>(parameters),
-                           parts::template state_of<0>(state), x.first_half(), y.first_half(), at.first_workspace());
+            first::forward(mode, parts::template parameters_of<0>(parameters), parts::template state_of<0>(state),
+                           x.first_half(), y.first_half(), at.first_workspace());
             // y~ = G(x~) + y, the addition in G's last pass.
             forward_onto_of<second>(mode, combination::add, parts::template parameters_of<1>(parameters),
                                     parts::template state_of<1>(state), x.second_half(), y.first_half(),
@@ -83,12 +82,11 @@ struct downsample : block_kind {
             const workspace_layout<T> at{workspace, x.batch()};
             const batch_view<T, typename output::half> gradient = at.gradient();
             kernels::add(gradient.size(), grad_y.first_half().data(), grad_y.second_half().data(), gradient.data());
-            first::backward(parts::template parameters_of<0>(parameters), x.first_half(), gradient,
-                            grad_x.first_half(), parts::template parameters_of<0>(grad_parameters),
-                            at.first_workspace());
-            second::backward(parts::template parameters_of<1>(parameters), x.second_half(),
-                             grad_y.second_half(), grad_x.second_half(),
-                             parts::template parameters_of<1>(grad_parameters), at.second_workspace());
+            first::backward(parts::template parameters_of<0>(parameters), x.first_half(), gradient, grad_x.first_half(),
+                            parts::template parameters_of<0>(grad_parameters), at.first_workspace());
+            second::backward(parts::template parameters_of<1>(parameters), x.second_half(), grad_y.second_half(),
+                             grad_x.second_half(), parts::template parameters_of<1>(grad_parameters),
+                             at.second_workspace());
         }
 
     private:
@@ -103,7 +101,8 @@ struct downsample : block_kind {
             }
             std::span<T> second_workspace() const
             {
-                return all.subspan(batch * output::half::size + first::workspace_size(batch), second::workspace_size(batch));
+                return all.subspan(batch * output::half::size + first::workspace_size(batch),
+                                   second::workspace_size(batch));
             }
         };
     };
@@ -112,7 +111,7 @@ struct downsample : block_kind {
 // The reference network's downsampling from C to 2 C channels per half:
 // F = conv3x3 stride 2, batch norm, ReLU; G = conv1x1 stride 2, batch norm.
 template <std::size_t C, std::size_t Out = 2 * C>
-using downsampling = downsample<chain<conv2d<C, Out, 3, 2>, batch_norm<Out>, relu>,
-                                chain<conv2d<C, Out, 1, 2, 0>, batch_norm<Out>>>;
+using downsampling =
+    downsample<chain<conv2d<C, Out, 3, 2>, batch_norm<Out>, relu>, chain<conv2d<C, Out, 1, 2, 0>, batch_norm<Out>>>;
 
 } // namespace petra

@@ -11,9 +11,9 @@
 #include <string_view>
 
 #include <petra/blocks/block.hpp>
-#include <petra/layers/contract.hpp>
 #include <petra/layers/batch_norm.hpp>
 #include <petra/layers/chain.hpp>
+#include <petra/layers/contract.hpp>
 #include <petra/layers/dense.hpp>
 #include <petra/layers/layer.hpp>
 #include <petra/layers/pooling.hpp>
@@ -59,8 +59,8 @@ struct head : block_kind {
 
         template <forward_pass Pass, class T>
         static void forward(Pass mode, parameters_view<T, parameter_count> parameters,
-                            state_view<Pass, T, state_count> state, const_batch<T, input> x,
-                            batch_view<T, output> y, std::span<T> workspace)
+                            state_view<Pass, T, state_count> state, const_batch<T, input> x, batch_view<T, output> y,
+                            std::span<T> workspace)
         {
             const workspace_layout<T> at{workspace, x.batch()};
             merge_halves<half>(x, at.concatenated());

@@ -80,8 +80,7 @@ struct pixel_unshuffle : block_kind {
 
         template <class T>
         static void initialize(std::span<T, 0>, std::span<T, 0>, std::mt19937_64&)
-        {
-        }
+        {}
 
         // Both halves at once: stored half-major, they are 2 x batch
         // ordinary images of the half's shape.
@@ -94,8 +93,8 @@ struct pixel_unshuffle : block_kind {
         }
 
         template <class T>
-        static void inverse(parameters_view<T, 0>, state_view<pass::recomputation_t, T, 0>,
-                            const_batch<T, output> y, batch_view<T, input> x, std::span<T>)
+        static void inverse(parameters_view<T, 0>, state_view<pass::recomputation_t, T, 0>, const_batch<T, output> y,
+                            batch_view<T, input> x, std::span<T>)
         {
             detail::pixel_shuffle_images<false, half::channels, half::height, half::width>(2 * x.batch(), y.data(),
                                                                                            x.data());

@@ -14,8 +14,8 @@
 #include <utility>
 
 #include <petra/blocks/block.hpp>
-#include <petra/layers/contract.hpp>
 #include <petra/kernels/elementwise.hpp>
+#include <petra/layers/contract.hpp>
 #include <petra/layers/layer.hpp>
 
 namespace petra {
@@ -59,8 +59,8 @@ struct revnet_coupling : block_kind {
 
         template <forward_pass Pass, class T>
         static void forward(Pass mode, parameters_view<T, parameter_count> parameters,
-                            state_view<Pass, T, state_count> state, const_batch<T, input> x,
-                            batch_view<T, output> y, std::span<T> workspace)
+                            state_view<Pass, T, state_count> state, const_batch<T, input> x, batch_view<T, output> y,
+                            std::span<T> workspace)
         {
             const workspace_layout<T> at{workspace, x.batch()};
             const auto [x1, x2] = std::pair(x.first_half(), x.second_half());
@@ -86,8 +86,8 @@ struct revnet_coupling : block_kind {
                                     parts::template parameters_of<1>(parameters), parts::template state_of<1>(state),
                                     y1, y2, x2, at.second_workspace());
             forward_onto_of<first>(pass::recomputation, combination::subtract_from,
-                                   parts::template parameters_of<0>(parameters), parts::template state_of<0>(state),
-                                   x2, y1, x1, at.first_workspace());
+                                   parts::template parameters_of<0>(parameters), parts::template state_of<0>(state), x2,
+                                   y1, x1, at.first_workspace());
             copy_batch<T>(y1, at.first_output());
         }
 
@@ -115,7 +115,10 @@ struct revnet_coupling : block_kind {
             std::span<T> all;
             std::size_t batch;
             batch_view<T, half> first_output() const { return {all.data(), batch}; }
-            std::span<T> first_workspace() const { return all.subspan(batch * half::size, first::workspace_size(batch)); }
+            std::span<T> first_workspace() const
+            {
+                return all.subspan(batch * half::size, first::workspace_size(batch));
+            }
             std::span<T> second_workspace() const
             {
                 return all.subspan(batch * half::size + first::workspace_size(batch), second::workspace_size(batch));

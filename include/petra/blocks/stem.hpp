@@ -49,8 +49,8 @@ struct stem : block_kind {
 
         template <forward_pass Pass, class T>
         static void forward(Pass mode, parameters_view<T, parameter_count> parameters,
-                            state_view<Pass, T, state_count> state, const_batch<T, input> x,
-                            batch_view<T, output> y, std::span<T> workspace)
+                            state_view<Pass, T, state_count> state, const_batch<T, input> x, batch_view<T, output> y,
+                            std::span<T> workspace)
         {
             const batch_view<T, whole> value(workspace.data(), x.batch());
             function::forward(mode, parameters, state, x, value, function_workspace(workspace, x.batch()));
@@ -65,7 +65,8 @@ struct stem : block_kind {
             // Where forward kept F's output, no longer needed.
             const batch_view<T, whole> gradient(workspace.data(), x.batch());
             merge_halves<half>(grad_y, gradient);
-            function::backward(parameters, x, gradient, grad_x, grad_parameters, function_workspace(workspace, x.batch()));
+            function::backward(parameters, x, gradient, grad_x, grad_parameters,
+                               function_workspace(workspace, x.batch()));
         }
 
     private:

@@ -31,9 +31,8 @@ struct augmentation {
 
 // images: batch x channels x height x width values, NCHW. Allocates nothing
 // once scratch (height x width values) is large enough.
-inline void augment_batch(float* images, std::size_t batch, std::size_t channels, std::size_t height,
-                          std::size_t width, const augmentation& settings, std::mt19937_64& generator,
-                          std::vector<float>& scratch)
+inline void augment_batch(float* images, std::size_t batch, std::size_t channels, std::size_t height, std::size_t width,
+                          const augmentation& settings, std::mt19937_64& generator, std::vector<float>& scratch)
 {
     if (settings.padding == 0 && !settings.flip) return;
     scratch.resize(height * width);
@@ -54,7 +53,8 @@ inline void augment_batch(float* images, std::size_t batch, std::size_t channels
                     const std::ptrdiff_t source_y = std::ptrdiff_t(y) + dy;
                     const bool inside = source_y >= 0 && source_y < std::ptrdiff_t(height) && source_x >= 0 &&
                                         source_x < std::ptrdiff_t(width);
-                    plane[y * width + x] = inside ? scratch[std::size_t(source_y) * width + std::size_t(source_x)] : settings.fill;
+                    plane[y * width + x] =
+                        inside ? scratch[std::size_t(source_y) * width + std::size_t(source_x)] : settings.fill;
                 }
             }
         }
@@ -75,8 +75,8 @@ void augment_batch(Images& images, const augmentation& settings, std::mt19937_64
                                     detail::dimensions_text(dimensions, true) + ".");
     }
     detail::check_contiguous(images, dimensions, "augment_batch: images");
-    augment_batch(detail::first_value(images), dimensions[0], dimensions[1], dimensions[2], dimensions[3], settings, generator,
-                  scratch);
+    augment_batch(detail::first_value(images), dimensions[0], dimensions[1], dimensions[2], dimensions[3], settings,
+                  generator, scratch);
 }
 
 } // namespace petra

@@ -67,8 +67,8 @@ inline labelled_images load_idx_dataset(const std::string& images_path, const st
                          std::to_string(images.dimension()) + ".");
     }
     if (labels.dimension() != 1) {
-        throw data_error(labels_path + ": labels need 1 dimension; the file has " +
-                         std::to_string(labels.dimension()) + ".");
+        throw data_error(labels_path + ": labels need 1 dimension; the file has " + std::to_string(labels.dimension()) +
+                         ".");
     }
     const std::size_t count = images.shape()[0], height = images.shape()[1], width = images.shape()[2];
     if (labels.shape()[0] != count) {
@@ -97,8 +97,7 @@ inline labelled_images load_idx_dataset(const std::string& images_path, const st
 // are left out of that epoch.
 class batch_order {
 public:
-    batch_order(std::size_t size, std::size_t batch, std::uint64_t seed)
-        : order_(size), batch_(batch), seed_(seed)
+    batch_order(std::size_t size, std::size_t batch, std::uint64_t seed) : order_(size), batch_(batch), seed_(seed)
     {
         if (batch == 0 || batch > size) {
             throw std::invalid_argument("batch_order: a batch of " + std::to_string(batch) +

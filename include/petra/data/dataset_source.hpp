@@ -37,8 +37,7 @@ public:
     dataset_source(const labelled_images& data, std::size_t size, std::size_t batch, std::uint64_t seed,
                    augmentation settings = {})
         : data_(data), order_(size, batch, seed), seed_(seed), settings_(settings)
-    {
-    }
+    {}
 
     std::size_t batch_size() const { return order_.batch_size(); }
     std::size_t batches_per_epoch() const { return order_.batches(); }

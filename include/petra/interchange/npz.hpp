@@ -40,8 +40,8 @@ void save_npz(const std::string& path, const Parameters& parameters)
     const network_parameters_view<Network, const T> view(parameters);
     npz_writer out(path);
     for (const named_array& array : Network::parameter_names()) {
-        const std::span<const T> all = array.role == array_role::parameter ? std::span<const T>(view.values())
-                                                                           : std::span<const T>(view.state());
+        const std::span<const T> all =
+            array.role == array_role::parameter ? std::span<const T>(view.values()) : std::span<const T>(view.state());
         out.add(array.name.view(), all.subspan(array.offset, array.size()),
                 std::span<const std::size_t>(array.extents.data(), array.rank));
     }
@@ -77,8 +77,8 @@ void load_npz(const npz_archive_view& archive, network_parameters_view<Network, 
     }
     archive.for_each([&](const npz_array& array) {
         const named_array& named = names[find_named_array(names, array.name)];
-        const std::span<T> all = named.role == array_role::parameter ? std::span<T>(parameters.values())
-                                                                     : std::span<T>(parameters.state());
+        const std::span<T> all =
+            named.role == array_role::parameter ? std::span<T>(parameters.values()) : std::span<T>(parameters.state());
         copy_values(array, all.subspan(named.offset, named.size()));
     });
 }

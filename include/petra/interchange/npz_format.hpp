@@ -262,7 +262,8 @@ private:
         const std::size_t first = last > 65535 ? last - 65535 : 0;
         std::size_t end = last + 1;
         for (std::size_t at = last + 1; at-- > first;) {
-            if (field(at, 4) == detail::zip_end_signature && at + detail::zip_end_bytes + field(at + 20, 2) == bytes_.size()) {
+            if (field(at, 4) == detail::zip_end_signature &&
+                at + detail::zip_end_bytes + field(at + 20, 2) == bytes_.size()) {
                 end = at;
                 break;
             }
@@ -368,7 +369,8 @@ private:
                 std::size_t read = at + 4;
                 for (std::uint64_t* value : {&plain_bytes, &stored_bytes, &local}) {
                     if (*value != 0xFFFFFFFF) continue;
-                    if (read + 8 > at + 4 + bytes) fail("is corrupted (the member '" + std::string(member) + "' has a short ZIP64 field)");
+                    if (read + 8 > at + 4 + bytes)
+                        fail("is corrupted (the member '" + std::string(member) + "' has a short ZIP64 field)");
                     *value = field(read, 8);
                     read += 8;
                 }
@@ -484,8 +486,8 @@ public:
         if (count != values.size() || shape.size() > npy_max_rank || name.empty()) {
             raise_error(error_kind::invalid_argument,
                         "npz_writer: the array '" + std::string(name) + "' of shape " + shape_text(shape) + " given " +
-                            std::to_string(values.size()) + " values (a name, at most " +
-                            std::to_string(npy_max_rank) + " dimensions and the shape's product are needed).");
+                            std::to_string(values.size()) + " values (a name, at most " + std::to_string(npy_max_rank) +
+                            " dimensions and the shape's product are needed).");
         }
         for (const member& written : members_) {
             if (written.name == std::string(name) + ".npy") {
@@ -561,10 +563,10 @@ private:
     // sizes, name length, extra length.
     static void put_common(unsigned char* at, const member& written)
     {
-        put(at, 20, 2);     // version needed: 2.0
-        put(at + 2, 0, 2);  // no flags
-        put(at + 4, 0, 2);  // stored
-        put(at + 6, 0, 2);  // 00:00
+        put(at, 20, 2);    // version needed: 2.0
+        put(at + 2, 0, 2); // no flags
+        put(at + 4, 0, 2); // stored
+        put(at + 6, 0, 2); // 00:00
         put(at + 8, detail::zip_dos_date_1980, 2);
         put(at + 10, written.crc, 4);
         put(at + 14, written.bytes, 4);

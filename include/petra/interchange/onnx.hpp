@@ -158,7 +158,8 @@ public:
     {
         std::string raw;
         raw.reserve(4 * values.size());
-        for (const T v : values) protobuf::message::append_little_endian(raw, std::bit_cast<std::uint32_t>(float(v)), 4);
+        for (const T v : values)
+            protobuf::message::append_little_endian(raw, std::bit_cast<std::uint32_t>(float(v)), 4);
         add_initializer(name, dims, float_type, raw);
     }
     // A one-dimensional int64 initializer (a shape, split sizes), unless one
@@ -367,9 +368,8 @@ public:
             raise_error(error_kind::logic_error, ("export_onnx: the network has no array " + name + ".").c_str());
         }
         const named_array& array = names[index];
-        const std::span<const T> source = array.role == array_role::parameter
-                                              ? std::span<const T>(parameters_.values())
-                                              : std::span<const T>(parameters_.state());
+        const std::span<const T> source = array.role == array_role::parameter ? std::span<const T>(parameters_.values())
+                                                                              : std::span<const T>(parameters_.state());
         graph_.add_floats(name, std::span<const std::size_t>(array.extents.data(), array.rank),
                           source.subspan(array.offset, array.size()));
         return name;
@@ -379,8 +379,8 @@ public:
     value as_image(const std::string& prefix, value x, std::size_t channels)
     {
         if (!x.flat) return x;
-        const std::string shape = graph_.add_int64s(prefix + "/image_shape",
-                                                    {-1, static_cast<std::int64_t>(channels), 1, 1});
+        const std::string shape =
+            graph_.add_int64s(prefix + "/image_shape", {-1, static_cast<std::int64_t>(channels), 1, 1});
         return graph_.add("Reshape", prefix + "/Reshape", {x.name, shape}, false);
     }
     // x as [N, K].
@@ -411,8 +411,8 @@ public:
         opset.string(1, "").integer(2, onnx_opset);
         protobuf::message model;
         model.integer(1, onnx_ir_version).string(2, "petra").string(3, PETRA_VERSION_STRING);
-        model.nested(7, graph_.encode(float_tensor_info("images", image_extents),
-                                      float_tensor_info("logits", logit_extents)));
+        model.nested(
+            7, graph_.encode(float_tensor_info("images", image_extents), float_tensor_info("logits", logit_extents)));
         model.nested(8, opset);
         return std::move(model.bytes());
     }
@@ -440,10 +440,10 @@ struct layer_form<conv2d<In, Out, Kernel, Stride, Padding>> {
         x = w.as_image(prefix, x, In);
         constexpr auto k = static_cast<std::int64_t>(Kernel), s = static_cast<std::int64_t>(Stride),
                        p = static_cast<std::int64_t>(Padding);
-        return w.graph().add("Conv", prefix + "/Conv", {x.name, w.array(prefix + ".weight")}, false,
-                             {ints_attribute("kernel_shape", {k, k}), ints_attribute("strides", {s, s}),
-                              ints_attribute("pads", {p, p, p, p}), ints_attribute("dilations", {1, 1}),
-                              int_attribute("group", 1)});
+        return w.graph().add(
+            "Conv", prefix + "/Conv", {x.name, w.array(prefix + ".weight")}, false,
+            {ints_attribute("kernel_shape", {k, k}), ints_attribute("strides", {s, s}),
+             ints_attribute("pads", {p, p, p, p}), ints_attribute("dilations", {1, 1}), int_attribute("group", 1)});
     }
 };
 
@@ -515,9 +515,8 @@ struct layer_form<dense<Inputs, Outputs>> {
     static value emit(Writer& w, const std::string& prefix, value x)
     {
         x = w.as_flat(prefix, x);
-        return w.graph().add("Gemm", prefix + "/Gemm",
-                             {x.name, w.array(prefix + ".weight"), w.array(prefix + ".bias")}, true,
-                             {int_attribute("transB", 1)});
+        return w.graph().add("Gemm", prefix + "/Gemm", {x.name, w.array(prefix + ".weight"), w.array(prefix + ".bias")},
+                             true, {int_attribute("transB", 1)});
     }
 };
 
@@ -607,8 +606,8 @@ struct block_form<head<F>> {
     template <class Bound, class Writer>
     static block_state emit(Writer& w, const std::string& prefix, block_state x)
     {
-        const value whole =
-            w.graph().add("Concat", prefix + "/Concat", {x.first.name, x.second.name}, false, {int_attribute("axis", 1)});
+        const value whole = w.graph().add("Concat", prefix + "/Concat", {x.first.name, x.second.name}, false,
+                                          {int_attribute("axis", 1)});
         return {w.template layer<typename Bound::function>(part<Bound>(prefix, 0), whole), {}};
     }
 };

@@ -114,7 +114,8 @@ inline std::uint64_t read_varint(std::string_view data, std::size_t& at)
 {
     std::uint64_t value = 0;
     for (int shift = 0; shift < 64; shift += 7) {
-        if (at >= data.size()) raise_error(error_kind::runtime_error, "protobuf: a varint runs past the end of the message.");
+        if (at >= data.size())
+            raise_error(error_kind::runtime_error, "protobuf: a varint runs past the end of the message.");
         const auto byte = static_cast<unsigned char>(data[at++]);
         value |= std::uint64_t{byte & 0x7fu} << shift;
         if ((byte & 0x80) == 0) return value;
@@ -124,7 +125,8 @@ inline std::uint64_t read_varint(std::string_view data, std::size_t& at)
 
 inline std::uint64_t read_little_endian(std::string_view data, std::size_t& at, std::size_t bytes)
 {
-    if (data.size() - at < bytes) raise_error(error_kind::runtime_error, "protobuf: a fixed-size value runs past the end.");
+    if (data.size() - at < bytes)
+        raise_error(error_kind::runtime_error, "protobuf: a fixed-size value runs past the end.");
     std::uint64_t value = 0;
     for (std::size_t byte = 0; byte < bytes; ++byte) {
         value |= std::uint64_t{static_cast<unsigned char>(data[at++])} << (8 * byte);
@@ -152,12 +154,14 @@ inline std::vector<field> fields(std::string_view data)
         case wire_type::fixed32: f.value = detail::read_little_endian(data, at, 4); break;
         case wire_type::length_delimited: {
             const std::uint64_t length = detail::read_varint(data, at);
-            if (length > data.size() - at) raise_error(error_kind::runtime_error, "protobuf: a field runs past the end.");
+            if (length > data.size() - at)
+                raise_error(error_kind::runtime_error, "protobuf: a field runs past the end.");
             f.bytes = data.substr(at, length);
             at += length;
             break;
         }
-        default: raise_error(error_kind::runtime_error, "protobuf: an unknown wire type " + std::to_string(key & 7) + ".");
+        default:
+            raise_error(error_kind::runtime_error, "protobuf: an unknown wire type " + std::to_string(key & 7) + ".");
         }
         out.push_back(f);
     }

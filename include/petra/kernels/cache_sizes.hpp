@@ -83,7 +83,7 @@ inline bool read_sysfs_caches(cache_sizes& sizes)
     bool found = false;
     for (unsigned index = 0; index < 16; ++index) {
         char path[96], level[32], type[32], size[32];
-        const auto read = [&](const char* field, char (&line)[32]) {
+        const auto read = [&](const char* field, char(&line)[32]) {
             std::snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%u/%s", index, field);
             return read_line(path, line);
         };

@@ -265,7 +265,10 @@ struct weight_gradient_blocking {
     static constexpr std::size_t taps = wide ? 6 : 3;
     // Output channels handled per pass: up to this many vectors.
     static constexpr std::size_t max_vectors = wide ? 4 : 2;
-    static constexpr std::size_t pixels_for(std::size_t vectors) { return std::max<std::size_t>(1, accumulators / (taps * vectors)); }
+    static constexpr std::size_t pixels_for(std::size_t vectors)
+    {
+        return std::max<std::size_t>(1, accumulators / (taps * vectors));
+    }
 };
 
 // sums[t][c] += sum over output rows [first_row, end_row) and the
@@ -336,9 +339,9 @@ void tap_group_gradient(std::size_t first_row, std::size_t end_row, std::size_t 
 struct image_tap_tag {};
 
 template <class T, std::size_t Vectors>
-void tap_gradients(std::size_t images, std::size_t rows, std::size_t row_length, const T* const* tap,
-                   std::size_t taps, std::size_t image_stride, std::size_t plane_width, const T* gradients,
-                   std::size_t channel_stride, T* sums, std::size_t sum_stride, scratch_source& scratch)
+void tap_gradients(std::size_t images, std::size_t rows, std::size_t row_length, const T* const* tap, std::size_t taps,
+                   std::size_t image_stride, std::size_t plane_width, const T* gradients, std::size_t channel_stride,
+                   T* sums, std::size_t sum_stride, scratch_source& scratch)
 {
     using blocking = weight_gradient_blocking<T>;
     constexpr std::size_t pixels = blocking::pixels_for(Vectors);
@@ -386,8 +389,7 @@ struct weight_gradient_layout {
         : channel_vectors((shape.out_channels + simd_width<T> - 1) / simd_width<T>),
           channel_stride(channel_vectors * simd_width<T>), row_length(padded_row_length(shape, channel_vectors)),
           image_values(shape.out_height() * row_length * channel_stride)
-    {
-    }
+    {}
 
 private:
     static constexpr std::size_t padded_row_length(const convolution_shape& shape, std::size_t channel_vectors)
@@ -412,8 +414,8 @@ private:
 // read phased values of the next columns or rows, or the buffer's zero
 // slack: with finite inputs their products vanish.
 template <class T>
-void weight_gradient(const convolution_shape& shape, const phased_input<T>& input, const T* grad_y,
-                     T* grad_weights, scratch_source& scratch)
+void weight_gradient(const convolution_shape& shape, const phased_input<T>& input, const T* grad_y, T* grad_weights,
+                     scratch_source& scratch)
 {
     using blocking = weight_gradient_blocking<T>;
     constexpr std::size_t width = simd_width<T>;
@@ -440,8 +442,8 @@ void weight_gradient(const convolution_shape& shape, const phased_input<T>& inpu
         // The zero channels that pad every pixel to whole vectors.
         if (channel_stride > out_channels) {
             for (std::size_t pixel = 0; pixel < out_height * row_length; ++pixel) {
-                std::fill(transposed + pixel * channel_stride + out_channels,
-                          transposed + (pixel + 1) * channel_stride, T(0));
+                std::fill(transposed + pixel * channel_stride + out_channels, transposed + (pixel + 1) * channel_stride,
+                          T(0));
             }
         }
     }
@@ -453,9 +455,8 @@ void weight_gradient(const convolution_shape& shape, const phased_input<T>& inpu
         const std::size_t vectors = std::min(blocking::max_vectors, channel_vectors - v0);
         ([&]<std::size_t... V>(std::index_sequence<V...>) {
             ((vectors == V + 1 ? tap_gradients<T, V + 1>(shape.batch, out_height, row_length, tap, taps,
-                                                          input.image_stride(), input.width, gradients + v0 * width,
-                                                          channel_stride, sums + v0 * width, channel_stride,
-                                                          scratch)
+                                                         input.image_stride(), input.width, gradients + v0 * width,
+                                                         channel_stride, sums + v0 * width, channel_stride, scratch)
                                : void()),
              ...);
         })(std::make_index_sequence<blocking::max_vectors>{});
@@ -504,9 +505,9 @@ struct correlation_weights_tag {};
 // slivers, the pixels along the vectors (Vectors of them per tile), read
 // unaligned from the source.
 template <class T, std::size_t Rows, std::size_t Vectors, class Store>
-void direct_correlation_tiles(std::size_t images, const T* source, std::size_t image_stride,
-                              const std::size_t* offsets, std::size_t taps, const T* weights, std::size_t channels,
-                              std::size_t wide_pixels, Store&& store, scratch_source& scratch)
+void direct_correlation_tiles(std::size_t images, const T* source, std::size_t image_stride, const std::size_t* offsets,
+                              std::size_t taps, const T* weights, std::size_t channels, std::size_t wide_pixels,
+                              Store&& store, scratch_source& scratch)
 {
     constexpr std::size_t columns_per_tile = Vectors * simd_width<T>;
     T* packed = scratch.take<correlation_weights_tag, T>((channels + Rows - 1) / Rows * Rows * taps);
@@ -566,8 +567,8 @@ void direct_correlation(std::size_t images, const T* source, std::size_t image_s
             return;
         }
     }
-    direct_correlation_tiles<T, blocking::mr, blocking::vectors_per_row>(images, source, image_stride, offsets, taps,
-                                                                        weights, channels, wide_pixels, store, scratch);
+    direct_correlation_tiles<T, blocking::mr, blocking::vectors_per_row>(
+        images, source, image_stride, offsets, taps, weights, channels, wide_pixels, store, scratch);
 }
 
 // Correlations of few taps whose output rows are close to whole vectors (the
@@ -635,9 +636,9 @@ inline void store_vector(const simd<T>& values, std::size_t count, T* out, T bet
 // i's row r at out + i * channel_stride + r * out_width) for the first
 // `channels` channels and out_width pixels of each row.
 template <class T, std::size_t Rows, std::size_t OutRows, std::size_t Vectors>
-void correlation_row_block(std::size_t taps, const T* __restrict sliver, const T* source,
-                           const std::size_t* offsets, std::size_t row_stride, T* out, std::size_t channel_stride,
-                           std::size_t out_width, std::size_t channels, T beta)
+void correlation_row_block(std::size_t taps, const T* __restrict sliver, const T* source, const std::size_t* offsets,
+                           std::size_t row_stride, T* out, std::size_t channel_stride, std::size_t out_width,
+                           std::size_t channels, T beta)
 {
     using vector = simd<T>;
     constexpr std::size_t width = vector::size;
@@ -659,7 +660,8 @@ void correlation_row_block(std::size_t taps, const T* __restrict sliver, const T
         for (std::size_t i = 0; i < Rows; ++i) {
             const vector weight(sliver[i]);
 #pragma GCC unroll 8
-            for (std::size_t k = 0; k < lanes; ++k) accumulator[i][k] = xsimd::fma(weight, values[k], accumulator[i][k]);
+            for (std::size_t k = 0; k < lanes; ++k)
+                accumulator[i][k] = xsimd::fma(weight, values[k], accumulator[i][k]);
         }
         sliver += Rows;
     }
@@ -699,8 +701,8 @@ void correlation_by_row_blocks(const convolution_shape& shape, const phased_inpu
             // end of the buffer.
             for (; r < out_height; ++r) {
                 correlation_row_block<T, rows, 1, Vectors>(taps, sliver, image_source + r * phased.width, offsets,
-                                                           phased.width, out + r * out_width, pixels, out_width,
-                                                           count, beta);
+                                                           phased.width, out + r * out_width, pixels, out_width, count,
+                                                           beta);
             }
         }
     }
@@ -746,15 +748,16 @@ void forward_accumulate(const convolution_shape& shape, const T* input, const T*
         shape.out_height() * phased.width,
         [&](std::size_t image, std::size_t c0, std::size_t rows, std::size_t j0, std::size_t columns, const T* tile,
             std::size_t tile_stride) {
-            for_each_wide_row(phased.width, j0, columns, [&](std::size_t row, std::size_t column, std::size_t length,
-                                                             std::size_t offset) {
-                if (column >= out_width) return;
-                length = std::min(length, out_width - column);
-                for (std::size_t r = 0; r < rows; ++r) {
-                    store_row(length, tile + r * tile_stride + offset,
-                              output + ((image * channels + c0 + r) * pixels + row * out_width + column), beta);
-                }
-            });
+            for_each_wide_row(
+                phased.width, j0, columns,
+                [&](std::size_t row, std::size_t column, std::size_t length, std::size_t offset) {
+                    if (column >= out_width) return;
+                    length = std::min(length, out_width - column);
+                    for (std::size_t r = 0; r < rows; ++r) {
+                        store_row(length, tile + r * tile_stride + offset,
+                                  output + ((image * channels + c0 + r) * pixels + row * out_width + column), beta);
+                    }
+                });
         },
         scratch);
 }
@@ -786,8 +789,7 @@ struct input_gradient_geometry {
           border((kernel + stride - 1) / stride - 1), source_width(end_column - first_column + border),
           source_plane((end_row - first_row + border) * source_width),
           max_taps(shape.out_channels * (border + 1) * (border + 1))
-    {
-    }
+    {}
 
     constexpr std::size_t first_index(std::size_t phase) const
     {
@@ -822,8 +824,8 @@ struct input_gradient_geometry {
 // convolution with transposed, flipped weights. Only phase rows that land
 // inside the image are computed.
 template <class T>
-void backward_input_by_phases(const convolution_shape& shape, const T* grad_y, const T* weights,
-                              T* grad_x, T beta, scratch_source& scratch)
+void backward_input_by_phases(const convolution_shape& shape, const T* grad_y, const T* weights, T* grad_x, T beta,
+                              scratch_source& scratch)
 {
     const std::size_t stride = shape.stride, kernel = shape.kernel, padding = shape.padding;
     const std::size_t in_channels = shape.in_channels, out_channels = shape.out_channels;
@@ -896,25 +898,28 @@ void backward_input_by_phases(const convolution_shape& shape, const T* grad_y, c
                 (phase_end_row - phase_first_row) * source_width,
                 [&](std::size_t image, std::size_t c0, std::size_t rows, std::size_t j0, std::size_t columns,
                     const T* tile, std::size_t tile_stride) {
-                    for_each_wide_row(source_width, j0, columns, [&](std::size_t row, std::size_t column,
-                                                                     std::size_t length, std::size_t offset) {
-                        const std::size_t y = (phase_first_row + row) * stride + a - padding;
-                        const std::ptrdiff_t origin = static_cast<std::ptrdiff_t>((first_column + column) * stride + b) -
-                                                      static_cast<std::ptrdiff_t>(padding);
-                        const tap_range valid = valid_taps(origin, stride, length, width);
-                        if (valid.begin == valid.end) return;
-                        const std::size_t count = valid.end - valid.begin;
-                        const std::size_t x = static_cast<std::size_t>(origin + static_cast<std::ptrdiff_t>(valid.begin * stride));
-                        for (std::size_t r = 0; r < rows; ++r) {
-                            T* out = grad_x + ((image * in_channels + c0 + r) * height + y) * width + x;
-                            const T* in = tile + r * tile_stride + offset + valid.begin;
-                            if (stride == 1) {
-                                store_row(count, in, out, beta);
-                            } else {
-                                store_row_stride_two(count, in, out, beta);
+                    for_each_wide_row(
+                        source_width, j0, columns,
+                        [&](std::size_t row, std::size_t column, std::size_t length, std::size_t offset) {
+                            const std::size_t y = (phase_first_row + row) * stride + a - padding;
+                            const std::ptrdiff_t origin =
+                                static_cast<std::ptrdiff_t>((first_column + column) * stride + b) -
+                                static_cast<std::ptrdiff_t>(padding);
+                            const tap_range valid = valid_taps(origin, stride, length, width);
+                            if (valid.begin == valid.end) return;
+                            const std::size_t count = valid.end - valid.begin;
+                            const std::size_t x =
+                                static_cast<std::size_t>(origin + static_cast<std::ptrdiff_t>(valid.begin * stride));
+                            for (std::size_t r = 0; r < rows; ++r) {
+                                T* out = grad_x + ((image * in_channels + c0 + r) * height + y) * width + x;
+                                const T* in = tile + r * tile_stride + offset + valid.begin;
+                                if (stride == 1) {
+                                    store_row(count, in, out, beta);
+                                } else {
+                                    store_row_stride_two(count, in, out, beta);
+                                }
                             }
-                        }
-                    });
+                        });
                 },
                 scratch);
         }
@@ -985,8 +990,8 @@ void winograd_forward(const convolution_shape& shape, const T* input, const T* w
 // the stride-1 correlation of grad_y with the weights flipped and their
 // channel roles exchanged, for a shape winograd_applies to.
 template <class T>
-void winograd_backward_input(const convolution_shape& shape, const T* grad_y, const T* weights, T* grad_x,
-                             T beta, scratch_source& scratch)
+void winograd_backward_input(const convolution_shape& shape, const T* grad_y, const T* weights, T* grad_x, T beta,
+                             scratch_source& scratch)
 {
     const std::size_t in_channels = shape.in_channels;
     winograd_correlation(
@@ -1089,10 +1094,9 @@ template <class T>
 void convolution_forward(const convolution_shape& shape, const T* x, const T* weights, T* y,
                          std::span<std::byte> scratch = {})
 {
-    PETRA_PROFILE_KERNEL("convolution forward", detail::convolution_geometry, detail::convolution_sizes(shape),
-                         double(shape.flops()),
-                         detail::convolution_bytes(shape.input_count() + shape.weight_count(), shape.output_count(),
-                                                   T(0)));
+    PETRA_PROFILE_KERNEL(
+        "convolution forward", detail::convolution_geometry, detail::convolution_sizes(shape), double(shape.flops()),
+        detail::convolution_bytes(shape.input_count() + shape.weight_count(), shape.output_count(), T(0)));
     validate(shape);
     if (shape.batch == 0) return;
     scratch_source source(scratch);
@@ -1108,13 +1112,13 @@ void convolution_forward(const convolution_shape& shape, const T* x, const T* we
 // not read on entry. Computed phase by phase as stride-1 correlations of
 // grad_y (see detail::backward_input_by_phases).
 template <class T>
-void convolution_backward_input(const convolution_shape& shape, const T* grad_y, const T* weights,
-                                T* grad_x, T beta = T(0), std::span<std::byte> scratch = {})
+void convolution_backward_input(const convolution_shape& shape, const T* grad_y, const T* weights, T* grad_x,
+                                T beta = T(0), std::span<std::byte> scratch = {})
 {
-    PETRA_PROFILE_KERNEL("convolution input gradient", detail::convolution_geometry,
-                         detail::convolution_sizes(shape), double(shape.flops()),
-                         detail::convolution_bytes(shape.output_count() + shape.weight_count(), shape.input_count(),
-                                                   beta));
+    PETRA_PROFILE_KERNEL(
+        "convolution input gradient", detail::convolution_geometry, detail::convolution_sizes(shape),
+        double(shape.flops()),
+        detail::convolution_bytes(shape.output_count() + shape.weight_count(), shape.input_count(), beta));
     validate(shape);
     if (shape.batch == 0) return;
     scratch_source source(scratch);
@@ -1129,13 +1133,13 @@ void convolution_backward_input(const convolution_shape& shape, const T* grad_y,
 // applied to grad_y, summed over the batch) + beta * grad_weights. With
 // beta == 0, grad_weights is not read on entry; beta == 1 accumulates.
 template <class T>
-void convolution_backward_weights(const convolution_shape& shape, const T* x, const T* grad_y,
-                                  T* grad_weights, T beta = T(0), std::span<std::byte> scratch = {})
+void convolution_backward_weights(const convolution_shape& shape, const T* x, const T* grad_y, T* grad_weights,
+                                  T beta = T(0), std::span<std::byte> scratch = {})
 {
-    PETRA_PROFILE_KERNEL("convolution weight gradient", detail::convolution_geometry,
-                         detail::convolution_sizes(shape), double(shape.flops()),
-                         detail::convolution_bytes(shape.input_count() + shape.output_count(), shape.weight_count(),
-                                                   beta));
+    PETRA_PROFILE_KERNEL(
+        "convolution weight gradient", detail::convolution_geometry, detail::convolution_sizes(shape),
+        double(shape.flops()),
+        detail::convolution_bytes(shape.input_count() + shape.output_count(), shape.weight_count(), beta));
     validate(shape);
     detail::scale_in_place(grad_weights, shape.weight_count(), beta);
     if (shape.batch == 0) return;

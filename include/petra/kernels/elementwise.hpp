@@ -66,7 +66,8 @@ void add(std::size_t n, const T* x, const T* y, T* out)
 {
     static_assert(std::is_floating_point_v<T>, "add is defined for float and double");
     PETRA_PROFILE_KERNEL("add", detail::values_geometry, {n}, double(n), 3.0 * double(n * sizeof(T)));
-    detail::map(n, [](auto a, auto b) { return a + b; }, out, x, y);
+    detail::map(
+        n, [](auto a, auto b) { return a + b; }, out, x, y);
 }
 
 // out[i] = x[i] - y[i] for i in [0, n), rounded once. out may be x or y
@@ -76,7 +77,8 @@ void subtract(std::size_t n, const T* x, const T* y, T* out)
 {
     static_assert(std::is_floating_point_v<T>, "subtract is defined for float and double");
     PETRA_PROFILE_KERNEL("subtract", detail::values_geometry, {n}, double(n), 3.0 * double(n * sizeof(T)));
-    detail::map(n, [](auto a, auto b) { return a - b; }, out, x, y);
+    detail::map(
+        n, [](auto a, auto b) { return a - b; }, out, x, y);
 }
 
 // y[i] += alpha * x[i] for i in [0, n), as a fused multiply-add (one
@@ -90,8 +92,7 @@ void axpy(std::size_t n, T alpha, const T* x, T* y)
     static_assert(std::is_floating_point_v<T>, "axpy is defined for float and double");
     PETRA_PROFILE_KERNEL("axpy", detail::values_geometry, {n}, 2.0 * double(n), 3.0 * double(n * sizeof(T)));
     detail::map(
-        n, [alpha](auto a, auto b) { return xsimd::fma(decltype(a)(alpha), a, b); }, y, x,
-        static_cast<const T*>(y));
+        n, [alpha](auto a, auto b) { return xsimd::fma(decltype(a)(alpha), a, b); }, y, x, static_cast<const T*>(y));
 }
 
 // out[i] = alpha * x[i] for i in [0, n), rounded once, so exactly the scalar
@@ -102,7 +103,8 @@ void scale(std::size_t n, T alpha, const T* x, T* out)
 {
     static_assert(std::is_floating_point_v<T>, "scale is defined for float and double");
     PETRA_PROFILE_KERNEL("scale", detail::values_geometry, {n}, double(n), 2.0 * double(n * sizeof(T)));
-    detail::map(n, [alpha](auto a) { return decltype(a)(alpha) * a; }, out, x);
+    detail::map(
+        n, [alpha](auto a) { return decltype(a)(alpha) * a; }, out, x);
 }
 
 // out[i] = max(x[i], 0) for i in [0, n): x[i] where x[i] > 0, +0 where

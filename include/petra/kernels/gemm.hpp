@@ -30,8 +30,7 @@ enum class transpose : bool { no = false, yes = true };
 // below were chosen by the GEMM benchmark (bench/kernels.cpp).
 template <class T>
 struct gemm_blocking {
-    static constexpr bool wide_register_file =
-        std::is_base_of_v<xsimd::avx512f, xsimd::default_arch>;
+    static constexpr bool wide_register_file = std::is_base_of_v<xsimd::avx512f, xsimd::default_arch>;
     // Vectors of C per micro-kernel row, and rows per micro-kernel: with 32
     // vector registers an 8 x 3 tile (24 accumulators) leaves room for the
     // three B vectors and the broadcast; with 16 registers a 6 x 2 tile does.
@@ -278,8 +277,7 @@ struct matrix_strides {
 
     constexpr matrix_strides(std::size_t ld, transpose op)
         : row(op == transpose::no ? ld : 1), column(op == transpose::no ? 1 : ld)
-    {
-    }
+    {}
 };
 
 // Packs op(A) of a plain matrix as the A operand of packed_gemm: lanes are

@@ -148,8 +148,7 @@ void channel_combination(const channel_combination_arguments<T>& arguments)
         N, C, S,
         [grad_y_coefficient, x_coefficient, offset](std::size_t c, auto gradient, auto value) {
             using V = decltype(value);
-            return xsimd::fma(V(grad_y_coefficient[c]), gradient,
-                              xsimd::fma(V(x_coefficient[c]), value, V(offset[c])));
+            return xsimd::fma(V(grad_y_coefficient[c]), gradient, xsimd::fma(V(x_coefficient[c]), value, V(offset[c])));
         },
         arguments.grad_x, arguments.grad_y, arguments.x);
 }
@@ -334,8 +333,8 @@ void channel_relu_gradient_sums(const channel_relu_gradient_sums_arguments<T>& a
     static_assert(std::is_floating_point_v<T>, "channel_relu_gradient_sums is defined for float and double");
     const std::size_t N = arguments.batch, C = arguments.channels, S = arguments.positions;
     // The gate (a multiply-add and a comparison), then channel_gradient_sums' work; grad_y and x read.
-    PETRA_PROFILE_KERNEL("channel_relu_gradient_sums", detail::channel_geometry, {N, C, S},
-                         7.0 * double(N * C * S), double((2 * N * C * S + 2 * C) * sizeof(T)));
+    PETRA_PROFILE_KERNEL("channel_relu_gradient_sums", detail::channel_geometry, {N, C, S}, 7.0 * double(N * C * S),
+                         double((2 * N * C * S + 2 * C) * sizeof(T)));
     detail::gated_gradient_sums(
         channel_gradient_sums_arguments<T>{.batch = N,
                                            .channels = C,
@@ -378,8 +377,8 @@ void channel_relu_combination(const channel_relu_combination_arguments<T>& argum
     const T* x_coefficient = arguments.x_coefficient;
     const T* offset = arguments.offset;
     // The gate, then two multiply-adds per element; grad_y and x read, grad_x written.
-    PETRA_PROFILE_KERNEL("channel_relu_combination", detail::channel_geometry, {N, C, S},
-                         7.0 * double(N * C * S), 3.0 * double(N * C * S * sizeof(T)));
+    PETRA_PROFILE_KERNEL("channel_relu_combination", detail::channel_geometry, {N, C, S}, 7.0 * double(N * C * S),
+                         3.0 * double(N * C * S * sizeof(T)));
     const detail::relu_gate<T> gate{arguments.scale, arguments.shift};
     detail::channel_map(
         N, C, S,

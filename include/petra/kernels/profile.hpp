@@ -68,8 +68,8 @@ struct record {
     std::string geometry() const
     {
         char text[96];
-        std::snprintf(text, sizeof text, geometry_format, sizes[0], sizes[1], sizes[2], sizes[3], sizes[4],
-                      sizes[5], sizes[6], sizes[7]);
+        std::snprintf(text, sizeof text, geometry_format, sizes[0], sizes[1], sizes[2], sizes[3], sizes[4], sizes[5],
+                      sizes[6], sizes[7]);
         return text;
     }
 };
@@ -135,8 +135,7 @@ public:
     scope(const char* kind, const char* geometry_format, const profile::sizes& sizes, double flops, double bytes)
         : kind_(kind), geometry_format_(geometry_format), sizes_(sizes), flops_(flops), bytes_(bytes),
           outermost_(depth()++ == 0), start_(clock::now())
-    {
-    }
+    {}
     scope(const scope&) = delete;
     scope& operator=(const scope&) = delete;
     ~scope()

@@ -35,8 +35,7 @@ struct aligned_allocator {
     aligned_allocator() = default;
     template <class U>
     constexpr aligned_allocator(const aligned_allocator<U>&) noexcept
-    {
-    }
+    {}
 
     // Left as written: clang-format 14 would put a space after `operator new`.
     // clang-format off

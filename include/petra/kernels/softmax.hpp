@@ -111,8 +111,8 @@ void divide_row(std::size_t classes, T* values, T divisor)
 //
 // Example: the row (1, 2, 3) becomes (0.0900, 0.2447, 0.6652).
 template <class T>
-void softmax_rows(std::size_t rows, std::size_t classes, const T* logits, std::size_t ld_logits,
-                  T* probabilities_out, std::size_t ld_out)
+void softmax_rows(std::size_t rows, std::size_t classes, const T* logits, std::size_t ld_logits, T* probabilities_out,
+                  std::size_t ld_out)
 {
     static_assert(std::is_floating_point_v<T>, "softmax_rows is defined for float and double");
     // Per element a subtraction, an exponential and a division (counted one
@@ -178,17 +178,16 @@ T softmax_cross_entropy(const softmax_cross_entropy_arguments<T>& arguments)
     T* grad_logits_out = arguments.grad_logits;
     // As softmax_rows, plus a division for the gradient; logits and labels
     // read, each requested output written.
-    PETRA_PROFILE_KERNEL("softmax_cross_entropy", "%zu rows x %zu classes", {rows, classes},
-                         4.0 * double(rows * classes),
-                         double(rows * classes * sizeof(T)) *
-                                 (1.0 + (probabilities_out != nullptr) + (grad_logits_out != nullptr)) +
-                             double(rows * sizeof(std::int32_t)));
+    PETRA_PROFILE_KERNEL(
+        "softmax_cross_entropy", "%zu rows x %zu classes", {rows, classes}, 4.0 * double(rows * classes),
+        double(rows * classes * sizeof(T)) * (1.0 + (probabilities_out != nullptr) + (grad_logits_out != nullptr)) +
+            double(rows * sizeof(std::int32_t)));
     constexpr const char* function = "softmax_cross_entropy";
     detail::softmax_require(rows > 0, function, "rows is 0; the mean loss of no example is undefined");
     detail::softmax_require(classes > 0, function, "classes is 0; a softmax needs at least one class");
     detail::softmax_require(ld_logits >= classes, function, "ld_logits is smaller than the number of classes");
-    detail::softmax_require((probabilities_out == nullptr && grad_logits_out == nullptr) || ld_out >= classes,
-                            function, "ld_out is smaller than the number of classes");
+    detail::softmax_require((probabilities_out == nullptr && grad_logits_out == nullptr) || ld_out >= classes, function,
+                            "ld_out is smaller than the number of classes");
     for (std::size_t r = 0; r < rows; ++r) {
         const std::int32_t label = labels[r];
         // The message is built only for a bad label: this check runs on

@@ -117,8 +117,7 @@ struct winograd_geometry {
           group_images(best_group(batch_, tiles, products_per_tile * (source_stride + result_stride), row_multiple,
                                   group_bytes)),
           group_tiles(padded_tiles(group_images * tiles, row_multiple))
-    {
-    }
+    {}
 
     static constexpr std::size_t round_up(std::size_t channels)
     {
@@ -323,8 +322,8 @@ void gather_images(const winograd_geometry<T>& geometry, const T* source, std::s
 {
     const std::size_t stride = geometry.source_stride, pixels = geometry.pixels();
     for (std::size_t i = 0; i < count; ++i) {
-        transpose_channels(source + (first + i) * geometry.source_channels * pixels, pixels,
-                           geometry.source_channels, pixels, transposed, stride);
+        transpose_channels(source + (first + i) * geometry.source_channels * pixels, pixels, geometry.source_channels,
+                           pixels, transposed, stride);
         T* image = bordered + i * geometry.bordered_pixels * stride;
         for (std::size_t y = 0; y < geometry.height; ++y) {
             std::memcpy(image + ((y + 1) * geometry.bordered_width + 1) * stride,
@@ -355,7 +354,8 @@ void transform_patches(const winograd_geometry<T>& geometry, const T* bordered, 
                         vector columns[6][6]; // B^T d, column by column
                         for (std::size_t k = 0; k < 6; ++k) {
                             vector d[6];
-                            for (std::size_t r = 0; r < 6; ++r) d[r] = vector::load_aligned(patch + r * row + k * stride + c);
+                            for (std::size_t r = 0; r < 6; ++r)
+                                d[r] = vector::load_aligned(patch + r * row + k * stride + c);
                             patch_column_f4(d, columns[k]);
                         }
                         for (std::size_t r = 0; r < 6; ++r) { // (B^T d) B, row by row
@@ -363,7 +363,8 @@ void transform_patches(const winograd_geometry<T>& geometry, const T* bordered, 
                                                           columns[3][r], columns[4][r], columns[5][r]};
                             vector transformed[6];
                             patch_column_f4(row_values, transformed);
-                            for (std::size_t k = 0; k < 6; ++k) transformed[k].store_aligned(out + (r * 6 + k) * plane + c);
+                            for (std::size_t k = 0; k < 6; ++k)
+                                transformed[k].store_aligned(out + (r * 6 + k) * plane + c);
                         }
                     }
                 }
@@ -380,7 +381,8 @@ void transform_patches(const winograd_geometry<T>& geometry, const T* bordered, 
                 for (std::size_t c = 0; c < stride; c += vector::size) {
                     vector d[4][4];
                     for (std::size_t r = 0; r < 4; ++r)
-                        for (std::size_t k = 0; k < 4; ++k) d[r][k] = vector::load_aligned(patch + r * row + k * stride + c);
+                        for (std::size_t k = 0; k < 4; ++k)
+                            d[r][k] = vector::load_aligned(patch + r * row + k * stride + c);
                     vector b[4][4]; // B^T d
                     for (std::size_t k = 0; k < 4; ++k) {
                         b[0][k] = d[0][k] - d[2][k];
@@ -449,9 +451,9 @@ void winograd_vector_group_products(const winograd_geometry<T>& geometry, const 
         const T* u_e = weights + e * geometry.source_channels * geometry.result_stride + v0 * width;
         T* m_e = products + e * geometry.product_plane() + v0 * width;
         for (std::size_t t = 0; t < geometry.group_tiles; t += rows) {
-            broadcast_block<T, rows, Vectors, false, false>(
-                geometry.source_channels, v_e + t * geometry.source_stride, geometry.source_stride, u_e,
-                geometry.result_stride, m_e + t * geometry.result_stride, geometry.result_stride);
+            broadcast_block<T, rows, Vectors, false, false>(geometry.source_channels, v_e + t * geometry.source_stride,
+                                                            geometry.source_stride, u_e, geometry.result_stride,
+                                                            m_e + t * geometry.result_stride, geometry.result_stride);
         }
     }
 }
@@ -468,7 +470,8 @@ void multiply_transformed(const winograd_geometry<T>& geometry, const T* patches
         winograd_vector_group_products<T, max_vectors>(geometry, patches, weights, v0, products);
     const std::size_t rest = vectors - v0;
     ([&]<std::size_t... V>(std::index_sequence<V...>) {
-        ((rest == V + 1 ? winograd_vector_group_products<T, V + 1>(geometry, patches, weights, v0, products) : void()), ...);
+        ((rest == V + 1 ? winograd_vector_group_products<T, V + 1>(geometry, patches, weights, v0, products) : void()),
+         ...);
     })(std::make_index_sequence<max_vectors - 1>{});
 }
 
@@ -493,7 +496,8 @@ void transform_products(const winograd_geometry<T>& geometry, const T* products,
                     vector columns_of[6][4]; // A^T M, column by column
                     for (std::size_t k = 0; k < 6; ++k) {
                         vector column[6];
-                        for (std::size_t r = 0; r < 6; ++r) column[r] = vector::load_aligned(m + (r * 6 + k) * plane + c);
+                        for (std::size_t r = 0; r < 6; ++r)
+                            column[r] = vector::load_aligned(m + (r * 6 + k) * plane + c);
                         product_column_f4(column, columns_of[k]);
                     }
                     for (std::size_t r = 0; r < rows; ++r) { // (A^T M) A, row by row
@@ -625,8 +629,7 @@ constexpr void ask_winograd_gradient_scratch(scratch_demand& demand, const winog
 // the group (the image's result gradient in `tiles`, pixel-major over whole
 // tiles).
 template <class T>
-void transform_result_gradient(const winograd_geometry<T>& geometry, const T* tiles, std::size_t image,
-                               T* products)
+void transform_result_gradient(const winograd_geometry<T>& geometry, const T* tiles, std::size_t image, T* products)
 {
     using vector = simd<T>;
     const std::size_t stride = geometry.result_stride, plane = geometry.product_plane();
@@ -638,7 +641,8 @@ void transform_result_gradient(const winograd_geometry<T>& geometry, const T* ti
             T* out = products + t * stride;
             for (std::size_t c = 0; c < stride; c += vector::size) {
                 const vector d00 = vector::load_aligned(dy + c), d01 = vector::load_aligned(dy + stride + c);
-                const vector d10 = vector::load_aligned(dy + row + c), d11 = vector::load_aligned(dy + row + stride + c);
+                const vector d10 = vector::load_aligned(dy + row + c),
+                             d11 = vector::load_aligned(dy + row + stride + c);
                 // A dY: rows dY0, dY0 + dY1, dY0 - dY1, -dY1.
                 const vector rows[4][2] = {{d00, d01}, {d00 + d10, d01 + d11}, {d00 - d10, d01 - d11}, {-d10, -d11}};
                 for (std::size_t i = 0; i < 4; ++i) { // (A dY) A^T, the same on the columns

@@ -116,14 +116,23 @@ struct bound_normalization {
         std::array<T, Channels> sum_grad, sum_grad_deviation;
         [[maybe_unused]] const affine<T> map(parameters, workspace);
         if constexpr (WithRelu) {
-            kernels::channel_relu_gradient_sums<T>({.batch = batch, .channels = Channels, .positions = pixels,
-                                                    .grad_y = grad_y.data(), .x = x.data(), .mean = mean,
-                                                    .scale = map.scale.data(), .shift = map.shift.data(),
+            kernels::channel_relu_gradient_sums<T>({.batch = batch,
+                                                    .channels = Channels,
+                                                    .positions = pixels,
+                                                    .grad_y = grad_y.data(),
+                                                    .x = x.data(),
+                                                    .mean = mean,
+                                                    .scale = map.scale.data(),
+                                                    .shift = map.shift.data(),
                                                     .sum_grad_y = sum_grad.data(),
                                                     .sum_grad_y_deviation = sum_grad_deviation.data()});
         } else {
-            kernels::channel_gradient_sums<T>({.batch = batch, .channels = Channels, .positions = pixels,
-                                               .grad_y = grad_y.data(), .x = x.data(), .mean = mean,
+            kernels::channel_gradient_sums<T>({.batch = batch,
+                                               .channels = Channels,
+                                               .positions = pixels,
+                                               .grad_y = grad_y.data(),
+                                               .x = x.data(),
+                                               .mean = mean,
                                                .sum_grad_y = sum_grad.data(),
                                                .sum_grad_y_deviation = sum_grad_deviation.data()});
         }
@@ -143,17 +152,26 @@ struct bound_normalization {
         }
         if (!grad_x) return;
         if constexpr (WithRelu) {
-            kernels::channel_relu_combination<T>({.batch = batch, .channels = Channels, .positions = pixels,
-                                                  .grad_y = grad_y.data(), .x = x.data(), .scale = map.scale.data(),
+            kernels::channel_relu_combination<T>({.batch = batch,
+                                                  .channels = Channels,
+                                                  .positions = pixels,
+                                                  .grad_y = grad_y.data(),
+                                                  .x = x.data(),
+                                                  .scale = map.scale.data(),
                                                   .shift = map.shift.data(),
                                                   .grad_y_coefficient = grad_y_coefficient.data(),
-                                                  .x_coefficient = x_coefficient.data(), .offset = offset.data(),
+                                                  .x_coefficient = x_coefficient.data(),
+                                                  .offset = offset.data(),
                                                   .grad_x = grad_x.data()});
         } else {
-            kernels::channel_combination<T>({.batch = batch, .channels = Channels, .positions = pixels,
-                                             .grad_y = grad_y.data(), .x = x.data(),
+            kernels::channel_combination<T>({.batch = batch,
+                                             .channels = Channels,
+                                             .positions = pixels,
+                                             .grad_y = grad_y.data(),
+                                             .x = x.data(),
                                              .grad_y_coefficient = grad_y_coefficient.data(),
-                                             .x_coefficient = x_coefficient.data(), .offset = offset.data(),
+                                             .x_coefficient = x_coefficient.data(),
+                                             .offset = offset.data(),
                                              .grad_x = grad_x.data()});
         }
     }
@@ -162,9 +180,9 @@ private:
     // forward, with the map's values combined with addend where it is not
     // null (kernels::channel_affine_arguments).
     template <forward_pass Pass, class T>
-    static void normalize(Pass, parameters_view<T, parameter_count> parameters,
-                          state_view<Pass, T, state_count> state, const_batch<T, input> x, batch_view<T, output> y,
-                          std::span<T> workspace, const T* addend, bool subtract_from_addend)
+    static void normalize(Pass, parameters_view<T, parameter_count> parameters, state_view<Pass, T, state_count> state,
+                          const_batch<T, input> x, batch_view<T, output> y, std::span<T> workspace, const T* addend,
+                          bool subtract_from_addend)
     {
         const std::size_t batch = x.batch();
         T* mean = workspace.data();
@@ -188,17 +206,30 @@ private:
                     state[Channels + c] = T(1 - momentum) * state[Channels + c] + T(momentum) * unbiased * variance[c];
                 }
             }
-            for (std::size_t c = 0; c < Channels; ++c) inverse_deviation[c] = T(1) / std::sqrt(variance[c] + T(epsilon));
+            for (std::size_t c = 0; c < Channels; ++c)
+                inverse_deviation[c] = T(1) / std::sqrt(variance[c] + T(epsilon));
         }
         const affine<T> map(parameters, workspace);
         if constexpr (WithRelu) {
-            kernels::channel_affine_relu<T>({.batch = batch, .channels = Channels, .positions = pixels, .x = x.data(),
-                                             .scale = map.scale.data(), .shift = map.shift.data(), .y = y.data(),
-                                        .addend = addend, .subtract_from_addend = subtract_from_addend});
+            kernels::channel_affine_relu<T>({.batch = batch,
+                                             .channels = Channels,
+                                             .positions = pixels,
+                                             .x = x.data(),
+                                             .scale = map.scale.data(),
+                                             .shift = map.shift.data(),
+                                             .y = y.data(),
+                                             .addend = addend,
+                                             .subtract_from_addend = subtract_from_addend});
         } else {
-            kernels::channel_affine<T>({.batch = batch, .channels = Channels, .positions = pixels, .x = x.data(),
-                                        .scale = map.scale.data(), .shift = map.shift.data(), .y = y.data(),
-                                        .addend = addend, .subtract_from_addend = subtract_from_addend});
+            kernels::channel_affine<T>({.batch = batch,
+                                        .channels = Channels,
+                                        .positions = pixels,
+                                        .x = x.data(),
+                                        .scale = map.scale.data(),
+                                        .shift = map.shift.data(),
+                                        .y = y.data(),
+                                        .addend = addend,
+                                        .subtract_from_addend = subtract_from_addend});
         }
     }
 

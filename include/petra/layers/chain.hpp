@@ -47,7 +47,8 @@ template <bool Valid, class Output, class... Bound>
 struct chain_binding {};
 
 inline constexpr auto bind_next_layer = []<bool Valid, class Output, class... Bound, class Layer>(
-                                            chain_binding<Valid, Output, Bound...>, boost::hana::basic_type<Layer>) {
+    chain_binding<Valid, Output, Bound...>, boost::hana::basic_type<Layer>)
+{
     if constexpr (!Valid) {
         return chain_binding<false, Output, Bound...>{};
     } else {
@@ -61,8 +62,8 @@ inline constexpr auto bind_next_layer = []<bool Valid, class Output, class... Bo
 };
 
 template <class Input, class... Layers>
-using bind_chain = decltype(boost::hana::fold_left(type_list<Layers...>, chain_binding<true, Input>{},
-                                                   bind_next_layer));
+using bind_chain =
+    decltype(boost::hana::fold_left(type_list<Layers...>, chain_binding<true, Input>{}, bind_next_layer));
 
 // A chain binds its layers after fusing neighbours (fusion.hpp).
 template <class Input, class Fused>
@@ -123,9 +124,8 @@ struct bound_chain : made_of<Bound...> {
     {
         kernels::scratch_demand demand;
         if constexpr (length > 1) demand.template ask<bound_chain, T>(gradient_buffers_size(batch));
-        for_each_index<length>([&](auto i) {
-            demand.merge(backward_scratch_of<layer<i>, T>(batch, i > 0 || input_gradient));
-        });
+        for_each_index<length>(
+            [&](auto i) { demand.merge(backward_scratch_of<layer<i>, T>(batch, i > 0 || input_gradient)); });
         return demand;
     }
 
@@ -180,7 +180,8 @@ private:
     {
         for_each_index<Count>([&](auto i) {
             layer<i>::forward(mode, parts::template parameters_of<i>(parameters), parts::template state_of<i>(state),
-                              at.template input_of<i>(x), at.template output_of<i>(y), at.template layer_workspace<i>());
+                              at.template input_of<i>(x), at.template output_of<i>(y),
+                              at.template layer_workspace<i>());
         });
     }
 
@@ -276,8 +277,9 @@ struct chain {
     static constexpr bool accepts = detail::chain_accepts<Input, Layers...>();
 
     template <class Input>
-    using bind = typename detail::bound_chain_of<
-        Input, typename detail::bind_fused<Input, fused_sequence_of<Layers...>>::type>::type;
+    using bind =
+        typename detail::bound_chain_of<Input,
+                                        typename detail::bind_fused<Input, fused_sequence_of<Layers...>>::type>::type;
 };
 
 } // namespace petra

@@ -66,19 +66,22 @@ template <class B>
 concept states_backward_flops = (requires { requires a_size<decltype(B::backward_flops)>; });
 template <class B>
 concept initializes = (requires(std::span<float, B::parameter_count> parameters, std::span<float, B::state_count> state,
-                               std::mt19937_64& generator) { B::initialize(parameters, state, generator); });
+                                std::mt19937_64& generator) { B::initialize(parameters, state, generator); });
 template <class B>
 concept runs_forward = requires(std::span<float, B::parameter_count> parameters, std::span<float, B::state_count> state,
                                 batch_view<float, typename B::input> x, batch_view<float, typename B::output> y,
-                                std::span<float> workspace) {
+                                std::span<float> workspace)
+{
     B::forward(pass::training, parameters, state, x, y, workspace);
     B::forward(pass::recomputation, parameters, state, x, y, workspace);
     B::forward(pass::inference, parameters, state, x, y, workspace);
 };
 template <class B>
 concept runs_backward = (requires(std::span<float, B::parameter_count> parameters,
-                                 batch_view<float, typename B::input> x, batch_view<float, typename B::output> y,
-                                 std::span<float> workspace) { B::backward(parameters, x, y, x, parameters, workspace); });
+                                  batch_view<float, typename B::input> x, batch_view<float, typename B::output> y,
+                                  std::span<float> workspace) {
+    B::backward(parameters, x, y, x, parameters, workspace);
+});
 
 // The first requirement a bound layer B fails, or met.
 template <class B>
@@ -177,13 +180,11 @@ struct broken_layer : parameter_free {
     template <forward_pass Pass, class T>
     static void forward(Pass, parameters_view<T, 0>, state_view<Pass, T, 0>, const_batch<T, input>,
                         batch_view<T, output>, std::span<T>)
-    {
-    }
+    {}
     template <class T>
     static void backward(parameters_view<T, 0>, const_batch<T, input>, const_batch<T, output>, batch_view<T, input>,
                          std::span<T, 0>, std::span<T>)
-    {
-    }
+    {}
 };
 
 namespace detail {
@@ -213,7 +214,6 @@ struct checked_binding<Layer, Input, false> {
 // layer, or, for a layer that breaks the contract, its one sentence and a
 // stand-in (broken_layer).
 template <class Layer, class Input>
-using checked_layer_for =
-    typename detail::checked_binding<Layer, Input, layer_contract<Layer, Input>::value>::type;
+using checked_layer_for = typename detail::checked_binding<Layer, Input, layer_contract<Layer, Input>::value>::type;
 
 } // namespace petra

@@ -47,8 +47,8 @@ struct conv2d {
         static constexpr std::size_t forward_flops = 2 * output::size * InChannels * Kernel * Kernel;
         static constexpr std::size_t backward_flops = 2 * forward_flops;
         static constexpr std::size_t winograd_forward_flops =
-            kernels::convolution_uses_winograd({1, InChannels, Input::height, Input::width, OutChannels, Kernel, Stride,
-                                                Padding})
+            kernels::convolution_uses_winograd(
+                {1, InChannels, Input::height, Input::width, OutChannels, Kernel, Stride, Padding})
                 ? forward_flops
                 : 0;
 

@@ -70,9 +70,19 @@ struct dense {
             const T* bias = parameters.data() + weight_count;
             // y = bias, then y += x W^T.
             for (std::size_t n = 0; n < x.batch(); ++n) std::copy_n(bias, Outputs, y.data() + n * Outputs);
-            kernels::gemm<T>({.op_a = transpose::no, .op_b = transpose::yes, .m = x.batch(), .n = Outputs, .k = Inputs,
-                              .alpha = T(1), .a = x.data(), .lda = Inputs, .b = parameters.data(), .ldb = Inputs,
-                              .beta = T(1), .c = y.data(), .ldc = Outputs},
+            kernels::gemm<T>({.op_a = transpose::no,
+                              .op_b = transpose::yes,
+                              .m = x.batch(),
+                              .n = Outputs,
+                              .k = Inputs,
+                              .alpha = T(1),
+                              .a = x.data(),
+                              .lda = Inputs,
+                              .b = parameters.data(),
+                              .ldb = Inputs,
+                              .beta = T(1),
+                              .c = y.data(),
+                              .ldc = Outputs},
                              mode.kernel_scratch);
         }
 
@@ -84,13 +94,33 @@ struct dense {
             using kernels::transpose;
             const std::size_t batch = x.batch();
             if (grad_x) {
-                kernels::gemm<T>({.op_a = transpose::no, .op_b = transpose::no, .m = batch, .n = Inputs, .k = Outputs,
-                                  .alpha = T(1), .a = grad_y.data(), .lda = Outputs, .b = parameters.data(),
-                                  .ldb = Inputs, .beta = T(0), .c = grad_x.data(), .ldc = Inputs});
+                kernels::gemm<T>({.op_a = transpose::no,
+                                  .op_b = transpose::no,
+                                  .m = batch,
+                                  .n = Inputs,
+                                  .k = Outputs,
+                                  .alpha = T(1),
+                                  .a = grad_y.data(),
+                                  .lda = Outputs,
+                                  .b = parameters.data(),
+                                  .ldb = Inputs,
+                                  .beta = T(0),
+                                  .c = grad_x.data(),
+                                  .ldc = Inputs});
             }
-            kernels::gemm<T>({.op_a = transpose::yes, .op_b = transpose::no, .m = Outputs, .n = Inputs, .k = batch,
-                              .alpha = T(1), .a = grad_y.data(), .lda = Outputs, .b = x.data(), .ldb = Inputs,
-                              .beta = T(1), .c = grad_parameters.data(), .ldc = Inputs});
+            kernels::gemm<T>({.op_a = transpose::yes,
+                              .op_b = transpose::no,
+                              .m = Outputs,
+                              .n = Inputs,
+                              .k = batch,
+                              .alpha = T(1),
+                              .a = grad_y.data(),
+                              .lda = Outputs,
+                              .b = x.data(),
+                              .ldb = Inputs,
+                              .beta = T(1),
+                              .c = grad_parameters.data(),
+                              .ldc = Inputs});
             T* grad_bias = grad_parameters.data() + weight_count;
             for (std::size_t n = 0; n < batch; ++n) {
                 for (std::size_t o = 0; o < Outputs; ++o) grad_bias[o] += grad_y.data()[n * Outputs + o];

@@ -41,7 +41,7 @@ fused_sequence<Layer, Rest...> put_in_front(boost::hana::basic_type<Layer>, fuse
 template <class Layer, class Next, class... Rest>
     requires(!std::is_void_v<typename fused_layers<Layer, Next>::type>)
 fused_sequence<typename fused_layers<Layer, Next>::type, Rest...> put_in_front(boost::hana::basic_type<Layer>,
-                                                                              fused_sequence<Next, Rest...>);
+                                                                               fused_sequence<Next, Rest...>);
 
 inline constexpr auto put_in_front_of = [](auto layer, auto rest) { return decltype(put_in_front(layer, rest)){}; };
 

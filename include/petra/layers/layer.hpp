@@ -62,7 +62,7 @@ inline constexpr inference_t inference{};
 
 template <class Pass>
 concept forward_pass = (std::same_as<Pass, pass::training_t> || std::same_as<Pass, pass::recomputation_t> ||
-                       std::same_as<Pass, pass::inference_t>);
+                        std::same_as<Pass, pass::inference_t>);
 
 // The trained values of a layer or block (Count of them), read-only, as a
 // parameter that takes no part in deducing T: a view of T or of const T is
@@ -74,8 +74,7 @@ using parameters_view = std::type_identity_t<std::span<const T, Count>>;
 // for a training pass, read-only otherwise (a reconstruction or an inference
 // cannot move them, by type). Takes no part in deducing T either.
 template <class Pass, class T, std::size_t Count>
-using state_view =
-    std::conditional_t<Pass::updates_running_statistics, std::span<T, Count>, std::span<const T, Count>>;
+using state_view = std::conditional_t<Pass::updates_running_statistics, std::span<T, Count>, std::span<const T, Count>>;
 
 template <class Layer, class Input>
 using layer_for = typename Layer::template bind<Input>;
@@ -148,8 +147,7 @@ struct parameter_free {
 
     template <class T>
     static void initialize(std::span<T, 0> /*parameters*/, std::span<T, 0> /*state*/, std::mt19937_64& /*generator*/)
-    {
-    }
+    {}
 };
 
 // How forward_onto combines a layer's output with the addend.

@@ -33,7 +33,8 @@ constexpr std::array<std::size_t, N + 1> prefix_sums(const std::array<std::size_
 // array laid out like its parameters or its state.
 template <class... Functions>
 struct made_of {
-    static constexpr auto parameter_offsets = detail::prefix_sums<sizeof...(Functions)>({Functions::parameter_count...});
+    static constexpr auto parameter_offsets =
+        detail::prefix_sums<sizeof...(Functions)>({Functions::parameter_count...});
     static constexpr auto state_offsets = detail::prefix_sums<sizeof...(Functions)>({Functions::state_count...});
     static constexpr std::size_t parameter_count = parameter_offsets.back();
     static constexpr std::size_t state_count = state_offsets.back();
@@ -58,9 +59,8 @@ struct made_of {
     static void initialize(std::span<T, parameter_count> parameters, std::span<T, state_count> state,
                            std::mt19937_64& generator)
     {
-        for_each_index<sizeof...(Functions)>([&](auto k) {
-            function_at<k>::initialize(parameters_of<k>(parameters), state_of<k>(state), generator);
-        });
+        for_each_index<sizeof...(Functions)>(
+            [&](auto k) { function_at<k>::initialize(parameters_of<k>(parameters), state_of<k>(state), generator); });
     }
 
     template <class T>

@@ -33,9 +33,13 @@ struct softmax_cross_entropy_loss {
         static T evaluate(std::size_t batch, const T* logits, const std::int32_t* labels,
                           std::type_identity_t<T>* grad_logits, std::type_identity_t<T>* probabilities = nullptr)
         {
-            return kernels::softmax_cross_entropy<T>({.rows = batch, .classes = Classes, .logits = logits,
-                                                      .ld_logits = Classes, .labels = labels,
-                                                      .probabilities = probabilities, .grad_logits = grad_logits,
+            return kernels::softmax_cross_entropy<T>({.rows = batch,
+                                                      .classes = Classes,
+                                                      .logits = logits,
+                                                      .ld_logits = Classes,
+                                                      .labels = labels,
+                                                      .probabilities = probabilities,
+                                                      .grad_logits = grad_logits,
                                                       .ld_out = Classes});
         }
 

@@ -27,13 +27,11 @@ template <std::size_t C>
 using residual_function = chain<conv2d<C, C, 3>, batch_norm<C>, relu, conv2d<C, C, 3>, batch_norm<C>, relu>;
 
 template <std::size_t Width = 16, std::size_t BlocksPerResolution = 2, std::size_t Classes = 10>
-using reference_network = network<input<1, 28, 28>,
-                                  stem<chain<conv2d<1, 2 * Width, 3>, batch_norm<2 * Width>, relu>>,
-                                  repeated<BlocksPerResolution, additive_coupling<residual_function<Width>>>,
-                                  downsampling<Width>,
-                                  repeated<BlocksPerResolution, additive_coupling<residual_function<2 * Width>>>,
-                                  downsampling<2 * Width>,
-                                  repeated<BlocksPerResolution, additive_coupling<residual_function<4 * Width>>>,
-                                  classifier_head<8 * Width, Classes>>;
+using reference_network =
+    network<input<1, 28, 28>, stem<chain<conv2d<1, 2 * Width, 3>, batch_norm<2 * Width>, relu>>,
+            repeated<BlocksPerResolution, additive_coupling<residual_function<Width>>>, downsampling<Width>,
+            repeated<BlocksPerResolution, additive_coupling<residual_function<2 * Width>>>, downsampling<2 * Width>,
+            repeated<BlocksPerResolution, additive_coupling<residual_function<4 * Width>>>,
+            classifier_head<8 * Width, Classes>>;
 
 } // namespace petra

@@ -87,10 +87,9 @@ public:
     // rank `peer` of `communicator`, on `tag`.
     mpi_channel(std::string name, channel_end end, MPI_Comm communicator, int peer, int tag, std::size_t capacity,
                 std::size_t message_size)
-        : name_(std::move(name)), end_(end), communicator_(communicator), peer_(peer), tag_(tag),
-          capacity_(capacity), message_size_(message_size),
-          slot_bytes_(header_bytes + round_up(message_size * sizeof(T))), buffer_(capacity * slot_bytes_),
-          requests_(capacity, MPI_REQUEST_NULL)
+        : name_(std::move(name)), end_(end), communicator_(communicator), peer_(peer), tag_(tag), capacity_(capacity),
+          message_size_(message_size), slot_bytes_(header_bytes + round_up(message_size * sizeof(T))),
+          buffer_(capacity * slot_bytes_), requests_(capacity, MPI_REQUEST_NULL)
     {
         if (capacity == 0) {
             raise_error(error_kind::invalid_argument, "channel '" + name_ + "': a capacity of at least 1 is needed.");
@@ -224,8 +223,7 @@ private:
 
     void post(std::size_t slot)
     {
-        check_mpi(MPI_Irecv(slot_data(slot), int(slot_bytes_), MPI_BYTE, peer_, tag_, communicator_,
-                            &requests_[slot]),
+        check_mpi(MPI_Irecv(slot_data(slot), int(slot_bytes_), MPI_BYTE, peer_, tag_, communicator_, &requests_[slot]),
                   "receive", name_);
     }
 

@@ -74,8 +74,7 @@ inference_score mpi_pipeline<Network, Cuts, Optimizer, T>::evaluate(const T* ima
 }
 
 template <class Network, auto Cuts, class Optimizer, class T>
-inference_score mpi_pipeline<Network, Cuts, Optimizer, T>::evaluate_replica(const T* images,
-                                                                            const std::int32_t* labels,
+inference_score mpi_pipeline<Network, Cuts, Optimizer, T>::evaluate_replica(const T* images, const std::int32_t* labels,
                                                                             std::size_t count, std::size_t chunk)
 {
     if (chunk == 0) {
@@ -93,8 +92,7 @@ inference_score mpi_pipeline<Network, Cuts, Optimizer, T>::evaluate_replica(cons
     std::vector<std::int32_t> scored_labels;
     MPI_Request labels_sent = MPI_REQUEST_NULL;
     if (feeds() && last_rank != rank_) {
-        check_mpi(MPI_Isend(labels, int(count), MPI_INT32_T, last_rank, labels_tag, communicator,
-                            &labels_sent),
+        check_mpi(MPI_Isend(labels, int(count), MPI_INT32_T, last_rank, labels_tag, communicator, &labels_sent),
                   "mpi pipeline: evaluation labels");
     }
     if (scores()) {
@@ -102,23 +100,23 @@ inference_score mpi_pipeline<Network, Cuts, Optimizer, T>::evaluate_replica(cons
             scored_labels.assign(labels, labels + count);
         } else {
             scored_labels.resize(count);
-            check_mpi(MPI_Recv(scored_labels.data(), int(count), MPI_INT32_T, 0, labels_tag, communicator,
-                               MPI_STATUS_IGNORE),
-                      "mpi pipeline: evaluation labels");
+            check_mpi(
+                MPI_Recv(scored_labels.data(), int(count), MPI_INT32_T, 0, labels_tag, communicator, MPI_STATUS_IGNORE),
+                "mpi pipeline: evaluation labels");
         }
     }
     // Two buffers, each as large as any activation this rank's stages take
     // or give for a chunk.
     std::size_t largest = 0;
     for (std::size_t j = first_stage(); j < end_stage(); ++j) {
-        largest = std::max({largest, Network::profile[Cuts[j]].input_values,
-                            Network::profile[Cuts[j + 1] - 1].output_values});
+        largest = std::max(
+            {largest, Network::profile[Cuts[j]].input_values, Network::profile[Cuts[j + 1] - 1].output_values});
     }
     kernels::aligned_vector<T> in(chunk * largest), out(chunk * largest);
     inference_score score;
     score.examples = count;
-    using loss = typename softmax_cross_entropy_loss<Network::output::size>::template bind<
-        shape<Network::output::size>>;
+    using loss =
+        typename softmax_cross_entropy_loss<Network::output::size>::template bind<shape<Network::output::size>>;
     for (std::size_t first = 0; first < count; first += chunk) {
         const std::size_t size = std::min(chunk, count - first);
         const T* input = nullptr;
@@ -176,13 +174,14 @@ void mpi_pipeline<Network, Cuts, Optimizer, T>::gather_parameters(network_parame
     if (rank_ != root) return;
     for (std::size_t j = 0; j < stage_count; ++j) {
         if (hosts(j)) continue;
-        const std::size_t values = Network::parameter_offsets[Cuts[j]], values_end = Network::parameter_offsets[Cuts[j + 1]];
+        const std::size_t values = Network::parameter_offsets[Cuts[j]],
+                          values_end = Network::parameter_offsets[Cuts[j + 1]];
         const std::size_t state = Network::state_offsets[Cuts[j]], state_end = Network::state_offsets[Cuts[j + 1]];
         check_mpi(MPI_Recv(whole->values().data() + values, int(values_end - values), type, rank_of(j), tag,
                            communicator, MPI_STATUS_IGNORE),
                   "gather");
-        check_mpi(MPI_Recv(whole->state().data() + state, int(state_end - state), type, rank_of(j), tag,
-                           communicator, MPI_STATUS_IGNORE),
+        check_mpi(MPI_Recv(whole->state().data() + state, int(state_end - state), type, rank_of(j), tag, communicator,
+                           MPI_STATUS_IGNORE),
                   "gather");
     }
 }
@@ -211,8 +210,8 @@ std::size_t mpi_pipeline<Network, Cuts, Optimizer, T>::memory_bytes() const
 {
     std::size_t bytes = 0;
     for_each_hosted([&](const auto& hosted, std::size_t) {
-        bytes += hosted.parameters.memory_bytes() + hosted.weight_mask.size() * sizeof(T) +
-                 hosted.worker.memory_bytes();
+        bytes +=
+            hosted.parameters.memory_bytes() + hosted.weight_mask.size() * sizeof(T) + hosted.worker.memory_bytes();
     });
     return bytes + placement::channel_bytes() + replica_base::exchange_bytes();
 }

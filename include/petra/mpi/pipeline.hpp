@@ -130,16 +130,18 @@ public:
         for_each_index<stage_count>([&](auto index) {
             constexpr std::size_t i = decltype(index)::value;
             if (!hosts(i)) return;
-            std::get<i>(stages_) = std::make_unique<hosted_stage<i>>(
-                seed, optimizer_options, options_,
-                stage_links<typename worker_type<i>::links, i, stage_count>(forward_links_, backward_links_,
-                                                                           labels_link_.get()),
-                shared_);
+            std::get<i>(stages_) =
+                std::make_unique<hosted_stage<i>>(seed, optimizer_options, options_,
+                                                  stage_links<typename worker_type<i>::links, i, stage_count>(
+                                                      forward_links_, backward_links_, labels_link_.get()),
+                                                  shared_);
         });
-        replica_base::connect_stages(stage_count, [&](std::size_t j) { return hosts(j); }, [](std::size_t j) {
-            return std::max(Network::parameter_offsets[Cuts[j + 1]] - Network::parameter_offsets[Cuts[j]],
-                            Network::state_offsets[Cuts[j + 1]] - Network::state_offsets[Cuts[j]]);
-        });
+        replica_base::connect_stages(
+            stage_count, [&](std::size_t j) { return hosts(j); },
+            [](std::size_t j) {
+                return std::max(Network::parameter_offsets[Cuts[j + 1]] - Network::parameter_offsets[Cuts[j]],
+                                Network::state_offsets[Cuts[j + 1]] - Network::state_offsets[Cuts[j]]);
+            });
         replica_base::share_sums(shared_, [](std::size_t j) {
             return Network::parameter_offsets[Cuts[j + 1]] - Network::parameter_offsets[Cuts[j]];
         });
@@ -193,10 +195,10 @@ public:
             }
             detail::check_micro_batch(global_batch(options_), images.batch(), labels.size());
             const std::size_t batch = options_.batch, first = replica() * batch;
-            send_micro_batch<T>(*forward_links_[0], *labels_link_,
-                                const_batch<T, typename Network::input>(images.data() + first * Network::input::size,
-                                                                        batch),
-                                labels.subspan(first, batch), fed_);
+            send_micro_batch<T>(
+                *forward_links_[0], *labels_link_,
+                const_batch<T, typename Network::input>(images.data() + first * Network::input::size, batch),
+                labels.subspan(first, batch), fed_);
         }
         ++fed_;
         if (threaded_) threads_.grant(fed_);
@@ -249,8 +251,7 @@ public:
     // parameters, running statistics and gradient sums are read
     // (paused_pipeline.hpp; empty for the stages of other ranks). While it
     // lives feed() and drain() refuse to run.
-    [[nodiscard("the guard releases the pipeline when it goes: hold it in a variable")]]
-    paused pause()
+    [[nodiscard("the guard releases the pipeline when it goes: hold it in a variable")]] paused pause()
     {
         wait_until_idle();
         typename paused::stage_spans parameters{}, state{}, sums{};
@@ -369,7 +370,8 @@ private:
     void broadcast_from(int root, Value& value)
     {
         static_assert(std::is_trivially_copyable_v<Value>);
-        check_mpi(MPI_Bcast(&value, int(sizeof(Value)), MPI_BYTE, root, communicator_.get()), "mpi pipeline: broadcast");
+        check_mpi(MPI_Bcast(&value, int(sizeof(Value)), MPI_BYTE, root, communicator_.get()),
+                  "mpi pipeline: broadcast");
     }
 
     pipeline_options options_;

@@ -26,9 +26,9 @@
 #include <vector>
 
 #include <petra/error.hpp>
+#include <petra/kernels/simd.hpp>
 #include <petra/mpi/channel.hpp>
 #include <petra/mpi/rank_link.hpp>
-#include <petra/kernels/simd.hpp>
 #include <petra/parameter_slice.hpp>
 #include <petra/partition.hpp>
 #include <petra/pipeline/channel.hpp>
@@ -96,14 +96,12 @@ struct hosted_stage {
                  const pipeline_options& options, typename worker_type::links links, pipeline_shared<T>& shared)
         : parameters(seed), weight_mask(slice_type::weight_mask()),
           worker(parameters.values(), parameters.state(), optimizer_options, weight_mask, options, links, shared)
-    {
-    }
+    {}
 };
 
 // The stages of a rank, one slot per stage of the pipeline, null for
 // those hosted elsewhere.
-template <class Network, auto Cuts, class Optimizer, class T,
-          class Indices = std::make_index_sequence<Cuts.size() - 1>>
+template <class Network, auto Cuts, class Optimizer, class T, class Indices = std::make_index_sequence<Cuts.size() - 1>>
 struct hosted_stages;
 template <class Network, auto Cuts, class Optimizer, class T, std::size_t... I>
 struct hosted_stages<Network, Cuts, Optimizer, T, std::index_sequence<I...>> {
@@ -120,8 +118,7 @@ public:
     explicit rank_placement(MPI_Comm communicator)
         : communicator_(communicator), rank_(communicator_.rank()), ranks_(communicator_.size()),
           groups_(checked_groups(ranks_))
-    {
-    }
+    {}
     rank_placement(const rank_placement&) = delete;
     rank_placement& operator=(const rank_placement&) = delete;
 
@@ -167,8 +164,8 @@ protected:
         forward_links_.resize(stage_count);
         backward_links_.resize(stage_count);
         for (std::size_t j = 0; j < stage_count; ++j) {
-            forward_links_[j] = make_link(layout::forward_link(j, batch), forward_link_index(j), stop, waiting,
-                                          local_, remote_);
+            forward_links_[j] =
+                make_link(layout::forward_link(j, batch), forward_link_index(j), stop, waiting, local_, remote_);
             if (j + 1 < stage_count) {
                 backward_links_[j] = make_link(layout::backward_link(j, batch), backward_link_index(stage_count, j),
                                                stop, waiting, local_, remote_);
@@ -219,8 +216,8 @@ protected:
     auto abort_on_failure(const std::size_t& epoch) const
     {
         return [this, &epoch](std::size_t stage, std::size_t tick, const char* what) {
-            const std::string micro_batch = tick >= stage ? "forwarding micro-batch " + std::to_string(tick - stage)
-                                                          : "before its first forward";
+            const std::string micro_batch =
+                tick >= stage ? "forwarding micro-batch " + std::to_string(tick - stage) : "before its first forward";
             std::fprintf(stderr,
                          "petra: rank %d of %d (stages %zu to %zu, blocks %zu to %zu) failed in stage %zu at tick "
                          "%zu of epoch %zu (%s): %s\n",

@@ -75,8 +75,7 @@ public:
         : job_(communicator), replicas_(replicas), replica_(checked_replica(job_, replicas)),
           pipeline_(replicas == 1 ? detail::split_communicator()
                                   : detail::split_communicator(job_.get(), int(replica_), job_.rank()))
-    {
-    }
+    {}
 
     // The replicas, and this rank's: 0 .. replicas() - 1.
     std::size_t replicas() const { return replicas_; }
@@ -227,7 +226,8 @@ private:
     {
         exchange& started = exchanges_[stage];
         if (started.arguments.size() <= started.requests.size()) started.arguments.emplace_back();
-        std::vector<int>& arguments = started.arguments[request ? started.requests.size() - 1 : started.requests.size()];
+        std::vector<int>& arguments =
+            started.arguments[request ? started.requests.size() - 1 : started.requests.size()];
         arguments.assign(2 * replicas_, int(part.size()));
         for (std::size_t d = 0; d < replicas_; ++d) arguments[replicas_ + d] = int(d * size + offset);
         T* gathered = gathered_[stage].data();

@@ -41,8 +41,7 @@ struct learning_rate_schedule {
     {
         if (step < warmup_steps) return peak * double(step + 1) / double(warmup_steps);
         switch (shape) {
-        case decay::constant:
-            return peak;
+        case decay::constant: return peak;
         case decay::step: {
             double rate = peak;
             for (std::size_t milestone : milestones) {
@@ -52,8 +51,7 @@ struct learning_rate_schedule {
         }
         case decay::cosine: {
             if (total_steps <= warmup_steps) return peak;
-            const double progress =
-                std::min(1.0, double(step - warmup_steps) / double(total_steps - warmup_steps));
+            const double progress = std::min(1.0, double(step - warmup_steps) / double(total_steps - warmup_steps));
             return 0.5 * peak * (1.0 + std::cos(std::numbers::pi * progress));
         }
         }

@@ -31,8 +31,9 @@ namespace petra {
 // gradient_sum, count, learning_rate) applies the average of count
 // gradients whose sum it is given.
 template <class O, class T>
-concept stage_optimizer = requires(O optimizer, std::span<T> parameters, std::span<const T> gradient,
-                                   std::size_t count, double learning_rate) {
+concept stage_optimizer = requires(O optimizer, std::span<T> parameters, std::span<const T> gradient, std::size_t count,
+                                   double learning_rate)
+{
     typename O::options;
     optimizer.step(parameters, gradient, count, learning_rate);
 };
@@ -71,7 +72,7 @@ public:
 
     std::size_t micro_batches_per_step() const { return per_step_; }
     std::size_t pending() const { return pending_; } // gradients in the sum, 0 to k
-    std::size_t steps() const { return steps_; }      // steps taken
+    std::size_t steps() const { return steps_; }     // steps taken
 
     // The gradient sum itself is its owner's to save.
     template <state_archive Archive>

@@ -52,9 +52,9 @@ public:
         archive.expect(size_, "values per FIFO entry");
         if constexpr (Archive::loading) {
             if (count > depth_) {
-                raise_error(error_kind::runtime_error,
-                            "pipeline checkpoint: a FIFO of " + std::to_string(depth_) + " arrays cannot hold " +
-                                std::to_string(count) + "; the checkpoint is inconsistent.");
+                raise_error(error_kind::runtime_error, "pipeline checkpoint: a FIFO of " + std::to_string(depth_) +
+                                                           " arrays cannot hold " + std::to_string(count) +
+                                                           "; the checkpoint is inconsistent.");
             }
             first_ = 0;
             count_ = count;

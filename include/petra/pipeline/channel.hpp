@@ -29,9 +29,9 @@
 #include <concepts>
 #include <condition_variable>
 #include <cstddef>
+#include <exception>
 #include <mutex>
 #include <span>
-#include <exception>
 #include <string>
 #include <vector>
 
@@ -59,7 +59,8 @@ struct pipeline_stopped : std::exception {
 };
 
 template <class C, class T>
-concept transport = requires(C& channel) {
+concept transport = requires(C& channel)
+{
     requires std::same_as<decltype(channel.begin_send()), message<T>>;
     channel.end_send();
     requires std::same_as<decltype(channel.begin_receive()), message<T>>;
@@ -110,8 +111,8 @@ public:
     // capacity messages of message_size values each, allocated now.
     channel(std::string name, std::size_t capacity, std::size_t message_size, stop_signal& stop,
             channel_waiting mode = channel_waiting::blocking)
-        : name_(std::move(name)), capacity_(capacity), message_size_(message_size),
-          values_(capacity * message_size), headers_(capacity), stop_(stop), mode_(mode)
+        : name_(std::move(name)), capacity_(capacity), message_size_(message_size), values_(capacity * message_size),
+          headers_(capacity), stop_(stop), mode_(mode)
     {
         if (capacity == 0) {
             raise_error(error_kind::invalid_argument, "channel '" + name_ + "': a capacity of at least 1 is needed.");
@@ -124,7 +125,8 @@ public:
     message<T> begin_send()
     {
         std::unique_lock lock(mutex_);
-        wait(lock, [&] { return sent_ - received_ < capacity_; }, "full");
+        wait(
+            lock, [&] { return sent_ - received_ < capacity_; }, "full");
         const std::size_t slot = sent_ % capacity_;
         return {&headers_[slot], values_.data() + slot * message_size_, message_size_};
     }
@@ -140,7 +142,8 @@ public:
     message<T> begin_receive()
     {
         std::unique_lock lock(mutex_);
-        wait(lock, [&] { return sent_ > received_; }, "empty");
+        wait(
+            lock, [&] { return sent_ > received_; }, "empty");
         const std::size_t slot = received_ % capacity_;
         return {&headers_[slot], values_.data() + slot * message_size_, message_size_};
     }

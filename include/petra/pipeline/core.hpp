@@ -108,10 +108,10 @@ public:
     void feed(const T* images, const std::int32_t* labels)
     {
         const std::size_t batch = global_batch(driver().options());
-        driver().feed(images != nullptr ? const_batch<T, typename Network::input>(images, batch)
-                                        : const_batch<T, typename Network::input>(),
-                      labels != nullptr ? std::span<const std::int32_t>(labels, batch)
-                                        : std::span<const std::int32_t>());
+        driver().feed(
+            images != nullptr ? const_batch<T, typename Network::input>(images, batch)
+                              : const_batch<T, typename Network::input>(),
+            labels != nullptr ? std::span<const std::int32_t>(labels, batch) : std::span<const std::int32_t>());
     }
 
     template <tensor_like Images, label_source Labels>
@@ -131,8 +131,7 @@ private:
 // another replica count is refused), the stage and the micro-batches fed
 // this epoch (read back into `fed`).
 template <auto Cuts, state_archive Archive>
-void transfer_stage_header(Archive& archive, std::size_t stage_index, const pipeline_options& options,
-                           std::size_t& fed)
+void transfer_stage_header(Archive& archive, std::size_t stage_index, const pipeline_options& options, std::size_t& fed)
 {
     archive.section("pipeline stage");
     archive.expect(Cuts.size() - 1, "stage count");
@@ -145,10 +144,10 @@ void transfer_stage_header(Archive& archive, std::size_t stage_index, const pipe
     std::size_t saved_replicas = options.replicas;
     archive.count(saved_replicas, any_count);
     if (saved_replicas != options.replicas) {
-        raise_error(error_kind::runtime_error, "pipeline checkpoint: it was saved by " +
-                                                   std::to_string(saved_replicas) +
-                                                   " replicas and this pipeline runs " +
-                                                   std::to_string(options.replicas) + "; resume with the same replicas.");
+        raise_error(error_kind::runtime_error,
+                    "pipeline checkpoint: it was saved by " + std::to_string(saved_replicas) +
+                        " replicas and this pipeline runs " + std::to_string(options.replicas) +
+                        "; resume with the same replicas.");
     }
     archive.count(fed, any_count);
 }
@@ -251,8 +250,7 @@ protected:
                   channel_waiting mode)
         : pipeline_core(parameters, optimizer_options, std::move(learning_rate), options, mode,
                         std::make_index_sequence<stage_count>{})
-    {
-    }
+    {}
 
     // A guard over the parameters and the stages' gradient sums. The driver
     // has brought every stage to rest between the same two ticks.
@@ -443,8 +441,7 @@ private:
                   channel_waiting mode, std::index_sequence<I...>)
         : options_(options), shared_{.learning_rate = std::move(learning_rate)},
           weight_mask_(Network::template weight_mask<T>()), forward_(make_forward(mode)),
-          backward_(make_backward(mode)),
-          labels_(make_labels(mode)),
+          backward_(make_backward(mode)), labels_(make_labels(mode)),
           workers_(worker_type<I>(parameters, optimizer_options, weight_mask_, options_, links<I>(), shared_)...),
           parameters_(parameters)
     {

@@ -77,11 +77,7 @@ struct pipeline_layout {
         return {"backward into stage " + std::to_string(j), j + 1, j, channel_capacity,
                 backward_message_values(j, batch)};
     }
-    static link_plan labels_link(std::size_t batch)
-    {
-        return {"labels", 0, stage_count - 1, labels_capacity, batch};
-    }
-
+    static link_plan labels_link(std::size_t batch) { return {"labels", 0, stage_count - 1, labels_capacity, batch}; }
 };
 
 // Every channel of a pipeline of J stages numbered once (forward ones,

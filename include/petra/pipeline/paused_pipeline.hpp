@@ -62,8 +62,7 @@ public:
     paused_stages(paused_stages&& other) noexcept
         : parameters_(other.parameters_), state_(other.state_), gradient_sums_(other.gradient_sums_),
           holders_(std::exchange(other.holders_, nullptr))
-    {
-    }
+    {}
     paused_stages& operator=(paused_stages&&) = delete;
 
     ~paused_stages()
@@ -117,8 +116,7 @@ private:
         : base(slices(parameters.values(), Network::parameter_offsets),
                slices(parameters.state(), Network::state_offsets), sums, holders),
           parameters_(parameters)
-    {
-    }
+    {}
 
     // Each stage's slice of a whole network's values, cut at `offsets`
     // (one per block, and the end).
@@ -147,9 +145,8 @@ public:
     // sums. The driver has brought every stage to rest between the same two
     // ticks.
     template <class Network, auto Cuts, class T>
-    paused_pipeline<Network, Cuts, T>
-    hold(network_parameters_view<Network, const T> parameters,
-         const typename paused_pipeline<Network, Cuts, T>::gradient_sums& sums)
+    paused_pipeline<Network, Cuts, T> hold(network_parameters_view<Network, const T> parameters,
+                                           const typename paused_pipeline<Network, Cuts, T>::gradient_sums& sums)
     {
         return paused_pipeline<Network, Cuts, T>(parameters, sums, held_);
     }

@@ -33,9 +33,9 @@
 #include <petra/pipeline/options.hpp>
 #include <petra/pipeline/replicas.hpp>
 #include <petra/pipeline/stage_threads.hpp>
-#include <petra/tensor_batch.hpp>
 #include <petra/pipeline/worker.hpp>
 #include <petra/state_archive.hpp>
+#include <petra/tensor_batch.hpp>
 
 namespace petra {
 
@@ -47,7 +47,7 @@ namespace petra {
 // calls the error handler (error.hpp), which ends the program.
 template <class Network, auto Cuts, class Optimizer, class T = float>
 class sequential_pipeline : public pipeline_core<Network, Cuts, Optimizer, T>,
-                      public feed_forms<sequential_pipeline<Network, Cuts, Optimizer, T>, Network, T> {
+                            public feed_forms<sequential_pipeline<Network, Cuts, Optimizer, T>, Network, T> {
     using core = pipeline_core<Network, Cuts, Optimizer, T>;
     using forms = feed_forms<sequential_pipeline<Network, Cuts, Optimizer, T>, Network, T>;
 
@@ -87,8 +87,7 @@ public:
     // Between feeds every stage has finished the same tick: the guard only
     // holds feed() and drain() back while it lives (paused_pipeline.hpp).
     // Rethrows a stage's failure.
-    [[nodiscard("the guard releases the pipeline when it goes: hold it in a variable")]]
-    typename core::paused pause()
+    [[nodiscard("the guard releases the pipeline when it goes: hold it in a variable")]] typename core::paused pause()
     {
 #if PETRA_EXCEPTIONS
         if (failure_) std::rethrow_exception(failure_);
@@ -160,8 +159,7 @@ private:
                      const typename Optimizer::options& optimizer_options,
                      std::function<double(std::size_t)> learning_rate, const pipeline_options& options)
             : core(parameters, optimizer_options, std::move(learning_rate), options, channel_waiting::never)
-        {
-        }
+        {}
         using core::send_end_of_epoch, core::send_micro_batch, core::shared_, core::start_epoch;
     };
     struct replica {
@@ -177,8 +175,7 @@ private:
                            std::span<T, Network::parameter_count>(values.data(), Network::parameter_count),
                            std::span<T, Network::state_count>(state.data(), Network::state_count)),
                        optimizer_options, std::move(learning_rate), options)
-        {
-        }
+        {}
     };
 
     std::size_t replica_count() const { return replicas_.size() + 1; }
@@ -235,7 +232,8 @@ private:
         };
         const std::span<T> average = state_of(0);
         average_in_replica_order(replica_count(), state_of, average);
-        for (std::size_t d = 1; d < replica_count(); ++d) std::copy(average.begin(), average.end(), state_of(d).begin());
+        for (std::size_t d = 1; d < replica_count(); ++d)
+            std::copy(average.begin(), average.end(), state_of(d).begin());
     }
 
     void refuse_replicas_checkpoint() const
@@ -267,7 +265,7 @@ private:
     }
 
     network_parameters_view<Network, T> parameters_; // replica 0's: the caller's
-    std::vector<std::unique_ptr<replica>> replicas_;  // replicas 1 .. D - 1
+    std::vector<std::unique_ptr<replica>> replicas_; // replicas 1 .. D - 1
     caller_ticks<core::stage_count> ticks_;
     std::array<bool, core::stage_count> replica_done_{}; // with replicas: the stages done with the epoch
 #if PETRA_EXCEPTIONS

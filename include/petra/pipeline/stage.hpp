@@ -42,11 +42,11 @@
 #include <petra/kernels/scratch.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/network.hpp>
-#include <petra/type_list.hpp>
 #include <petra/partition.hpp>
 #include <petra/pipeline/array_fifo.hpp>
 #include <petra/pipeline/options.hpp>
 #include <petra/state_archive.hpp>
+#include <petra/type_list.hpp>
 
 namespace petra {
 
@@ -55,8 +55,7 @@ namespace petra {
 struct ignore_block_gradient {
     template <class Values>
     constexpr void operator()(const Values&) const noexcept
-    {
-    }
+    {}
 };
 
 // The buffers of a stage, in values (stage::buffers).
@@ -169,8 +168,7 @@ public:
     stage(network_parameters_view<Network, T> parameters, const pipeline_options& options)
         : stage(parameters.values().template subspan<parameter_offset, parameter_count>(),
                 parameters.state().template subspan<state_offset, state_count>(), options)
-    {
-    }
+    {}
 
     // The stage's parameters and running statistics held elsewhere (a
     // parameter_slice of its blocks, when the rest of the network lives in
@@ -206,7 +204,10 @@ public:
     std::span<const T, parameter_count> parameters() const { return parameters_; }
     // The sum of the parameter gradients of the micro-batches differentiated
     // since the last reset_gradient().
-    std::span<T, parameter_count> gradient() { return std::span<T, parameter_count>(gradient_.data(), parameter_count); }
+    std::span<T, parameter_count> gradient()
+    {
+        return std::span<T, parameter_count>(gradient_.data(), parameter_count);
+    }
     void reset_gradient() { std::fill(gradient_.begin(), gradient_.end(), T(0)); }
     // Micro-batches forwarded and not yet differentiated.
     std::size_t in_flight() const { return in_flight_; }
@@ -257,10 +258,10 @@ public:
                 if constexpr (i + 1 == block_count) return y;
                 else return batch_view<T, typename bound::output>(scratch + (i % 2) * activation, batch);
             }();
-            bound::forward(pass::inference, block_parameters<i>(parameters_),
-                           Network::template state_of<first_block + i, first_block>(
-                               std::span<const T, state_count>(state_)),
-                           in, out, work);
+            bound::forward(
+                pass::inference, block_parameters<i>(parameters_),
+                Network::template state_of<first_block + i, first_block>(std::span<const T, state_count>(state_)), in,
+                out, work);
         });
     }
 
@@ -432,8 +433,7 @@ private:
             copy_batch(in, batch_view<T, typename bound::input>(inputs_[I].push(), batch_));
         }
         bound::forward(pass::training, block_parameters<I>(parameters_),
-                       Network::template state_of<first_block + I, first_block>(state_), in, out,
-                       block_workspace<I>());
+                       Network::template state_of<first_block + I, first_block>(state_), in, out, block_workspace<I>());
     }
 
     // Backward of block I from its output `above` and that output's
@@ -452,7 +452,8 @@ private:
         // first block allows it.
         const in_view block_grad_x = [&] {
             if constexpr (g == 0 && input_gradient_optional<bound>()) return in_view{};
-            else if constexpr (I == 0) return grad_x ? grad_x : in_view(sink_.data() + sink_.size() - batch_ * input_values, batch_);
+            else if constexpr (I == 0)
+                return grad_x ? grad_x : in_view(sink_.data() + sink_.size() - batch_ * input_values, batch_);
             else return activation_gradient<I - 1>();
         }();
         in_view in;

@@ -250,8 +250,7 @@ private:
         for (std::size_t epoch = 0;; ++epoch) {
             // With mutex_ held: whether to end the stage (see stop()).
             const auto stop_now = [&] {
-                return stop_.stopped() &&
-                       (PETRA_EXCEPTIONS || epoch_ != epoch || worker.next_tick() >= granted_);
+                return stop_.stopped() && (PETRA_EXCEPTIONS || epoch_ != epoch || worker.next_tick() >= granted_);
             };
             {
                 // Start epoch e + 1 only once the caller has taken epoch e's

@@ -17,9 +17,9 @@
 #include <petra/pipeline/core.hpp>
 #include <petra/pipeline/options.hpp>
 #include <petra/pipeline/stage_threads.hpp>
-#include <petra/tensor_batch.hpp>
 #include <petra/pipeline/worker.hpp>
 #include <petra/state_archive.hpp>
+#include <petra/tensor_batch.hpp>
 
 namespace petra {
 
@@ -41,7 +41,7 @@ namespace petra {
 // an exception, and joins them.
 template <class Network, auto Cuts, class Optimizer, class T = float>
 class thread_pipeline : public pipeline_core<Network, Cuts, Optimizer, T>,
-                      public feed_forms<thread_pipeline<Network, Cuts, Optimizer, T>, Network, T> {
+                        public feed_forms<thread_pipeline<Network, Cuts, Optimizer, T>, Network, T> {
     using core = pipeline_core<Network, Cuts, Optimizer, T>;
     using forms = feed_forms<thread_pipeline<Network, Cuts, Optimizer, T>, Network, T>;
 
@@ -103,8 +103,7 @@ public:
     // and feed() refuses to run). Their last writes happen before this
     // returns: reading through the guard is race-free. Rethrows a stage's
     // failure.
-    [[nodiscard("the guard releases the pipeline when it goes: hold it in a variable")]]
-    typename core::paused pause()
+    [[nodiscard("the guard releases the pipeline when it goes: hold it in a variable")]] typename core::paused pause()
     {
         threads_.wait_until_resting();
         return core::hold_paused();

@@ -53,10 +53,10 @@ struct pipeline_event {
     enum class kind { forward, backward, step };
     kind what;
     std::size_t stage;
-    std::size_t tick;        // within the epoch
-    std::size_t micro_batch; // within the epoch; for a step, the last one it applies
-    std::size_t step;        // optimizer steps this stage took before this event
-    std::size_t gradients;   // step: how many micro-batch gradients it averages; backward: how many it has summed
+    std::size_t tick;              // within the epoch
+    std::size_t micro_batch;       // within the epoch; for a step, the last one it applies
+    std::size_t step;              // optimizer steps this stage took before this event
+    std::size_t gradients;         // step: how many micro-batch gradients it averages; backward: how many it has summed
     std::span<const T> parameters; // forward: those used; step: those before the step
     std::span<const T> gradient;   // step: the sum of the gradients it applies; backward: the sum so far
 };
@@ -105,11 +105,11 @@ public:
     static constexpr std::size_t classes = Stage::is_last ? Stage::output_values : 1;
 
     struct links {
-        Transport* forward_in = nullptr;      // from stage index - 1, or the feeder
-        Transport* forward_out = nullptr;     // to stage index + 1 (not the last stage)
-        Transport* backward_in = nullptr;     // from stage index + 1 (not the last stage)
-        Transport* backward_out = nullptr;    // to stage index - 1 (not stage 0)
-        LabelTransport* labels = nullptr;     // the last stage's labels
+        Transport* forward_in = nullptr;   // from stage index - 1, or the feeder
+        Transport* forward_out = nullptr;  // to stage index + 1 (not the last stage)
+        Transport* backward_in = nullptr;  // from stage index + 1 (not the last stage)
+        Transport* backward_out = nullptr; // to stage index - 1 (not stage 0)
+        LabelTransport* labels = nullptr;  // the last stage's labels
     };
 
     // The stage's slice of a whole network's parameters; weight_mask is the
@@ -120,10 +120,9 @@ public:
                  pipeline_shared<T>& shared)
         : stage_worker(parameters.values().template subspan<Stage::parameter_offset, Stage::parameter_count>(),
                        parameters.state().template subspan<Stage::state_offset, Stage::state_count>(),
-                       optimizer_options, weight_mask.subspan(Stage::parameter_offset, Stage::parameter_count),
-                       options, connections, shared)
-    {
-    }
+                       optimizer_options, weight_mask.subspan(Stage::parameter_offset, Stage::parameter_count), options,
+                       connections, shared)
+    {}
 
     // The stage's parameters and running statistics held on their own (a
     // parameter_slice of its blocks); stage_weight_mask covers them alone.
@@ -132,10 +131,9 @@ public:
                  const pipeline_options& options, links connections, pipeline_shared<T>& shared)
         : stage_(parameters, state, options), optimizer_(optimizer_options, stage_weight_mask),
           accumulation_(options.accumulation), rate_scale_(checked_rate_scale(options)),
-          replicas_(checked_replicas(options)), links_(connections),
-          shared_(shared), logits_(logits_values(options)), grad_logits_(logits_values(options))
-    {
-    }
+          replicas_(checked_replicas(options)), links_(connections), shared_(shared), logits_(logits_values(options)),
+          grad_logits_(logits_values(options))
+    {}
 
     // The values of the last stage's logits (and of their gradient) for
     // options; none in the other stages.
@@ -208,8 +206,9 @@ public:
     template <state_archive Archive>
     void transfer_state(Archive& archive)
     {
-        static_assert(requires { optimizer_.transfer_state(archive); },
-                      "The optimizer must offer transfer_state(archive) for its pipeline to be checkpointed.");
+        static_assert(
+            requires { optimizer_.transfer_state(archive); },
+            "The optimizer must offer transfer_state(archive) for its pipeline to be checkpointed.");
         archive.section("stage worker");
         archive.expect(index, "stage index");
         archive.expect(accumulation_.micro_batches_per_step(), "accumulation (micro-batches per step)");
@@ -220,7 +219,8 @@ public:
         transfer_flag(archive, epoch_size_known);
         std::size_t epoch_size = epoch_size_.value_or(0);
         archive.count(epoch_size, any_count);
-        if (epoch_size_known) epoch_size_ = epoch_size; else epoch_size_.reset();
+        if (epoch_size_known) epoch_size_ = epoch_size;
+        else epoch_size_.reset();
         archive.count(backward_count_, tick_);
         accumulation_.transfer_state(archive); // the pending gradients, then the steps
         archive.count(last_differentiated_, any_count);
@@ -299,8 +299,8 @@ private:
         }
         check_order(*in.header, m, "forward");
         if (shared_.trace) {
-            shared_.trace({pipeline_event<T>::kind::forward, index, t, m, accumulation_.steps(), 0,
-                           stage_.parameters(), {}});
+            shared_.trace(
+                {pipeline_event<T>::kind::forward, index, t, m, accumulation_.steps(), 0, stage_.parameters(), {}});
         }
         if constexpr (!Stage::is_last) {
             message<T> out = links_.forward_out->begin_send();
@@ -388,8 +388,14 @@ private:
         ++backward_count_;
         const bool step_due = accumulation_.count_gradient();
         if (shared_.trace) {
-            shared_.trace({pipeline_event<T>::kind::backward, index, t, m, accumulation_.steps(),
-                           accumulation_.pending(), {}, stage_.gradient()});
+            shared_.trace({pipeline_event<T>::kind::backward,
+                           index,
+                           t,
+                           m,
+                           accumulation_.steps(),
+                           accumulation_.pending(),
+                           {},
+                           stage_.gradient()});
         }
         last_differentiated_ = m;
         step_due_ = step_due_ || step_due;
@@ -405,8 +411,9 @@ private:
                            accumulation_.pending(), stage_.parameters(), stage_.gradient()});
         }
         // A factor of exactly 1 (p = 0, the last stage) leaves the rate as it is, bit for bit.
-        accumulation_.step(optimizer_, stage_.parameters(), stage_.gradient(),
-                           [this](std::size_t s) { return shared_.learning_rate(s) * rate_scale_; }, replicas_);
+        accumulation_.step(
+            optimizer_, stage_.parameters(), stage_.gradient(),
+            [this](std::size_t s) { return shared_.learning_rate(s) * rate_scale_; }, replicas_);
     }
 
     void check_order(const message_header& header, std::size_t expected, const char* what) const

@@ -201,7 +201,6 @@ private:
         }
     }
 
-
     replacing_file file_;
     bool committed_ = false;
     detail::checkpoint_header header_;
@@ -366,7 +365,7 @@ private:
     [[noreturn]] void fail_read()
     {
         fail(std::ferror(file_.get()) != 0 ? "could not be read (" + std::string(std::strerror(errno)) + ")"
-                                     : "ended unexpectedly");
+                                           : "ended unexpectedly");
     }
     [[noreturn]] void fail(const std::string& what) const
     {

@@ -41,7 +41,8 @@ namespace petra {
 
 template <class Source, class Input>
 concept data_source = requires(Source& source, const Source& view, std::size_t epoch, std::size_t index,
-                               batch_view<float, Input> images, std::span<std::int32_t> labels) {
+                               batch_view<float, Input> images, std::span<std::int32_t> labels)
+{
     requires std::convertible_to<decltype(view.batch_size()), std::size_t>;
     requires std::convertible_to<decltype(view.batches_per_epoch()), std::size_t>;
     source.batch(epoch, index, images, labels);
@@ -62,14 +63,14 @@ public:
         : images_(images), labels_(labels), batch_(batch), seed_(seed), order_(labels.size())
     {
         if (images.size() != labels.size() * Input::size) {
-            raise_error(error_kind::invalid_argument,
-                        "tensor_source: " + std::to_string(images.size()) + " values are not " +
-                            std::to_string(labels.size()) + " images of " + std::to_string(Input::size) + ".");
+            raise_error(error_kind::invalid_argument, "tensor_source: " + std::to_string(images.size()) +
+                                                          " values are not " + std::to_string(labels.size()) +
+                                                          " images of " + std::to_string(Input::size) + ".");
         }
         if (batch == 0 || batch > labels.size()) {
             raise_error(error_kind::invalid_argument, "tensor_source: a micro-batch of " + std::to_string(batch) +
-                                                          " examples does not fit " +
-                                                          std::to_string(labels.size()) + " examples.");
+                                                          " examples does not fit " + std::to_string(labels.size()) +
+                                                          " examples.");
         }
         std::iota(order_.begin(), order_.end(), std::size_t{0});
     }

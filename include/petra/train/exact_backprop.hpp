@@ -34,8 +34,7 @@ public:
         : capacity_(max_batch), activations_(activation_offset(Network::block_count, max_batch)),
           workspaces_(workspace_offset(Network::block_count, max_batch)),
           gradients_(max_batch * Network::largest_activation)
-    {
-    }
+    {}
 
     // One training step's gradient: forward with batch statistics (running
     // statistics updated once), loss, backward. Adds the gradient of the
@@ -47,8 +46,8 @@ public:
                           const_batch<T, typename Network::input> images, std::span<const std::int32_t> labels,
                           std::span<T> gradient)
     {
-        detail::check_step(name, images.batch(), capacity_, gradient.size(), Network::parameter_count,
-                           labels, task::classes);
+        detail::check_step(name, images.batch(), capacity_, gradient.size(), Network::parameter_count, labels,
+                           task::classes);
         batch_ = images.batch();
         Network::for_each_block([&](auto i) {
             Network::template block<i>::forward(pass::training, parameters.template block_values<i>(),
@@ -64,8 +63,7 @@ public:
     // The logits of the last batch (batch * classes values).
     std::span<const T> logits() const
     {
-        return {activations_.data() + activation_offset(Network::block_count - 1, batch_),
-                batch_ * task::classes};
+        return {activations_.data() + activation_offset(Network::block_count - 1, batch_), batch_ * task::classes};
     }
 
     // Bytes held for activations, workspaces and gradients between blocks.

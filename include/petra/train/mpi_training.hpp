@@ -44,8 +44,7 @@ public:
     petra_on_ranks(MPI_Comm communicator, std::uint64_t seed, const sgd_options& optimizer,
                    const learning_rate_schedule& schedule, const pipeline_options& options)
         : communicator_(communicator), pipeline_(communicator, seed, optimizer, schedule, options)
-    {
-    }
+    {}
 
     bool reads_data() const { return pipeline_.feeds(); }
     bool checkpoints_within_epoch() const { return pipeline_.replicas() == 1; }

@@ -44,8 +44,7 @@ public:
                       double interval = 10.0)
         : total_steps_(total_steps), examples_per_step_(examples_per_step), out_(out), interval_(interval),
           terminal_(isatty(fileno(out)) != 0), start_(clock::now()), last_line_(start_)
-    {
-    }
+    {}
 
     // After each step: the run's step count so far and the current epoch's
     // running loss and accuracy.
@@ -95,10 +94,11 @@ private:
         const double left =
             done > 0 && total_steps_ > step ? elapsed / double(done) * double(total_steps_ - step) : 0.0;
         char text[256];
-        std::snprintf(text, sizeof text, "epoch %zu/%zu  step %zu/%zu  loss %.4f  accuracy %.2f%%  %.0f examples/s  "
+        std::snprintf(text, sizeof text,
+                      "epoch %zu/%zu  step %zu/%zu  loss %.4f  accuracy %.2f%%  %.0f examples/s  "
                       "elapsed %s  left %s",
-                      epoch, epochs, step, total_steps_, loss, 100.0 * accuracy, rate,
-                      format_duration(elapsed).c_str(), format_duration(left).c_str());
+                      epoch, epochs, step, total_steps_, loss, 100.0 * accuracy, rate, format_duration(elapsed).c_str(),
+                      format_duration(left).c_str());
         return text;
     }
 

@@ -38,8 +38,7 @@ public:
         : capacity_(max_batch), stored_(stored_offset(Network::block_count + 1, max_batch)),
           passing_(max_batch * Network::largest_activation), gradients_(max_batch * Network::largest_activation),
           recomputed_(max_batch * Network::largest_activation), workspace_(Network::largest_workspace(max_batch))
-    {
-    }
+    {}
 
     // As exact_backprop::accumulate_gradient: forward with batch statistics
     // (running statistics updated once; reconstructions never update them),
@@ -49,8 +48,8 @@ public:
                           const_batch<T, typename Network::input> images, std::span<const std::int32_t> labels,
                           std::span<T> gradient)
     {
-        detail::check_step(name, images.batch(), capacity_, gradient.size(),
-                           Network::parameter_count, labels, task::classes);
+        detail::check_step(name, images.batch(), capacity_, gradient.size(), Network::parameter_count, labels,
+                           task::classes);
         batch_ = images.batch();
         const std::span<T> workspace(workspace_);
         Network::for_each_block([&](auto index) {

@@ -123,8 +123,8 @@ void write_checkpoint_manifest(const std::string& path, std::uint64_t signature,
 // Reads records(archive), the caller's own, and the manifest at path;
 // checks that it names stage_count shards.
 template <class Records>
-checkpoint_manifest read_checkpoint_manifest(const std::string& path, std::uint64_t signature,
-                                             std::size_t stage_count, Records&& records)
+checkpoint_manifest read_checkpoint_manifest(const std::string& path, std::uint64_t signature, std::size_t stage_count,
+                                             Records&& records)
 {
     checkpoint_reader in(path, signature);
     records(in);
@@ -181,8 +181,8 @@ inline void remove_stale_shards(const std::string& manifest_path, std::uint64_t 
     std::error_code error;
     for (const auto& entry : std::filesystem::directory_iterator(directory, error)) {
         const std::string name = entry.path().filename().string();
-        const bool shard = name.size() == prefix.size() + 16 + suffix.size() && name.starts_with(prefix) &&
-                           name.ends_with(suffix);
+        const bool shard =
+            name.size() == prefix.size() + 16 + suffix.size() && name.starts_with(prefix) && name.ends_with(suffix);
         if (shard && name != keep) std::filesystem::remove(entry.path(), error);
     }
 }

@@ -114,9 +114,8 @@ public:
     {
         const batch_view<const T, typename Network::input> x =
             as_batch<typename Network::input>(images, std::string(Trainer::name) + ": images");
-        return trainer().accumulate_gradient(parameters, x,
-                                             as_labels(labels, x.batch(), std::string(Trainer::name) + ": labels"),
-                                             gradient);
+        return trainer().accumulate_gradient(
+            parameters, x, as_labels(labels, x.batch(), std::string(Trainer::name) + ": labels"), gradient);
     }
 
     // images: batch * Network::input::size values (NCHW); labels: batch

@@ -68,9 +68,9 @@
 namespace petra {
 
 struct training_loop_options {
-    std::string checkpoint_path = {};     // empty: no checkpoints (and no resume)
-    std::size_t checkpoint_every = 0;     // micro-batches; 0: not on a count
-    double checkpoint_every_seconds = 0;  // 0: not on the clock
+    std::string checkpoint_path = {};             // empty: no checkpoints (and no resume)
+    std::size_t checkpoint_every = 0;             // micro-batches; 0: not on a count
+    double checkpoint_every_seconds = 0;          // 0: not on the clock
     const std::atomic<bool>* stop_flag = nullptr; // set by the caller: stop, with the checkpoint saved
     std::function<bool()> stop_requested = {};    // asked exactly once before each micro-batch
 };
@@ -104,12 +104,14 @@ struct training_callbacks {
 // A method whose checkpoint is one file the loop writes (its
 // transfer_state), or files of its own (save_checkpoint, load_checkpoint).
 template <class M>
-concept one_file_checkpoint = requires(M& method, checkpoint_writer& out, checkpoint_reader& in) {
+concept one_file_checkpoint = requires(M& method, checkpoint_writer& out, checkpoint_reader& in)
+{
     method.transfer_state(out);
     method.transfer_state(in);
 };
 template <class M>
-concept own_checkpoint_files = requires(M& method, const std::string& path) {
+concept own_checkpoint_files = requires(M& method, const std::string& path)
+{
     requires std::same_as<decltype(method.save_checkpoint(path, [](auto&) {})), std::uint64_t>;
     method.load_checkpoint(path, [](auto&) {});
 };
@@ -125,8 +127,8 @@ public:
     // epoch differ from the plan's.
     training_loop(Method& method, Source& source, const training_plan& plan, training_loop_options options = {},
                   training_callbacks callbacks = {})
-        : method_(method), source_(source), plan_(plan), options_(std::move(options)),
-          callbacks_(std::move(callbacks)), images_(source.batch_size()), labels_(source.batch_size())
+        : method_(method), source_(source), plan_(plan), options_(std::move(options)), callbacks_(std::move(callbacks)),
+          images_(source.batch_size()), labels_(source.batch_size())
     {
         if (std::size_t(source.batches_per_epoch()) != plan.batches_per_epoch()) {
             raise_error(error_kind::invalid_argument,
@@ -326,12 +328,18 @@ private:
         archive.count(finished, position_.epoch);
         epochs_.resize(finished);
         for (epoch_record& record : epochs_) {
-            std::array<double, 8> fields{double(record.epoch), double(record.steps), record.train_loss,
-                                         record.train_accuracy,  record.test_loss,   record.test_accuracy,
-                                         record.seconds,         record.learning_rate};
+            std::array<double, 8> fields{double(record.epoch),  double(record.steps), record.train_loss,
+                                         record.train_accuracy, record.test_loss,     record.test_accuracy,
+                                         record.seconds,        record.learning_rate};
             archive.values(std::span<double>(fields));
-            record = {std::size_t(fields[0]), std::size_t(fields[1]), fields[2], fields[3],
-                      fields[4],              fields[5],              fields[6], fields[7]};
+            record = {std::size_t(fields[0]),
+                      std::size_t(fields[1]),
+                      fields[2],
+                      fields[3],
+                      fields[4],
+                      fields[5],
+                      fields[6],
+                      fields[7]};
         }
     }
 

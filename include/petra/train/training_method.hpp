@@ -50,14 +50,14 @@ struct training_batch {
 //   load_checkpoint(path, records), records(archive) being the loop's;
 //   train/training_loop.hpp).
 template <class M>
-concept training_method =
-    is_network<typename M::network>::value &&
-    requires(M& method, const training_batch<typename M::network::input>& batch, const training_position& position) {
-        method.train(batch, position);
-        requires std::same_as<decltype(method.reads_data()), bool>;
-        requires std::same_as<decltype(method.progress()), epoch_statistics>;
-        requires std::same_as<decltype(method.end_epoch()), epoch_statistics>;
-        method.pause();
-    };
+concept training_method = is_network<typename M::network>::value &&
+    requires(M& method, const training_batch<typename M::network::input>& batch, const training_position& position)
+{
+    method.train(batch, position);
+    requires std::same_as<decltype(method.reads_data()), bool>;
+    requires std::same_as<decltype(method.progress()), epoch_statistics>;
+    requires std::same_as<decltype(method.end_epoch()), epoch_statistics>;
+    method.pause();
+};
 
 } // namespace petra

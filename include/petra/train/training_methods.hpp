@@ -55,8 +55,7 @@ public:
         : parameters_(parameters), schedule_(schedule), batch_(options.batch), trainer_(options.batch),
           optimizer_(optimizer, Net::template weight_mask<float>()), gradient_(Net::parameter_count, 0.0f),
           accumulation_(options.accumulation)
-    {
-    }
+    {}
 
     bool reads_data() const { return true; }
 
@@ -128,8 +127,7 @@ public:
     pipeline_method(network_parameters<Net, float>& parameters, const sgd_options& optimizer,
                     const learning_rate_schedule& schedule, const pipeline_options& options)
         : parameters_(parameters), pipeline_(parameters, optimizer, schedule, options)
-    {
-    }
+    {}
 
     bool reads_data() const { return true; }
     void train(const training_batch<typename Net::input>& batch, const training_position&)

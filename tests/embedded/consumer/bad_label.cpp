@@ -21,8 +21,8 @@ namespace {
     std::_Exit(3);
 }
 
-using net = network<input<4>, stem<chain<dense<4, 8>, relu>>, additive_coupling<chain<dense<4, 4>, relu>>,
-                    head<dense<8, 10>>>;
+using net =
+    network<input<4>, stem<chain<dense<4, 8>, relu>>, additive_coupling<chain<dense<4, 4>, relu>>, head<dense<8, 10>>>;
 
 } // namespace
 

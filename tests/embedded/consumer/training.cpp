@@ -27,8 +27,8 @@ namespace {
 }
 
 using mixing = chain<dense<16, 64>, relu, dense<64, 16>>;
-using net = network<input<2>, stem<chain<dense<2, 32>, relu>>, repeated<4, additive_coupling<mixing>>,
-                    head<dense<32, 2>>>;
+using net =
+    network<input<2>, stem<chain<dense<2, 32>, relu>>, repeated<4, additive_coupling<mixing>>, head<dense<32, 2>>>;
 constexpr auto cuts = partition<net, 3>();
 
 } // namespace
