@@ -210,27 +210,17 @@ private:
                 inverse_deviation[c] = T(1) / std::sqrt(variance[c] + T(epsilon));
         }
         const affine<T> map(parameters, workspace);
-        if constexpr (WithRelu) {
-            kernels::channel_affine_relu<T>({.batch = batch,
-                                             .channels = Channels,
-                                             .positions = pixels,
-                                             .x = x.data(),
-                                             .scale = map.scale.data(),
-                                             .shift = map.shift.data(),
-                                             .y = y.data(),
-                                             .addend = addend,
-                                             .subtract_from_addend = subtract_from_addend});
-        } else {
-            kernels::channel_affine<T>({.batch = batch,
-                                        .channels = Channels,
-                                        .positions = pixels,
-                                        .x = x.data(),
-                                        .scale = map.scale.data(),
-                                        .shift = map.shift.data(),
-                                        .y = y.data(),
-                                        .addend = addend,
-                                        .subtract_from_addend = subtract_from_addend});
-        }
+        const kernels::channel_affine_arguments<T> arguments{.batch = batch,
+                                                             .channels = Channels,
+                                                             .positions = pixels,
+                                                             .x = x.data(),
+                                                             .scale = map.scale.data(),
+                                                             .shift = map.shift.data(),
+                                                             .y = y.data(),
+                                                             .addend = addend,
+                                                             .subtract_from_addend = subtract_from_addend};
+        if constexpr (WithRelu) kernels::channel_affine_relu<T>(arguments);
+        else kernels::channel_affine<T>(arguments);
     }
 
     // The per-channel map y = scale x + shift of a pass, from gamma, beta and
