@@ -135,21 +135,17 @@ protected:
     void sum_across_replicas(std::size_t stage, std::span<T> values)
     {
         exchange& started = exchanges_[stage];
-        if (started.requests.empty()) {
-            const auto gathered = gather(stage, values);
-            add_in_replica_order(replicas_, gathered, values);
-            return;
-        }
+        const std::size_t unsent = started.requests.empty() ? values.size() : started.first;
         check_mpi(MPI_Waitall(int(started.requests.size()), started.requests.data(), MPI_STATUSES_IGNORE),
                   "mpi pipeline: replicas' gradients");
         started.requests.clear();
-        if (started.first != 0) gather_part(stage, values.size(), 0, values.first(started.first), nullptr);
-        started.first = values.size();
-        T* gathered = gathered_[stage].data();
-        add_in_replica_order(
-            replicas_,
-            [gathered, size = values.size()](std::size_t d) { return std::span<const T>(gathered + d * size, size); },
-            values);
+        if (unsent != 0) gather_part(stage, values.size(), 0, values.first(unsent), nullptr);
+        add_in_replica_order(replicas_, gathered(stage, values.size()), values);
+    }
+    void average_across_replicas(std::size_t stage, std::span<T> values)
+    {
+        gather_part(stage, values.size(), 0, values, nullptr);
+        average_in_replica_order(replicas_, gathered(stage, values.size()), values);
     }
 
     // Starts gathering part of a stage's sum, values [offset, offset +
@@ -173,12 +169,6 @@ protected:
         int done = 0;
         check_mpi(MPI_Testall(int(started.requests.size()), started.requests.data(), &done, MPI_STATUSES_IGNORE),
                   "mpi pipeline: replicas' gradients");
-    }
-
-    void average_across_replicas(std::size_t stage, std::span<T> values)
-    {
-        const auto gathered = gather(stage, values);
-        average_in_replica_order(replicas_, gathered, values);
     }
 
     // Collective over the last stage's ranks: the epoch's statistics of
@@ -205,16 +195,12 @@ private:
         return std::size_t(job.rank()) / (ranks / replicas);
     }
 
-    // The D copies of `values` gathered on stage `stage`'s communicator, as
-    // a function of the replica.
-    auto gather(std::size_t stage, std::span<const T> values)
+    // The D copies of a stage's `size` values gathered_ holds, as a function
+    // of the replica.
+    auto gathered(std::size_t stage, std::size_t size) const
     {
-        T* gathered = gathered_[stage].data();
-        check_mpi(MPI_Allgather(values.data(), int(values.size()), mpi_type<T>(), gathered, int(values.size()),
-                                mpi_type<T>(), stages_[stage].get()),
-                  "mpi pipeline: replicas' gradients");
-        const std::size_t size = values.size();
-        return [gathered, size](std::size_t d) { return std::span<const T>(gathered + d * size, size); };
+        const T* values = gathered_[stage].data();
+        return [values, size](std::size_t d) { return std::span<const T>(values + d * size, size); };
     }
 
     // part[i], values [offset, offset + part.size()) of each replica's
