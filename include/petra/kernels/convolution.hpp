@@ -22,6 +22,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstring>
 #include <numeric>
@@ -504,27 +505,54 @@ struct correlation_weights_tag {};
 // The GEMM micro-kernel computes it: the weights packed as Rows-row
 // slivers, the pixels along the vectors (Vectors of them per tile), read
 // unaligned from the source.
-template <class T, std::size_t Rows, std::size_t Vectors, class Store>
-void direct_correlation_tiles(std::size_t images, const T* source, std::size_t image_stride, const std::size_t* offsets,
-                              std::size_t taps, const T* weights, std::size_t channels, std::size_t wide_pixels,
-                              Store&& store, scratch_source& scratch)
+//
+// correlation_tiles computes Count such correlations of one source side by
+// side, each with its own taps, offsets and packed weights: their tiles of
+// the same pixels go to the store together (tiles[k] for correlation k).
+template <class T>
+struct packed_correlation {
+    const std::size_t* offsets;
+    std::size_t taps;
+    const T* packed; // Rows-row slivers of taps values each (pack_slivers)
+};
+
+template <class T, std::size_t Rows, std::size_t Vectors, std::size_t Count, class Store>
+void correlation_tiles(std::size_t images, const T* source, std::size_t image_stride,
+                       const std::array<packed_correlation<T>, Count>& correlations, std::size_t channels,
+                       std::size_t wide_pixels, Store&& store)
 {
     constexpr std::size_t columns_per_tile = Vectors * simd_width<T>;
-    T* packed = scratch.take<correlation_weights_tag, T>((channels + Rows - 1) / Rows * Rows * taps);
-    pack_slivers<Rows>(weights, taps, 1, channels, taps, packed);
-    alignas(buffer_alignment) T tile[Rows * columns_per_tile];
+    alignas(buffer_alignment) T tiles[Count][Rows * columns_per_tile];
     for (std::size_t image = 0; image < images; ++image) {
         const T* image_source = source + image * image_stride;
         for (std::size_t j = 0; j < wide_pixels; j += columns_per_tile) {
             const std::size_t columns = std::min(columns_per_tile, wide_pixels - j);
             for (std::size_t c0 = 0; c0 < channels; c0 += Rows) {
-                micro_kernel_for_columns<T, Rows, Vectors>(columns, taps, packed + c0 * taps,
-                                                           offset_rows<T>{image_source + j, offsets}, tile);
-                store(image, c0, std::min(Rows, channels - c0), j, columns, static_cast<const T*>(tile),
-                      columns_per_tile);
+                for (std::size_t k = 0; k < Count; ++k) {
+                    const packed_correlation<T>& correlation = correlations[k];
+                    micro_kernel_for_columns<T, Rows, Vectors>(
+                        columns, correlation.taps, correlation.packed + c0 * correlation.taps,
+                        offset_rows<T>{image_source + j, correlation.offsets}, tiles[k]);
+                }
+                store(image, c0, std::min(Rows, channels - c0), j, columns, tiles, columns_per_tile);
             }
         }
     }
+}
+
+template <class T, std::size_t Rows, std::size_t Vectors, class Store>
+void direct_correlation_tiles(std::size_t images, const T* source, std::size_t image_stride, const std::size_t* offsets,
+                              std::size_t taps, const T* weights, std::size_t channels, std::size_t wide_pixels,
+                              Store&& store, scratch_source& scratch)
+{
+    T* packed = scratch.take<correlation_weights_tag, T>((channels + Rows - 1) / Rows * Rows * taps);
+    pack_slivers<Rows>(weights, taps, 1, channels, taps, packed);
+    correlation_tiles<T, Rows, Vectors, 1>(
+        images, source, image_stride, std::array{packed_correlation<T>{offsets, taps, packed}}, channels, wide_pixels,
+        [&](std::size_t image, std::size_t c0, std::size_t rows, std::size_t j0, std::size_t columns, const auto& tiles,
+            std::size_t tile_stride) {
+            store(image, c0, rows, j0, columns, static_cast<const T*>(tiles[0]), tile_stride);
+        });
 }
 
 // The tile is the GEMM's (8 rows x 3 vectors on AVX-512), except for the
@@ -809,6 +837,17 @@ struct input_gradient_geometry {
     }
 };
 
+// Whether the input gradient computes the two column phases of a result row
+// together (backward_input_by_phases): a 3x3 kernel with stride 2 and
+// padding 1 on an image of even width, where the phases' columns pair up
+// into whole rows (x = 2 c from phase 1, x = 2 c + 1 from phase 0) that are
+// stored once, in whole vectors, instead of every other value of a row in
+// each of two passes over the batch.
+constexpr bool pairs_phase_columns(const convolution_shape& shape)
+{
+    return shape.kernel == 3 && shape.stride == 2 && shape.padding == 1 && shape.in_width % 2 == 0;
+}
+
 // grad_x = input gradient of the convolution + beta * grad_x, for a
 // validated shape with a non-empty batch (grad_x not read when beta == 0).
 //
@@ -869,33 +908,87 @@ void backward_input_by_phases(const convolution_shape& shape, const T* grad_y, c
         beta = T(1);
     }
     const std::size_t max_taps = geometry.max_taps;
-    T* matrix = scratch.take<phase_weights_tag, T>(in_channels * max_taps);
-    std::size_t* offsets = scratch.take<tap_offsets_tag, std::size_t>(max_taps);
-    for (std::size_t a = 0; a < geometry.phases; ++a) {
-        for (std::size_t b = 0; b < geometry.phases; ++b) {
-            const std::size_t taps_u = geometry.phase_taps(a), taps_v = geometry.phase_taps(b);
-            const std::size_t taps = out_channels * taps_u * taps_v;
-            // Tap (u, v) reads copy row (result row - first_row) + border - u.
-            for (std::size_t co = 0; co < out_channels; ++co) {
-                for (std::size_t u = 0; u < taps_u; ++u) {
-                    for (std::size_t v = 0; v < taps_v; ++v) {
-                        const std::size_t t = (co * taps_u + u) * taps_v + v;
-                        offsets[t] = co * source_plane + (border - u) * source_width + (border - v);
-                        for (std::size_t ci = 0; ci < in_channels; ++ci) {
-                            matrix[ci * taps + t] =
-                                weights[((co * in_channels + ci) * kernel + a + stride * u) * kernel + b + stride * v];
-                        }
+    const std::size_t correlations = pairs_phase_columns(shape) ? 2 : 1;
+    T* matrices = scratch.take<phase_weights_tag, T>(correlations * in_channels * max_taps);
+    std::size_t* all_offsets = scratch.take<tap_offsets_tag, std::size_t>(correlations * max_taps);
+    // Phase (a, b)'s weights as an in_channels x taps matrix, and the copy
+    // offset of each tap, `shift` columns further: returns the taps.
+    const auto phase_matrix = [&](std::size_t a, std::size_t b, std::size_t shift, T* matrix, std::size_t* offsets) {
+        const std::size_t taps_u = geometry.phase_taps(a), taps_v = geometry.phase_taps(b);
+        const std::size_t taps = out_channels * taps_u * taps_v;
+        // Tap (u, v) reads copy row (result row - first_row) + border - u.
+        for (std::size_t co = 0; co < out_channels; ++co) {
+            for (std::size_t u = 0; u < taps_u; ++u) {
+                for (std::size_t v = 0; v < taps_v; ++v) {
+                    const std::size_t t = (co * taps_u + u) * taps_v + v;
+                    offsets[t] = co * source_plane + (border - u) * source_width + (border - v) + shift;
+                    for (std::size_t ci = 0; ci < in_channels; ++ci) {
+                        matrix[ci * taps + t] =
+                            weights[((co * in_channels + ci) * kernel + a + stride * u) * kernel + b + stride * v];
                     }
                 }
             }
-            const std::size_t phase_first_row = first_index(a), phase_end_row = end_index(a, height);
-            if (phase_first_row >= phase_end_row) continue;
+        }
+        return taps;
+    };
+    for (std::size_t a = 0; a < geometry.phases; ++a) {
+        const std::size_t phase_first_row = first_index(a), phase_end_row = end_index(a, height);
+        if (phase_first_row >= phase_end_row) continue;
+        const T* phase_source = source + (phase_first_row - first_row) * source_width;
+        const std::size_t wide_pixels = (phase_end_row - phase_first_row) * source_width;
+        if (correlations == 2) {
+            // Both column phases of result row y at once (see
+            // pairs_phase_columns): phase 1's column c is x = 2 c and phase
+            // 0's column c + 1 is x = 2 c + 1, so phase 0 reads one column
+            // further and the two tiles' columns interleave into the row.
+            const std::size_t taps_even = phase_matrix(a, 1, 0, matrices, all_offsets);
+            const std::size_t taps_odd =
+                phase_matrix(a, 0, 1, matrices + in_channels * max_taps, all_offsets + max_taps);
+            const std::size_t* offsets_odd = all_offsets + max_taps;
+            const std::size_t half_width = width / 2;
+            const auto paired = [&]<std::size_t Rows, std::size_t Vectors>() {
+                const std::size_t sliver_rows = (in_channels + Rows - 1) / Rows * Rows;
+                T* packed = scratch.take<correlation_weights_tag, T>(sliver_rows * (taps_even + taps_odd));
+                pack_slivers<Rows>(matrices, taps_even, 1, in_channels, taps_even, packed);
+                pack_slivers<Rows>(matrices + in_channels * max_taps, taps_odd, 1, in_channels, taps_odd,
+                                   packed + sliver_rows * taps_even);
+                correlation_tiles<T, Rows, Vectors, 2>(
+                    shape.batch, phase_source, out_channels * source_plane,
+                    std::array{packed_correlation<T>{all_offsets, taps_even, packed},
+                               packed_correlation<T>{offsets_odd, taps_odd, packed + sliver_rows * taps_even}},
+                    in_channels, wide_pixels,
+                    [&](std::size_t image, std::size_t c0, std::size_t rows, std::size_t j0, std::size_t columns,
+                        const auto& tiles, std::size_t tile_stride) {
+                        for_each_wide_row(
+                            source_width, j0, columns,
+                            [&](std::size_t row, std::size_t column, std::size_t length, std::size_t offset) {
+                                if (column >= half_width) return;
+                                const std::size_t count = std::min(length, half_width - column);
+                                const std::size_t y = (phase_first_row + row) * 2 + a - 1;
+                                for (std::size_t r = 0; r < rows; ++r) {
+                                    store_row_interleaved(
+                                        count, static_cast<const T*>(tiles[0] + r * tile_stride + offset),
+                                        static_cast<const T*>(tiles[1] + r * tile_stride + offset),
+                                        grad_x + ((image * in_channels + c0 + r) * height + y) * width + 2 * column,
+                                        beta);
+                                }
+                            });
+                    });
+            };
+            if (uses_four_vector_tile<T>(wide_pixels)) {
+                paired.template operator()<6, 4>();
+            } else {
+                paired.template operator()<gemm_blocking<T>::mr, gemm_blocking<T>::vectors_per_row>();
+            }
+            continue;
+        }
+        for (std::size_t b = 0; b < geometry.phases; ++b) {
+            const std::size_t taps = phase_matrix(a, b, 0, matrices, all_offsets);
             // Wide pixel (row, column) of this phase is result row
             // phase_first_row + row, result column first_column + column.
             direct_correlation(
-                shape.batch, static_cast<const T*>(source + (phase_first_row - first_row) * source_width),
-                out_channels * source_plane, offsets, taps, static_cast<const T*>(matrix), in_channels,
-                (phase_end_row - phase_first_row) * source_width,
+                shape.batch, phase_source, out_channels * source_plane, static_cast<const std::size_t*>(all_offsets),
+                taps, static_cast<const T*>(matrices), in_channels, wide_pixels,
                 [&](std::size_t image, std::size_t c0, std::size_t rows, std::size_t j0, std::size_t columns,
                     const T* tile, std::size_t tile_stride) {
                     for_each_wide_row(
@@ -1042,13 +1135,24 @@ constexpr scratch_demand convolution_backward_input_scratch(const convolution_sh
         return demand;
     }
     const detail::input_gradient_geometry geometry(shape);
+    const bool paired = detail::pairs_phase_columns(shape);
+    const std::size_t correlations = paired ? 2 : 1;
     demand.template ask<detail::phase_source_tag, T>(geometry.source_count<T>(shape));
-    demand.template ask<detail::phase_weights_tag, T>(shape.in_channels * geometry.max_taps);
-    demand.template ask<detail::tap_offsets_tag, std::size_t>(geometry.max_taps);
+    demand.template ask<detail::phase_weights_tag, T>(correlations * shape.in_channels * geometry.max_taps);
+    demand.template ask<detail::tap_offsets_tag, std::size_t>(correlations * geometry.max_taps);
     for (std::size_t a = 0; a < geometry.phases; ++a) {
         const std::size_t first = geometry.first_index(a), end = geometry.end_index(a, shape.in_height);
         if (first >= end) continue;
         const std::size_t rows = end - first;
+        if (paired) {
+            // Both column phases' slivers in one buffer (the rows of the tile
+            // direct_correlation would choose).
+            const std::size_t taps =
+                shape.out_channels * geometry.phase_taps(a) * (geometry.phase_taps(0) + geometry.phase_taps(1));
+            demand.template ask<detail::correlation_weights_tag, T>(
+                detail::correlation_weights_count<T>(shape.in_channels, taps, rows * geometry.source_width));
+            continue;
+        }
         for (std::size_t b = 0; b < geometry.phases; ++b) {
             const std::size_t taps = shape.out_channels * geometry.phase_taps(a) * geometry.phase_taps(b);
             demand.template ask<detail::correlation_weights_tag, T>(

@@ -159,6 +159,51 @@ inline void store_row_stride_two(std::size_t count, const T* in, T* out, T beta)
     }
 }
 
+// out[2 t] = even[t] + beta * out[2 t] and out[2 t + 1] = odd[t] + beta *
+// out[2 t + 1] for t < count (out not read when beta == 0): the two phase
+// columns of a stride-2 input gradient's row, stored as one image row in a
+// single pass. On AVX-512, float values go 16 pairs at a time, interleaved
+// by two permutations into two whole vectors (the tail through masks);
+// elsewhere value by value. Each value is rounded as store_row_stride_two
+// rounds it (one fused multiply-add where beta != 0).
+template <class T>
+inline void store_row_interleaved(std::size_t count, const T* even, const T* odd, T* out, T beta)
+{
+    std::size_t t = 0;
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+        // Lane 2k takes even's value k, lane 2k + 1 odd's (index 16 + k).
+        const __m512i low_pairs = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+        const __m512i high_pairs = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+        const __m512 scale = _mm512_set1_ps(beta);
+        const auto first = [](std::size_t values) {
+            return static_cast<__mmask16>(values >= 16 ? 0xFFFFu : (1u << values) - 1u);
+        };
+        for (; t < count; t += 16) {
+            const std::size_t pairs = std::min<std::size_t>(16, count - t);
+            const __mmask16 loaded = first(pairs);
+            const __m512 e = _mm512_maskz_loadu_ps(loaded, even + t);
+            const __m512 o = _mm512_maskz_loadu_ps(loaded, odd + t);
+            const __mmask16 low_mask = first(2 * pairs), high_mask = first(pairs > 8 ? 2 * (pairs - 8) : 0);
+            __m512 low = _mm512_permutex2var_ps(e, low_pairs, o);
+            if (beta != T(0)) low = _mm512_fmadd_ps(scale, _mm512_maskz_loadu_ps(low_mask, out + 2 * t), low);
+            _mm512_mask_storeu_ps(out + 2 * t, low_mask, low);
+            if (high_mask == 0) continue;
+            __m512 high = _mm512_permutex2var_ps(e, high_pairs, o);
+            if (beta != T(0)) high = _mm512_fmadd_ps(scale, _mm512_maskz_loadu_ps(high_mask, out + 2 * t + 16), high);
+            _mm512_mask_storeu_ps(out + 2 * t + 16, high_mask, high);
+        }
+        return;
+    }
+#endif
+    for (; t < count; ++t) {
+        T& even_target = out[2 * t];
+        T& odd_target = out[2 * t + 1];
+        even_target = beta == T(0) ? even[t] : even[t] + beta * even_target;
+        odd_target = beta == T(0) ? odd[t] : odd[t] + beta * odd_target;
+    }
+}
+
 // even[t] = in[2 t] and odd[t] = in[2 t + 1] for the count values of in
 // (even gets (count + 1) / 2 values, odd count / 2); a null target is not
 // written: a row of a stride-2 input split into its two phase columns. On
