@@ -848,6 +848,20 @@ constexpr bool pairs_phase_columns(const convolution_shape& shape)
     return shape.kernel == 3 && shape.stride == 2 && shape.padding == 1 && shape.in_width % 2 == 0;
 }
 
+// Whether a 1x1 stride-2 input gradient stores its even rows whole: padding
+// 0 and an even width, where row 2 r's odd columns, which no tap reaches,
+// are zeros interleaved with its phase's values as the row is stored
+// (store_row_interleaved), instead of zeroing (or scaling) the whole result
+// first and then adding every other value of the even rows onto it.
+constexpr bool interleaves_zero_columns(const convolution_shape& shape)
+{
+    return shape.kernel == 1 && shape.stride == 2 && shape.padding == 0 && shape.in_width % 2 == 0;
+}
+
+// The zeros those stores read: twice the longest row piece of a tile.
+template <class T>
+inline constexpr std::size_t zero_columns_capacity = 4 * simd_width<T> * 2;
+
 // grad_x = input gradient of the convolution + beta * grad_x, for a
 // validated shape with a non-empty batch (grad_x not read when beta == 0).
 //
@@ -901,9 +915,18 @@ void backward_input_by_phases(const convolution_shape& shape, const T* grad_y, c
     std::fill(source + shape.batch * out_channels * source_plane,
               source + shape.batch * out_channels * source_plane + 2 * simd_width<T>, T(0));
     // A kernel smaller than the stride (1x1, stride 2) leaves phases that no
-    // tap reaches: their gradient is zero, so scale everything first and
-    // accumulate the phases that have taps.
-    if (kernel < stride) {
+    // tap reaches: their gradient is zero. With an even width the odd
+    // columns' zeros go into each even row as it is stored (see
+    // interleaves_zero_columns) and the odd rows are only scaled; otherwise
+    // everything is scaled first and the phases that have taps accumulate.
+    const bool zero_columns = interleaves_zero_columns(shape);
+    alignas(buffer_alignment) static constexpr T zeros[zero_columns_capacity<T>] = {};
+    if (zero_columns) {
+        for (std::size_t plane = 0; plane < shape.batch * in_channels; ++plane) {
+            for (std::size_t y = 1; y < height; y += 2)
+                scale_in_place(grad_x + (plane * height + y) * width, width, beta);
+        }
+    } else if (kernel < stride) {
         scale_in_place(grad_x, shape.input_count(), beta);
         beta = T(1);
     }
@@ -1008,6 +1031,8 @@ void backward_input_by_phases(const convolution_shape& shape, const T* grad_y, c
                                 const T* in = tile + r * tile_stride + offset + valid.begin;
                                 if (stride == 1) {
                                     store_row(count, in, out, beta);
+                                } else if (zero_columns) {
+                                    store_row_interleaved(count, in, zeros, out, beta);
                                 } else {
                                     store_row_stride_two(count, in, out, beta);
                                 }
