@@ -599,10 +599,10 @@ void direct_correlation(std::size_t images, const T* source, std::size_t image_s
         images, source, image_stride, offsets, taps, weights, channels, wide_pixels, store, scratch);
 }
 
-// Correlations of few taps whose output rows are close to whole vectors (the
-// stem's 9 taps, a 1x1 stride-2 downsampling's 16 or 32) spend more time
-// moving the tiles of direct_correlation than multiplying: the tile goes to a
-// buffer and from there, row piece by row piece, to the output. Here a block
+// Correlations whose output rows are close to whole vectors (the stem's, a
+// 1x1 or 3x3 stride-2 downsampling's at 28x28) need not move the tiles of
+// direct_correlation, which go to a buffer and from there, row piece by row
+// piece, to the output (for few taps that costs more than multiplying). Here a block
 // of Rows result channels times OutRows output rows of Vectors vectors each
 // stays in registers and is stored straight to the output, the last vector of
 // a row through a mask. Output row r of an image reads tap t's values at
@@ -619,16 +619,21 @@ struct row_blocking {
     }
 };
 
-// Whether forward_accumulate takes the row blocks: few taps (the tiles'
-// traffic weighs against them) and rows whose vectors are at least three
-// quarters used.
+// Whether forward_accumulate takes the row blocks: rows of at most four
+// vectors, at least three quarters used. There the blocks use the lanes as
+// well as the tiles do (a tile's wide rows are a phase plane's, a pixel or
+// two longer than an output row) and skip the tiles' trip through a buffer.
+// First taken for few taps only (the stem, 1x1 kernels); on a Zen 5 core the
+// 3x3 stride-2 forward at 28x28 (144 taps) then ran 1.07 to 1.11 times
+// faster in this form, and 3x3 stride-1 shapes too narrow for Winograd's
+// form (3 to 5 channels) as fast or faster (kernels alone, batch 64).
 template <class T>
 constexpr bool uses_row_blocks(const convolution_shape& shape)
 {
     constexpr std::size_t width = simd_width<T>;
     const std::size_t out_width = shape.out_width();
     const std::size_t vectors = (out_width + width - 1) / width;
-    return shape.patch_size() <= 64 && vectors <= 4 && 4 * out_width >= 3 * vectors * width;
+    return vectors <= 4 && 4 * out_width >= 3 * vectors * width;
 }
 
 // One vector of results, count <= simd_width of them, stored at out with
@@ -703,9 +708,13 @@ void correlation_row_block(std::size_t taps, const T* __restrict sliver, const T
 }
 
 // forward_accumulate's row blocks over every image, Vectors vectors per row.
+// Kept out of forward_accumulate: inlined there, g++ 12 spilled the block's
+// loaded values to the stack inside its loop over taps, and the stem's
+// forward (one channel, 9 taps) ran 1.3 to 1.5 times slower (Zen 5, kernel
+// alone, batch 64).
 template <class T, std::size_t Vectors>
-void correlation_by_row_blocks(const convolution_shape& shape, const phased_input<T>& phased,
-                               const std::size_t* offsets, const T* packed, T* output, T beta)
+[[gnu::noinline]] void correlation_by_row_blocks(const convolution_shape& shape, const phased_input<T>& phased,
+                                                 const std::size_t* offsets, const T* packed, T* output, T beta)
 {
     constexpr std::size_t rows = row_blocking<T>::rows;
     constexpr std::size_t out_rows = row_blocking<T>::out_rows_for(Vectors);
@@ -726,7 +735,8 @@ void correlation_by_row_blocks(const convolution_shape& shape, const phased_inpu
             }
             // The last rows one at a time: a block reads whole blocks of
             // rows, and past the image's last row lies the next plane or the
-            // end of the buffer.
+            // end of the buffer. (Their own block of two or more rows
+            // measured slower: the 3x3 stride-2 forward at 28x28 1.5 times.)
             for (; r < out_height; ++r) {
                 correlation_row_block<T, rows, 1, Vectors>(taps, sliver, image_source + r * phased.width, offsets,
                                                            phased.width, out + r * out_width, pixels, out_width, count,
