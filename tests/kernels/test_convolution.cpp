@@ -31,10 +31,13 @@ struct image_size {
 // stride 1, padding 1 (kernels/winograd.hpp): odd and even image sides, and
 // channel counts that are not whole vectors; {9, 8, 7, 9, 12} has more
 // images than one group of the form holds, the last group partial.
+// {12, 1, 28, 28, 30} is a stem's: its 3x3 weight gradient takes the dot
+// products along the pixels, in several groups of images (a group holds
+// half of L2: 5 such images with 1 MiB of L2, 10 with 2 MiB).
 constexpr image_size sizes[] = {
     {1, 1, 1, 1, 1},  {1, 1, 5, 5, 1},     {2, 3, 7, 9, 5},    {3, 4, 8, 8, 8},   {1, 5, 13, 6, 17},
     {2, 7, 9, 33, 9}, {2, 16, 14, 14, 16}, {1, 3, 28, 28, 33}, {3, 2, 28, 28, 3}, {7, 2, 14, 14, 5},
-    {2, 9, 7, 5, 12}, {9, 8, 7, 9, 12},    {1, 20, 1, 2, 8},   {3, 33, 6, 6, 17},
+    {2, 9, 7, 5, 12}, {9, 8, 7, 9, 12},    {1, 20, 1, 2, 8},   {3, 33, 6, 6, 17}, {12, 1, 28, 28, 30},
 };
 
 // Every supported kernel/stride/padding combination applied to every size

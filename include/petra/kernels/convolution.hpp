@@ -467,6 +467,170 @@ void weight_gradient(const convolution_shape& shape, const phased_input<T>& inpu
     }
 }
 
+struct dot_product_sums_tag {};
+struct tap_offsets_tag {};
+
+// The weight gradient as dot products along the pixels, for 3x3 kernels
+// over one to three input channels (a stem's: 9 to 27 taps) whose output
+// rows fill their vectors: there weight_gradient's transposition of the
+// output gradient to pixel-major order moves more memory than the products
+// take time (two thirds of a stem's weight gradient on a Zen 5 core), where
+// here both operands are read in place. A block of Channels output channels
+// times Taps taps keeps a vector accumulator per pair; each step loads Taps
+// vectors of tap values (from the phased input) and Channels vectors of
+// output gradient (NCHW) for the same simd_width pixels of an output row, the
+// row's last vector through a mask, so that no lane past a row is read.
+// Measured against weight_gradient (Zen 5, batch 64, 300 calls, medians of
+// 7 alternated runs): the stem 1 -> 32 at 28x28 1.7 times faster, 3 -> 33
+// 1.15 to 1.26 times; 1x1 kernels of 16 and 32 taps (with 4 x 6 blocks) 1.2
+// to 1.3 times slower, so they keep weight_gradient.
+// Needs masked loads (AVX-512); elsewhere weight_gradient serves.
+template <class T>
+struct dot_product_blocking {
+    static constexpr std::size_t channels = 8;
+    static constexpr std::size_t taps = 3; // a divisor of a 3x3 kernel's taps
+};
+
+template <class T>
+constexpr bool uses_dot_product_gradient(const convolution_shape& shape)
+{
+#if defined(__AVX512F__)
+    constexpr std::size_t width = simd_width<T>;
+    const std::size_t vectors = (shape.out_width() + width - 1) / width;
+    return shape.kernel == 3 && shape.in_channels <= 3 && 4 * shape.out_width() >= 3 * vectors * width;
+#else
+    (void)shape;
+    return false;
+#endif
+}
+
+#if defined(__AVX512F__)
+// The first count <= simd_width values at p, the other lanes zero; nothing
+// past them is read.
+template <class T>
+inline simd<T> load_first(const T* p, std::size_t count)
+{
+    if constexpr (std::is_same_v<T, float>) {
+        return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << count) - 1u), p);
+    } else {
+        return _mm512_maskz_loadu_pd(static_cast<__mmask8>((1u << count) - 1u), p);
+    }
+}
+
+// sums[c][t] += the lanes of the sum over images n < images, runs (output
+// rows) r < runs and pixels p < length of gradient[c][n * gradient_image + r *
+// gradient_step + p] * tap[t][n * tap_image + r * tap_step + p].
+struct dot_product_walk {
+    std::size_t images, gradient_image, tap_image;
+    std::size_t runs, length, gradient_step, tap_step;
+};
+
+template <class T, std::size_t Channels, std::size_t Taps>
+void dot_product_block(const dot_product_walk& walk, const T* const (&gradient)[Channels], const T* const (&tap)[Taps],
+                       simd<T>* sums)
+{
+    using vector = simd<T>;
+    constexpr std::size_t width = vector::size;
+    const std::size_t tail = walk.length % width;
+    vector accumulator[Channels][Taps];
+#pragma GCC unroll 8
+    for (std::size_t c = 0; c < Channels; ++c) {
+#pragma GCC unroll 8
+        for (std::size_t t = 0; t < Taps; ++t) accumulator[c][t] = vector(T(0));
+    }
+    // Every vector through a mask (all lanes but in a run's last): written
+    // with a load lambda per kind of vector instead, g++ 12 folded the
+    // gradient's loads into each multiply-add, three loads where one would
+    // do, and ran at a third of the speed.
+    for (std::size_t n = 0; n < walk.images; ++n) {
+        for (std::size_t r = 0; r < walk.runs; ++r) {
+            const std::size_t g0 = n * walk.gradient_image + r * walk.gradient_step;
+            const std::size_t t0 = n * walk.tap_image + r * walk.tap_step;
+            for (std::size_t p = 0; p < walk.length; p += width) {
+                const std::size_t count = walk.length - p < width ? tail : width;
+                vector values[Taps];
+#pragma GCC unroll 8
+                for (std::size_t t = 0; t < Taps; ++t) values[t] = load_first(tap[t] + t0 + p, count);
+#pragma GCC unroll 8
+                for (std::size_t c = 0; c < Channels; ++c) {
+                    const vector g = load_first(gradient[c] + g0 + p, count);
+#pragma GCC unroll 8
+                    for (std::size_t t = 0; t < Taps; ++t)
+                        accumulator[c][t] = xsimd::fma(g, values[t], accumulator[c][t]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (std::size_t c = 0; c < Channels; ++c) {
+#pragma GCC unroll 8
+        for (std::size_t t = 0; t < Taps; ++t) sums[c * Taps + t] += accumulator[c][t];
+    }
+}
+#endif
+
+// grad_weights[co][q] += the weight gradient, as dot products along the
+// pixels (see uses_dot_product_gradient), a group of images at a time: as
+// many as keep their output gradient and phased input within half of the
+// core's L2 cache, while every block of channels and taps passes over them.
+// Channels and taps past the last are stood in for by the last (their sums
+// are never read).
+template <class T>
+void dot_product_gradient(const convolution_shape& shape, const phased_input<T>& input, const T* grad_y,
+                          T* grad_weights, scratch_source& scratch)
+{
+#if defined(__AVX512F__)
+    using blocking = dot_product_blocking<T>;
+    constexpr std::size_t block_channels = blocking::channels, block_taps = blocking::taps;
+    const std::size_t channels = shape.out_channels, taps = shape.patch_size(), pixels = shape.output_pixels();
+    const std::size_t channel_blocks = (channels + block_channels - 1) / block_channels;
+    const std::size_t tap_blocks = (taps + block_taps - 1) / block_taps;
+    const std::size_t block_sums = block_channels * block_taps;
+    simd<T>* sums = scratch.take<dot_product_sums_tag, simd<T>>(channel_blocks * tap_blocks * block_sums);
+    std::fill(sums, sums + channel_blocks * tap_blocks * block_sums, simd<T>(T(0)));
+    std::size_t* offsets = scratch.take<tap_offsets_tag, std::size_t>(taps);
+    for (std::size_t q = 0; q < taps; ++q) {
+        offsets[q] = static_cast<std::size_t>(input.tap_origin(tap_of(shape, q)) - input.data);
+    }
+    const std::size_t image_bytes = (channels * pixels + input.image_stride()) * sizeof(T);
+    const std::size_t group = std::max<std::size_t>(1, this_core_caches().l2 / 2 / image_bytes);
+    for (std::size_t first = 0; first < shape.batch; first += group) {
+        const dot_product_walk walk{.images = std::min(group, shape.batch - first),
+                                    .gradient_image = channels * pixels,
+                                    .tap_image = input.image_stride(),
+                                    .runs = shape.out_height(),
+                                    .length = shape.out_width(),
+                                    .gradient_step = shape.out_width(),
+                                    .tap_step = input.width};
+        const T* group_input = input.data + first * input.image_stride();
+        for (std::size_t cb = 0; cb < channel_blocks; ++cb) {
+            const T* gradient[block_channels];
+            for (std::size_t c = 0; c < block_channels; ++c) {
+                const std::size_t co = std::min(cb * block_channels + c, channels - 1);
+                gradient[c] = grad_y + (first * channels + co) * pixels;
+            }
+            for (std::size_t tb = 0; tb < tap_blocks; ++tb) {
+                const T* tap[block_taps];
+                for (std::size_t t = 0; t < block_taps; ++t) {
+                    tap[t] = group_input + offsets[std::min(tb * block_taps + t, taps - 1)];
+                }
+                dot_product_block<T, block_channels, block_taps>(walk, gradient, tap,
+                                                                 sums + (cb * tap_blocks + tb) * block_sums);
+            }
+        }
+    }
+    for (std::size_t co = 0; co < channels; ++co) {
+        for (std::size_t q = 0; q < taps; ++q) {
+            const simd<T>& sum = sums[((co / block_channels) * tap_blocks + q / block_taps) * block_sums +
+                                      (co % block_channels) * block_taps + q % block_taps];
+            grad_weights[co * taps + q] += lane_sum(sum);
+        }
+    }
+#else
+    (void)shape, (void)input, (void)grad_y, (void)grad_weights, (void)scratch;
+#endif
+}
+
 template <class T>
 void scale_in_place(T* values, std::size_t count, T beta)
 {
@@ -745,8 +909,6 @@ template <class T, std::size_t Vectors>
         }
     }
 }
-
-struct tap_offsets_tag {};
 
 // output = convolution(input, weights) + beta * output, for a validated shape
 // with a non-empty batch (output not read when beta == 0).
@@ -1206,9 +1368,17 @@ constexpr scratch_demand convolution_backward_weights_scratch(const convolution_
         detail::ask_winograd_gradient_scratch(demand, detail::forward_winograd_geometry<T>(shape));
         return demand;
     }
-    const detail::weight_gradient_layout<T> layout(shape);
     const std::size_t taps = shape.patch_size();
     demand.template ask<detail::phased_input_tag, T>(detail::phased_input_count<T>(shape));
+    if (detail::uses_dot_product_gradient<T>(shape)) {
+        using blocking = detail::dot_product_blocking<T>;
+        demand.template ask<detail::dot_product_sums_tag, simd<T>>(
+            (shape.out_channels + blocking::channels - 1) / blocking::channels *
+            ((taps + blocking::taps - 1) / blocking::taps) * blocking::channels * blocking::taps);
+        demand.template ask<detail::tap_offsets_tag, std::size_t>(taps);
+        return demand;
+    }
+    const detail::weight_gradient_layout<T> layout(shape);
     demand.template ask<detail::weight_gradient_outputs_tag, T>(shape.batch * layout.image_values);
     demand.template ask<detail::weight_gradient_taps_tag, const T*>(taps);
     demand.template ask<detail::weight_gradient_sums_tag, T>(taps * layout.channel_stride);
@@ -1288,6 +1458,10 @@ void convolution_backward_weights(const convolution_shape& shape, const T* x, co
         return;
     }
     const detail::phased_input<T> phased = detail::prepare_input(shape, x, source);
+    if (detail::uses_dot_product_gradient<T>(shape)) {
+        detail::dot_product_gradient(shape, phased, grad_y, grad_weights, source);
+        return;
+    }
     detail::weight_gradient(shape, phased, grad_y, grad_weights, source);
 }
 
