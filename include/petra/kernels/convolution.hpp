@@ -481,9 +481,10 @@ struct tap_offsets_tag {};
 // output gradient (NCHW) for the same simd_width pixels of an output row, the
 // row's last vector through a mask, so that no lane past a row is read.
 // Measured against weight_gradient (Zen 5, batch 64, 300 calls, medians of
-// 7 alternated runs): the stem 1 -> 32 at 28x28 1.7 times faster, 3 -> 33
-// 1.15 to 1.26 times; 1x1 kernels of 16 and 32 taps (with 4 x 6 blocks) 1.2
-// to 1.3 times slower, so they keep weight_gradient.
+// 7 alternated runs): with -O3 the stem 1 -> 32 at 28x28 1.16 times faster,
+// 3 -> 33 1.38 times; with -O2 1.7 and 1.15 to 1.26 times. 1x1 kernels of
+// 16 and 32 taps (with 4 x 6 blocks, -O2) ran 1.2 to 1.3 times slower, so
+// they keep weight_gradient.
 // Needs masked loads (AVX-512); elsewhere weight_gradient serves.
 template <class T>
 struct dot_product_blocking {
@@ -872,10 +873,11 @@ void correlation_row_block(std::size_t taps, const T* __restrict sliver, const T
 }
 
 // forward_accumulate's row blocks over every image, Vectors vectors per row.
-// Kept out of forward_accumulate: inlined there, g++ 12 spilled the block's
-// loaded values to the stack inside its loop over taps, and the stem's
-// forward (one channel, 9 taps) ran 1.3 to 1.5 times slower (Zen 5, kernel
-// alone, batch 64).
+// Kept out of forward_accumulate: inlined there, g++ 12 -O2 spilled the
+// block's loaded values to the stack inside its loop over taps, and the
+// stem's forward (one channel, 9 taps) ran 1.3 to 1.5 times slower (Zen 5,
+// kernel alone, batch 64); at -O3 (the project's Release builds) out of line
+// measured 1.15 times faster in bench_kernels, within a noisy host's spread.
 template <class T, std::size_t Vectors>
 [[gnu::noinline]] void correlation_by_row_blocks(const convolution_shape& shape, const phased_input<T>& phased,
                                                  const std::size_t* offsets, const T* packed, T* output, T beta)
