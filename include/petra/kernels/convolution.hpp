@@ -512,7 +512,7 @@ template <class T>
 inline simd<T> load_first(const T* p, std::size_t count)
 {
     if constexpr (std::is_same_v<T, float>) {
-        return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << count) - 1u), p);
+        return _mm512_maskz_loadu_ps(first_lanes(count), p);
     } else {
         return _mm512_maskz_loadu_pd(static_cast<__mmask8>((1u << count) - 1u), p);
     }
@@ -816,10 +816,7 @@ inline void store_vector(const simd<T>& values, std::size_t count, T* out, T bet
     }
 #if defined(__AVX512F__)
     if constexpr (std::is_same_v<T, float>) {
-        const __mmask16 part = static_cast<__mmask16>((1u << count) - 1u);
-        __m512 result = values;
-        if (beta != T(0)) result = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(part, out), result);
-        _mm512_mask_storeu_ps(out, part, result);
+        store_lanes(out, first_lanes(count), values, beta);
         return;
     }
 #endif

@@ -49,6 +49,22 @@ inline void transpose_16x16(__m512 (&r)[16])
 }
 #endif
 
+#if defined(__AVX512F__)
+// The mask of the first `count` lanes (all 16 from 16 on).
+inline __mmask16 first_lanes(std::size_t count)
+{
+    return static_cast<__mmask16>(count >= 16 ? 0xFFFFu : (1u << count) - 1u);
+}
+
+// The lanes of mask at out = values + beta * out (out not read when beta ==
+// 0), one fused multiply-add each: every masked store of the row stores below.
+inline void store_lanes(float* out, __mmask16 mask, __m512 values, float beta)
+{
+    if (beta != 0.0f) values = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(mask, out), values);
+    _mm512_mask_storeu_ps(out, mask, values);
+}
+#endif
+
 // to[p * to_stride + c] = from[c * from_stride + p] for c < channels and
 // p < pixels: a block of channel rows turned into pixel rows. On AVX-512,
 // float blocks of 16 x 16 go through registers (about 0.4 instructions per
@@ -99,10 +115,8 @@ inline void store_row(std::size_t count, const T* in, T* out, T beta)
     if (t == count) return;
 #if defined(__AVX512F__)
     if constexpr (std::is_same_v<T, float>) {
-        const __mmask16 tail = static_cast<__mmask16>((1u << (count - t)) - 1);
-        __m512 values = _mm512_maskz_loadu_ps(tail, in + t);
-        if (beta != T(0)) values = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(tail, out + t), values);
-        _mm512_mask_storeu_ps(out + t, tail, values);
+        const __mmask16 tail = first_lanes(count - t);
+        store_lanes(out + t, tail, _mm512_maskz_loadu_ps(tail, in + t), beta);
         return;
     }
 #endif
@@ -129,26 +143,21 @@ inline void store_row_stride_two(std::size_t count, const T* in, T* out, T beta)
         // even lanes are stored.
         const __m512i first_half = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
         const __m512i second_half = _mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
-        const __m512 scale = _mm512_set1_ps(beta);
         const auto even_lanes = [](std::size_t values) {
             return static_cast<__mmask16>(0x5555u & ((1u << (2 * values)) - 1u));
         };
         for (; t < count; t += 16) {
             const std::size_t values = std::min<std::size_t>(16, count - t);
-            const __m512 v = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << values) - 1u), in + t);
+            const __m512 v = _mm512_maskz_loadu_ps(first_lanes(values), in + t);
             const std::size_t first = std::min<std::size_t>(values, 8), second = values - first;
-            const __mmask16 first_mask = even_lanes(first);
             // (The masked form with every lane selected: the unmasked
             // intrinsic passes an undefined vector that g++ 12 reports as
             // maybe uninitialised, as in transpose_16x16.)
-            __m512 low = _mm512_mask_permutexvar_ps(v, 0xFFFF, first_half, v);
-            if (beta != T(0)) low = _mm512_fmadd_ps(scale, _mm512_maskz_loadu_ps(first_mask, out + 2 * t), low);
-            _mm512_mask_storeu_ps(out + 2 * t, first_mask, low);
-            if (second == 0) continue;
-            const __mmask16 second_mask = even_lanes(second);
-            __m512 high = _mm512_mask_permutexvar_ps(v, 0xFFFF, second_half, v);
-            if (beta != T(0)) high = _mm512_fmadd_ps(scale, _mm512_maskz_loadu_ps(second_mask, out + 2 * t + 16), high);
-            _mm512_mask_storeu_ps(out + 2 * t + 16, second_mask, high);
+            store_lanes(out + 2 * t, even_lanes(first), _mm512_mask_permutexvar_ps(v, 0xFFFF, first_half, v), beta);
+            if (second != 0) {
+                store_lanes(out + 2 * t + 16, even_lanes(second), _mm512_mask_permutexvar_ps(v, 0xFFFF, second_half, v),
+                            beta);
+            }
         }
         return;
     }
@@ -175,23 +184,15 @@ inline void store_row_interleaved(std::size_t count, const T* even, const T* odd
         // Lane 2k takes even's value k, lane 2k + 1 odd's (index 16 + k).
         const __m512i low_pairs = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
         const __m512i high_pairs = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
-        const __m512 scale = _mm512_set1_ps(beta);
-        const auto first = [](std::size_t values) {
-            return static_cast<__mmask16>(values >= 16 ? 0xFFFFu : (1u << values) - 1u);
-        };
         for (; t < count; t += 16) {
             const std::size_t pairs = std::min<std::size_t>(16, count - t);
-            const __mmask16 loaded = first(pairs);
-            const __m512 e = _mm512_maskz_loadu_ps(loaded, even + t);
-            const __m512 o = _mm512_maskz_loadu_ps(loaded, odd + t);
-            const __mmask16 low_mask = first(2 * pairs), high_mask = first(pairs > 8 ? 2 * (pairs - 8) : 0);
-            __m512 low = _mm512_permutex2var_ps(e, low_pairs, o);
-            if (beta != T(0)) low = _mm512_fmadd_ps(scale, _mm512_maskz_loadu_ps(low_mask, out + 2 * t), low);
-            _mm512_mask_storeu_ps(out + 2 * t, low_mask, low);
-            if (high_mask == 0) continue;
-            __m512 high = _mm512_permutex2var_ps(e, high_pairs, o);
-            if (beta != T(0)) high = _mm512_fmadd_ps(scale, _mm512_maskz_loadu_ps(high_mask, out + 2 * t + 16), high);
-            _mm512_mask_storeu_ps(out + 2 * t + 16, high_mask, high);
+            const __m512 e = _mm512_maskz_loadu_ps(first_lanes(pairs), even + t);
+            const __m512 o = _mm512_maskz_loadu_ps(first_lanes(pairs), odd + t);
+            store_lanes(out + 2 * t, first_lanes(2 * pairs), _mm512_permutex2var_ps(e, low_pairs, o), beta);
+            if (pairs > 8) {
+                store_lanes(out + 2 * t + 16, first_lanes(2 * (pairs - 8)), _mm512_permutex2var_ps(e, high_pairs, o),
+                            beta);
+            }
         }
         return;
     }
@@ -219,19 +220,17 @@ inline void split_row_stride_two(std::size_t count, const T* in, T* even, T* odd
     if constexpr (std::is_same_v<T, float>) {
         const __m512i even_lanes = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
         const __m512i odd_lanes = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-        const auto first = [](std::size_t values) {
-            return static_cast<__mmask16>(values >= 16 ? 0xFFFFu : (1u << values) - 1u);
-        };
         for (; t < count; t += 32) {
             const std::size_t values = std::min<std::size_t>(32, count - t);
-            const __m512 low = _mm512_maskz_loadu_ps(first(values), in + t);
-            const __m512 high = _mm512_maskz_loadu_ps(first(values > 16 ? values - 16 : 0), in + t + 16);
+            const __m512 low = _mm512_maskz_loadu_ps(first_lanes(values), in + t);
+            const __m512 high = _mm512_maskz_loadu_ps(first_lanes(values > 16 ? values - 16 : 0), in + t + 16);
             if (even != nullptr) {
-                _mm512_mask_storeu_ps(even + t / 2, first((values + 1) / 2),
+                _mm512_mask_storeu_ps(even + t / 2, first_lanes((values + 1) / 2),
                                       _mm512_permutex2var_ps(low, even_lanes, high));
             }
             if (odd != nullptr) {
-                _mm512_mask_storeu_ps(odd + t / 2, first(values / 2), _mm512_permutex2var_ps(low, odd_lanes, high));
+                _mm512_mask_storeu_ps(odd + t / 2, first_lanes(values / 2),
+                                      _mm512_permutex2var_ps(low, odd_lanes, high));
             }
         }
         return;
