@@ -518,14 +518,16 @@ inline simd<T> load_first(const T* p, std::size_t count)
     }
 }
 
-// sums[c][t] += the lanes of the sum over images n < images, runs (output
-// rows) r < runs and pixels p < length of gradient[c][n * gradient_image + r *
-// gradient_step + p] * tap[t][n * tap_image + r * tap_step + p].
+// The pixels dot_product_block walks: `images` images, `runs` runs (output
+// rows) of `length` pixels in each; an operand's values for image n, run r
+// and pixel p at n * its image stride + r * its step + p.
 struct dot_product_walk {
     std::size_t images, gradient_image, tap_image;
     std::size_t runs, length, gradient_step, tap_step;
 };
 
+// sums[c * Taps + t] += the lanes of the sum over the walk's pixels of
+// gradient[c]'s value times tap[t]'s.
 template <class T, std::size_t Channels, std::size_t Taps>
 void dot_product_block(const dot_product_walk& walk, const T* const (&gradient)[Channels], const T* const (&tap)[Taps],
                        simd<T>* sums)
@@ -541,8 +543,8 @@ void dot_product_block(const dot_product_walk& walk, const T* const (&gradient)[
     }
     // Every vector through a mask (all lanes but in a run's last): written
     // with a load lambda per kind of vector instead, g++ 12 folded the
-    // gradient's loads into each multiply-add, three loads where one would
-    // do, and ran at a third of the speed.
+    // gradient's loads into each multiply-add, Taps loads where one would
+    // do, and ran up to three times slower.
     for (std::size_t n = 0; n < walk.images; ++n) {
         for (std::size_t r = 0; r < walk.runs; ++r) {
             const std::size_t g0 = n * walk.gradient_image + r * walk.gradient_step;
