@@ -31,13 +31,10 @@ struct image_size {
 // stride 1, padding 1 (kernels/winograd.hpp): odd and even image sides, and
 // channel counts that are not whole vectors; {9, 8, 7, 9, 12} has more
 // images than one group of the form holds, the last group partial.
-// {12, 1, 28, 28, 30} is a stem's: its 3x3 weight gradient takes the dot
-// products along the pixels, in several groups of images (a group holds
-// half of L2: 5 such images with 1 MiB of L2, 10 with 2 MiB).
 constexpr image_size sizes[] = {
     {1, 1, 1, 1, 1},  {1, 1, 5, 5, 1},     {2, 3, 7, 9, 5},    {3, 4, 8, 8, 8},   {1, 5, 13, 6, 17},
     {2, 7, 9, 33, 9}, {2, 16, 14, 14, 16}, {1, 3, 28, 28, 33}, {3, 2, 28, 28, 3}, {7, 2, 14, 14, 5},
-    {2, 9, 7, 5, 12}, {9, 8, 7, 9, 12},    {1, 20, 1, 2, 8},   {3, 33, 6, 6, 17}, {12, 1, 28, 28, 30},
+    {2, 9, 7, 5, 12}, {9, 8, 7, 9, 12},    {1, 20, 1, 2, 8},   {3, 33, 6, 6, 17},
 };
 
 // Every supported kernel/stride/padding combination applied to every size
@@ -217,6 +214,29 @@ TEST_CASE_TEMPLATE("convolution weight gradient matches the reference", T, float
             petra::test::check_close(actual, expected, petra::test::accumulation_tolerance<T>(terms + 1));
         }
     });
+}
+
+// A stem's weight gradient (3x3 over one channel) takes the dot products
+// along the pixels on AVX-512, images in groups of half of L2: 12 images of
+// 30 channels make 5 per group with 1 MiB of L2 and 10 with 2 MiB, so the
+// groups, the last one partial, and a partial block of channels are crossed.
+// (One shape, not every stride and padding: the general sizes above cover
+// those, and among them this size doubled the test's time.)
+TEST_CASE_TEMPLATE("a stem's weight gradient matches the reference across groups of images", T, float, double)
+{
+    std::mt19937_64 generator(4);
+    const convolution_shape shape{12, 1, 28, 28, 30, 3, 1, 1};
+    const auto input = petra::test::random_vector<T>(shape.input_count(), generator);
+    const auto grad_y = petra::test::random_vector<T>(shape.output_count(), generator);
+    for (T beta : {T(0), T(1)}) {
+        auto expected = beta == T(0) ? petra::test::nan_vector<T>(shape.weight_count())
+                                     : petra::test::random_vector<T>(shape.weight_count(), generator);
+        auto actual = expected;
+        petra::reference::convolution_backward_weights(shape, input.data(), grad_y.data(), expected.data(), beta);
+        petra::kernels::convolution_backward_weights(shape, input.data(), grad_y.data(), actual.data(), beta);
+        petra::test::check_close(actual, expected,
+                                 petra::test::accumulation_tolerance<T>(shape.batch * shape.output_pixels() + 1));
+    }
 }
 
 TEST_CASE("convolution rejects unsupported shapes with a message that names the problem")
