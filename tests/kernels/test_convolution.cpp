@@ -56,6 +56,24 @@ void for_each_shape(Check&& check)
                 }
 }
 
+// The weight gradient of random inputs against the reference, with beta 0
+// (the result's prior values NaN, never read) and 1 (accumulated).
+template <class T>
+void check_weight_gradient(const convolution_shape& shape, std::mt19937_64& generator)
+{
+    const auto input = petra::test::random_vector<T>(shape.input_count(), generator);
+    const auto grad_y = petra::test::random_vector<T>(shape.output_count(), generator);
+    const std::size_t terms = shape.batch * shape.output_pixels();
+    for (T beta : {T(0), T(1)}) {
+        auto expected = beta == T(0) ? petra::test::nan_vector<T>(shape.weight_count())
+                                     : petra::test::random_vector<T>(shape.weight_count(), generator);
+        auto actual = expected;
+        petra::reference::convolution_backward_weights(shape, input.data(), grad_y.data(), expected.data(), beta);
+        petra::kernels::convolution_backward_weights(shape, input.data(), grad_y.data(), actual.data(), beta);
+        petra::test::check_close(actual, expected, petra::test::accumulation_tolerance<T>(terms + 1));
+    }
+}
+
 } // namespace
 
 TEST_CASE_TEMPLATE("convolution forward matches the reference", T, float, double)
@@ -201,19 +219,7 @@ TEST_CASE_TEMPLATE("Winograd's two tiles agree with the direct correlation, tile
 TEST_CASE_TEMPLATE("convolution weight gradient matches the reference", T, float, double)
 {
     std::mt19937_64 generator(3);
-    for_each_shape([&](const convolution_shape& shape) {
-        const auto input = petra::test::random_vector<T>(shape.input_count(), generator);
-        const auto grad_y = petra::test::random_vector<T>(shape.output_count(), generator);
-        const std::size_t terms = shape.batch * shape.output_pixels();
-        for (T beta : {T(0), T(1)}) {
-            auto expected = beta == T(0) ? petra::test::nan_vector<T>(shape.weight_count())
-                                         : petra::test::random_vector<T>(shape.weight_count(), generator);
-            auto actual = expected;
-            petra::reference::convolution_backward_weights(shape, input.data(), grad_y.data(), expected.data(), beta);
-            petra::kernels::convolution_backward_weights(shape, input.data(), grad_y.data(), actual.data(), beta);
-            petra::test::check_close(actual, expected, petra::test::accumulation_tolerance<T>(terms + 1));
-        }
-    });
+    for_each_shape([&](const convolution_shape& shape) { check_weight_gradient<T>(shape, generator); });
 }
 
 // A stem's weight gradient (3x3 over one channel) takes the dot products
@@ -225,18 +231,7 @@ TEST_CASE_TEMPLATE("convolution weight gradient matches the reference", T, float
 TEST_CASE_TEMPLATE("a stem's weight gradient matches the reference across groups of images", T, float, double)
 {
     std::mt19937_64 generator(4);
-    const convolution_shape shape{12, 1, 28, 28, 30, 3, 1, 1};
-    const auto input = petra::test::random_vector<T>(shape.input_count(), generator);
-    const auto grad_y = petra::test::random_vector<T>(shape.output_count(), generator);
-    for (T beta : {T(0), T(1)}) {
-        auto expected = beta == T(0) ? petra::test::nan_vector<T>(shape.weight_count())
-                                     : petra::test::random_vector<T>(shape.weight_count(), generator);
-        auto actual = expected;
-        petra::reference::convolution_backward_weights(shape, input.data(), grad_y.data(), expected.data(), beta);
-        petra::kernels::convolution_backward_weights(shape, input.data(), grad_y.data(), actual.data(), beta);
-        petra::test::check_close(actual, expected,
-                                 petra::test::accumulation_tolerance<T>(shape.batch * shape.output_pixels() + 1));
-    }
+    check_weight_gradient<T>({12, 1, 28, 28, 30, 3, 1, 1}, generator);
 }
 
 TEST_CASE("convolution rejects unsupported shapes with a message that names the problem")
