@@ -22,22 +22,30 @@ namespace petra::kernels {
 
 namespace detail {
 
-// For every row (n, c): out[s] = element(coefficients of c, inputs[s]...),
-// on vectors and then on the row's last S % width scalars.
-template <class T, class Element, class... Inputs>
-void channel_map(std::size_t N, std::size_t C, std::size_t S, Element&& element, T* out, const Inputs*... inputs)
+// For every row (n, c): out[s] = element(inputs[s]...) with element =
+// element_of(c), on vectors and then on the row's last S % width scalars.
+// element_of(c) is called once per row and must return a callable that
+// holds its channel's coefficients by value: read through pointers inside
+// the loop, they would be reloaded and broadcast for every vector, since
+// the compiler must assume that each store to out may have changed them;
+// that store-then-reload chain made channel_relu_combination 1.8 times
+// slower with its rows in cache and 1.3 times slower in the training step
+// (bench/RESULTS.md, "Training step").
+template <class T, class ElementOf, class... Inputs>
+void channel_map(std::size_t N, std::size_t C, std::size_t S, ElementOf&& element_of, T* out, const Inputs*... inputs)
 {
     using vector = simd<T>;
     constexpr std::size_t width = vector::size;
     const std::size_t vector_end = S - S % width;
     for (std::size_t n = 0; n < N; ++n) {
         for (std::size_t c = 0; c < C; ++c) {
+            const auto element = element_of(c);
             const std::size_t row = (n * C + c) * S;
             std::size_t s = 0;
             for (; s < vector_end; s += width) {
-                element(c, vector::load_unaligned(inputs + row + s)...).store_unaligned(out + row + s);
+                element(vector::load_unaligned(inputs + row + s)...).store_unaligned(out + row + s);
             }
-            for (; s < S; ++s) out[row + s] = element(c, inputs[row + s]...);
+            for (; s < S; ++s) out[row + s] = element(inputs[row + s]...);
         }
     }
 }
@@ -67,22 +75,28 @@ struct channel_affine_arguments {
 
 namespace detail {
 
-// channel_map of map(c, x) over the arguments' batch, combined with their
-// addend where they have one.
-template <class T, class Map>
-void channel_map_onto(const channel_affine_arguments<T>& arguments, Map&& map)
+// channel_map of the maps map_of(c) makes over the arguments' batch,
+// combined with their addend where they have one.
+template <class T, class MapOf>
+void channel_map_onto(const channel_affine_arguments<T>& arguments, MapOf&& map_of)
 {
     const std::size_t N = arguments.batch, C = arguments.channels, S = arguments.positions;
     if (arguments.addend == nullptr) {
-        channel_map(N, C, S, map, arguments.y, arguments.x);
+        channel_map(N, C, S, map_of, arguments.y, arguments.x);
     } else if (!arguments.subtract_from_addend) {
         channel_map(
-            N, C, S, [&map](std::size_t c, auto value, auto addend) { return map(c, value) + addend; }, arguments.y,
-            arguments.x, arguments.addend);
+            N, C, S,
+            [&map_of](std::size_t c) {
+                return [map = map_of(c)](auto value, auto addend) { return map(value) + addend; };
+            },
+            arguments.y, arguments.x, arguments.addend);
     } else {
         channel_map(
-            N, C, S, [&map](std::size_t c, auto value, auto addend) { return addend - map(c, value); }, arguments.y,
-            arguments.x, arguments.addend);
+            N, C, S,
+            [&map_of](std::size_t c) {
+                return [map = map_of(c)](auto value, auto addend) { return addend - map(value); };
+            },
+            arguments.y, arguments.x, arguments.addend);
     }
 }
 
@@ -109,9 +123,11 @@ void channel_affine(const channel_affine_arguments<T>& arguments)
     PETRA_PROFILE_KERNEL("channel_affine", detail::channel_geometry, {N, C, S},
                          (arguments.addend == nullptr ? 2.0 : 3.0) * double(N * C * S),
                          detail::channel_map_bytes(arguments));
-    detail::channel_map_onto(arguments, [scale, shift](std::size_t c, auto value) {
-        using V = decltype(value);
-        return xsimd::fma(V(scale[c]), value, V(shift[c]));
+    detail::channel_map_onto(arguments, [scale, shift](std::size_t c) {
+        return [a = scale[c], b = shift[c]](auto value) {
+            using V = decltype(value);
+            return xsimd::fma(V(a), value, V(b));
+        };
     });
 }
 
@@ -146,9 +162,11 @@ void channel_combination(const channel_combination_arguments<T>& arguments)
                          3.0 * double(N * C * S * sizeof(T)));
     detail::channel_map(
         N, C, S,
-        [grad_y_coefficient, x_coefficient, offset](std::size_t c, auto gradient, auto value) {
-            using V = decltype(value);
-            return xsimd::fma(V(grad_y_coefficient[c]), gradient, xsimd::fma(V(x_coefficient[c]), value, V(offset[c])));
+        [grad_y_coefficient, x_coefficient, offset](std::size_t c) {
+            return [a = grad_y_coefficient[c], b = x_coefficient[c], d = offset[c]](auto gradient, auto value) {
+                using V = decltype(value);
+                return xsimd::fma(V(a), gradient, xsimd::fma(V(b), value, V(d)));
+            };
         },
         arguments.grad_x, arguments.grad_y, arguments.x);
 }
@@ -258,10 +276,23 @@ struct relu_gate {
     const T* scale;
     const T* shift;
 
+    // The gate of channel c, holding its coefficients (see channel_map).
+    struct channel_gate {
+        T scale, shift;
+
+        template <class V>
+        V operator()(V gradient, V x) const
+        {
+            return choose(xsimd::fma(V(scale), x, V(shift)) > V(T(0)), gradient, V(T(0)));
+        }
+    };
+
+    channel_gate of_channel(std::size_t c) const { return {scale[c], shift[c]}; }
+
     template <class V>
     V operator()(std::size_t c, V gradient, V x) const
     {
-        return choose(xsimd::fma(V(scale[c]), x, V(shift[c])) > V(T(0)), gradient, V(T(0)));
+        return of_channel(c)(gradient, x);
     }
 };
 
@@ -300,10 +331,12 @@ void channel_affine_relu(const channel_affine_arguments<T>& arguments)
     PETRA_PROFILE_KERNEL("channel_affine_relu", detail::channel_geometry, {N, C, S},
                          (arguments.addend == nullptr ? 3.0 : 4.0) * double(N * C * S),
                          detail::channel_map_bytes(arguments));
-    detail::channel_map_onto(arguments, [scale, shift](std::size_t c, auto value) {
-        using V = decltype(value);
-        const V affine = xsimd::fma(V(scale[c]), value, V(shift[c]));
-        return detail::choose(affine <= V(T(0)), V(T(0)), affine);
+    detail::channel_map_onto(arguments, [scale, shift](std::size_t c) {
+        return [a = scale[c], b = shift[c]](auto value) {
+            using V = decltype(value);
+            const V affine = xsimd::fma(V(a), value, V(b));
+            return detail::choose(affine <= V(T(0)), V(T(0)), affine);
+        };
     });
 }
 
@@ -382,10 +415,12 @@ void channel_relu_combination(const channel_relu_combination_arguments<T>& argum
     const detail::relu_gate<T> gate{arguments.scale, arguments.shift};
     detail::channel_map(
         N, C, S,
-        [grad_y_coefficient, x_coefficient, offset, gate](std::size_t c, auto gradient, auto value) {
-            using V = decltype(value);
-            return xsimd::fma(V(grad_y_coefficient[c]), gate(c, gradient, value),
-                              xsimd::fma(V(x_coefficient[c]), value, V(offset[c])));
+        [grad_y_coefficient, x_coefficient, offset, gate](std::size_t c) {
+            return [gated = gate.of_channel(c), a = grad_y_coefficient[c], b = x_coefficient[c], d = offset[c]](
+                       auto gradient, auto value) {
+                using V = decltype(value);
+                return xsimd::fma(V(a), gated(gradient, value), xsimd::fma(V(b), value, V(d)));
+            };
         },
         arguments.grad_x, arguments.grad_y, arguments.x);
 }
