@@ -328,14 +328,14 @@ TEST_CASE("a convolution's scratch demand is a compile-time figure, merged per b
     constexpr scratch_demand forward = convolution_forward_scratch<float>(shape);
     static_assert(forward.buffer_count() == 3);
     static_assert(forward.thread_bytes() >= 64 * 16 * 30 * 30 * sizeof(float));
-    // Winograd's form: six buffers (the input transposed and bordered, the
-    // transformed patches, weights and products, one image's results), of
+    // Winograd's form: five buffers (the input transposed into its border,
+    // the transformed patches, weights and products, one image's results), of
     // one group of images at most (its patches and products within
     // winograd_max_group_bytes, the ceiling of any core's budget); the input
     // gradient, which may accumulate, also stages one image's results.
     constexpr scratch_demand winograd = convolution_forward_scratch<float>({64, 16, 28, 28, 16, 3, 1, 1});
-    static_assert(winograd.buffer_count() == 6);
-    static_assert(convolution_backward_input_scratch<float>({64, 16, 28, 28, 16, 3, 1, 1}).buffer_count() == 7);
+    static_assert(winograd.buffer_count() == 5);
+    static_assert(convolution_backward_input_scratch<float>({64, 16, 28, 28, 16, 3, 1, 1}).buffer_count() == 6);
     static_assert(winograd.thread_bytes() < 2 * detail::winograd_max_group_bytes);
     static_assert(forward.region_bytes() >= forward.thread_bytes());
     // The weight gradient reads the same phased input: one buffer, the larger

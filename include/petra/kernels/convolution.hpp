@@ -429,14 +429,11 @@ void weight_gradient(const convolution_shape& shape, const phased_input<T>& inpu
     for (std::size_t image = 0; image < shape.batch; ++image) {
         T* transposed = gradients + image * image_values;
         const T* source = grad_y + image * out_channels * shape.output_pixels();
-        if (row_length == out_width) {
-            transpose_channels(source, shape.output_pixels(), out_channels, shape.output_pixels(), transposed,
-                               channel_stride);
-        } else {
+        transpose_channels_to_rows(source, shape.output_pixels(), out_channels, shape.output_pixels(), transposed,
+                                   pixel_rows{out_width, row_length * channel_stride, channel_stride});
+        if (row_length != out_width) {
             for (std::size_t oh = 0; oh < out_height; ++oh) {
                 T* row = transposed + oh * row_length * channel_stride;
-                transpose_channels(source + oh * out_width, shape.output_pixels(), out_channels, out_width, row,
-                                   channel_stride);
                 std::fill(row + out_width * channel_stride, row + row_length * channel_stride, T(0));
             }
         }

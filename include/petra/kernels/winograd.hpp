@@ -46,7 +46,6 @@
 
 namespace petra::kernels::detail {
 
-struct winograd_transposed_tag {};
 struct winograd_bordered_tag {};
 struct winograd_patches_tag {};
 struct winograd_weights_tag {};
@@ -152,7 +151,6 @@ struct winograd_geometry {
         return best;
     }
     std::size_t pixels() const { return height * width; }
-    constexpr std::size_t transposed_count() const { return height * width * source_stride; }
     constexpr std::size_t bordered_count() const { return group_images * bordered_pixels * source_stride; }
     // The 16 planes of V (and of M) lie plane_slack values further apart
     // than their rows need: planes a multiple of 4 KiB apart would map the 16
@@ -170,26 +168,24 @@ struct winograd_geometry {
 };
 
 // The buffers both the correlation and the weight gradient take: the
-// source transposed and bordered, V, M (or dM), and one image's results (or
-// result gradient) pixel-major.
+// source transposed and bordered, V and M (or dM).
 template <class T>
 constexpr void ask_winograd_common_scratch(scratch_demand& demand, const winograd_geometry<T>& geometry)
 {
-    demand.template ask<winograd_transposed_tag, T>(geometry.transposed_count());
     demand.template ask<winograd_bordered_tag, T>(geometry.bordered_count());
     demand.template ask<winograd_patches_tag, T>(geometry.patches_count());
     demand.template ask<winograd_products_tag, T>(geometry.products_count());
-    demand.template ask<winograd_results_tag, T>(geometry.results_count());
 }
 
-// The scratch winograd_correlation takes (scratch.hpp): with accumulates
-// (a caller that may pass beta != 0), also the staging of one image's
-// results.
+// The scratch winograd_correlation takes (scratch.hpp): also the
+// transformed weights and one image's results pixel-major, and with
+// accumulates (a caller that may pass beta != 0) their staging in NCHW.
 template <class T>
 constexpr void ask_winograd_scratch(scratch_demand& demand, const winograd_geometry<T>& geometry, bool accumulates)
 {
     ask_winograd_common_scratch(demand, geometry);
     demand.template ask<winograd_weights_tag, T>(geometry.weights_count());
+    demand.template ask<winograd_results_tag, T>(geometry.results_count());
     if (accumulates) demand.template ask<winograd_staged_tag, T>(geometry.staged_count());
 }
 
@@ -318,17 +314,14 @@ void transform_weights(const winograd_geometry<T>& geometry, Tap&& tap, T* trans
 // the padding channels are zero from the call's start and never written.
 template <class T>
 void gather_images(const winograd_geometry<T>& geometry, const T* source, std::size_t first, std::size_t count,
-                   T* transposed, T* bordered)
+                   T* bordered)
 {
     const std::size_t stride = geometry.source_stride, pixels = geometry.pixels();
     for (std::size_t i = 0; i < count; ++i) {
-        transpose_channels(source + (first + i) * geometry.source_channels * pixels, pixels, geometry.source_channels,
-                           pixels, transposed, stride);
         T* image = bordered + i * geometry.bordered_pixels * stride;
-        for (std::size_t y = 0; y < geometry.height; ++y) {
-            std::memcpy(image + ((y + 1) * geometry.bordered_width + 1) * stride,
-                        transposed + y * geometry.width * stride, geometry.width * stride * sizeof(T));
-        }
+        transpose_channels_to_rows(source + (first + i) * geometry.source_channels * pixels, pixels,
+                                   geometry.source_channels, pixels, image + (geometry.bordered_width + 1) * stride,
+                                   pixel_rows{geometry.width, geometry.bordered_width * stride, stride});
     }
 }
 
@@ -553,7 +546,6 @@ template <class T, class Tap>
 void winograd_correlation(const winograd_geometry<T>& geometry, const T* source, Tap&& tap, T* result, T beta,
                           scratch_source& scratch)
 {
-    T* transposed = scratch.take<winograd_transposed_tag, T>(geometry.transposed_count());
     T* bordered = scratch.take<winograd_bordered_tag, T>(geometry.bordered_count());
     T* patches = scratch.take<winograd_patches_tag, T>(geometry.patches_count());
     T* weights = scratch.take<winograd_weights_tag, T>(geometry.weights_count());
@@ -563,14 +555,13 @@ void winograd_correlation(const winograd_geometry<T>& geometry, const T* source,
     // Zeros that are never overwritten: the border, the padding channels,
     // and the rows of a group past its last tile (computed, never read; zero
     // keeps NaN out of the registers).
-    std::fill(transposed, transposed + geometry.transposed_count(), T(0));
     std::fill(bordered, bordered + geometry.bordered_count(), T(0));
     std::fill(patches, patches + geometry.patches_count(), T(0));
     transform_weights(geometry, tap, weights);
     const std::size_t pixels = geometry.pixels(), channels = geometry.result_channels;
     for (std::size_t first = 0; first < geometry.batch; first += geometry.group_images) {
         const std::size_t count = std::min(geometry.group_images, geometry.batch - first);
-        gather_images(geometry, source, first, count, transposed, bordered);
+        gather_images(geometry, source, first, count, bordered);
         transform_patches(geometry, bordered, count, patches);
         multiply_transformed(geometry, patches, weights, products);
         for (std::size_t i = 0; i < count; ++i) {
@@ -710,18 +701,14 @@ void winograd_weight_gradient(const winograd_geometry<T>& geometry, const T* sou
                               T* grad_weights, scratch_source& scratch)
 {
     using sizes = winograd_gradient_sizes<T>;
-    T* transposed = scratch.take<winograd_transposed_tag, T>(geometry.transposed_count());
     T* bordered = scratch.take<winograd_bordered_tag, T>(geometry.bordered_count());
     T* patches = scratch.take<winograd_patches_tag, T>(geometry.patches_count());
     T* products = scratch.take<winograd_products_tag, T>(geometry.products_count());
-    T* gradient = scratch.take<winograd_results_tag, T>(geometry.results_count());
     T* tiles = scratch.take<winograd_gradient_tiles_tag, T>(sizes::tiles_count(geometry));
     T* sums = scratch.take<winograd_gradient_sums_tag, T>(sizes::sums_count(geometry));
-    std::fill(transposed, transposed + geometry.transposed_count(), T(0));
     std::fill(bordered, bordered + geometry.bordered_count(), T(0));
     std::fill(patches, patches + geometry.patches_count(), T(0));
     std::fill(products, products + geometry.products_count(), T(0));
-    std::fill(gradient, gradient + geometry.results_count(), T(0));
     std::fill(tiles, tiles + sizes::tiles_count(geometry), T(0));
     std::fill(sums, sums + sizes::sums_count(geometry), T(0));
     const std::size_t pixels = geometry.pixels(), results = geometry.result_channels;
@@ -730,17 +717,13 @@ void winograd_weight_gradient(const winograd_geometry<T>& geometry, const T* sou
     const std::size_t vectors = stride / simd_width<T>;
     for (std::size_t first = 0; first < geometry.batch; first += geometry.group_images) {
         const std::size_t count = std::min(geometry.group_images, geometry.batch - first);
-        gather_images(geometry, source, first, count, transposed, bordered);
+        gather_images(geometry, source, first, count, bordered);
         transform_patches(geometry, bordered, count, patches);
         for (std::size_t i = 0; i < count; ++i) {
             // The result gradient pixel-major, each row into its tile row
             // (the padding channels and the pixels past the edge stay zero).
-            transpose_channels(result_gradient + (first + i) * results * pixels, pixels, results, pixels, gradient,
-                               stride);
-            for (std::size_t y = 0; y < geometry.height; ++y) {
-                std::memcpy(tiles + y * tile_row, gradient + y * geometry.width * stride,
-                            geometry.width * stride * sizeof(T));
-            }
+            transpose_channels_to_rows(result_gradient + (first + i) * results * pixels, pixels, results, pixels, tiles,
+                                       pixel_rows{geometry.width, tile_row, stride});
             transform_result_gradient(geometry, tiles, i, products);
         }
         // Tiles past the group's last image add nothing.
