@@ -354,3 +354,44 @@ TEST_CASE("a convolution's scratch demand is a compile-time figure, merged per b
                                                     buffer.data(), std::span<std::byte>(region + 4, 1024)),
                          doctest::Contains("64-byte boundary"), std::invalid_argument);
 }
+
+// The transposition under the convolutions' gathers: every value lands where
+// its pixel's row puts it, and nothing else is written (the border and the
+// padding channels the kernels rely on being zero stay as they were). The
+// channel and pixel counts straddle the 16 x 16 register blocks; rows of 7,
+// 14 and 28 pixels make blocks that span rows.
+TEST_CASE_TEMPLATE("transpose_channels_to_rows puts every pixel where its row layout says", T, float, double)
+{
+    using namespace petra::kernels;
+    std::mt19937_64 generator(7);
+    for (const std::size_t channels : {1, 16, 17, 35}) {
+        for (const std::size_t row_width : {7, 14, 28}) {
+            for (const std::size_t row_count : {1, 2, 5}) {
+                const std::size_t pixels = row_width * row_count;
+                const std::size_t from_stride = pixels + 3, stride = channels + 2, pitch = (row_width + 3) * stride;
+                CAPTURE(channels);
+                CAPTURE(row_width);
+                CAPTURE(row_count);
+                const auto from = petra::test::random_vector<T>(channels * from_stride, generator);
+                const T untouched = T(-1234.5);
+                std::vector<T> to(row_count * pitch + stride, untouched);
+                detail::transpose_channels_to_rows(from.data(), from_stride, channels, pixels, to.data() + stride,
+                                                   detail::pixel_rows{row_width, pitch, stride});
+                std::vector<bool> written(to.size(), false);
+                bool placed = true;
+                for (std::size_t c = 0; c < channels; ++c) {
+                    for (std::size_t p = 0; p < pixels; ++p) {
+                        const std::size_t at = stride + (p / row_width) * pitch + (p % row_width) * stride + c;
+                        placed = placed && to[at] == from[c * from_stride + p];
+                        written[at] = true;
+                    }
+                }
+                CHECK(placed);
+                bool others_kept = true;
+                for (std::size_t i = 0; i < to.size(); ++i)
+                    others_kept = others_kept && (written[i] || to[i] == untouched);
+                CHECK(others_kept);
+            }
+        }
+    }
+}
