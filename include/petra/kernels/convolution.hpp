@@ -230,7 +230,9 @@ phased_input<T> prepare_input(const convolution_shape& shape, const T* input, sc
         }
         return result;
     }
-    std::fill(phased, phased + planes * plane, T(0));
+    // A 1x1 kernel (padding 0) keeps phase (0, 0) only, which the even rows'
+    // even columns fill whole; a 3x3 kernel's planes have zero borders.
+    if (shape.kernel != 1) std::fill(phased, phased + planes * plane, T(0));
     // Stride 2 (the only other the kernels take): input row i is padded row
     // i + padding, row (i + padding) / 2 of phase row (i + padding) % 2; its
     // even and odd columns go likewise to the two phase columns, which
