@@ -82,7 +82,7 @@ struct pixel_rows {
 // store), whichever rows their 16 pixels fall on; the rest is copied value
 // by value. Putting each pixel in its place here, rather than transposing
 // to a compact temporary and copying its rows out, saves a pass over every
-// value (the copy took 5% of a training step, Zen 5).
+// value (the Winograd kernels alone ran 2 to 10% faster; bench/RESULTS.md).
 template <class T>
 void transpose_channels_to_rows(const T* from, std::size_t from_stride, std::size_t channels, std::size_t pixels, T* to,
                                 const pixel_rows& rows)
