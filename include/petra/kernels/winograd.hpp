@@ -33,7 +33,6 @@
 #include <array>
 #include <bit>
 #include <cstddef>
-#include <cstring>
 #include <numeric>
 #include <type_traits>
 #include <utility>
