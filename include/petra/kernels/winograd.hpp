@@ -19,7 +19,11 @@
 // matrices V_e (tiles x source channels) and the transformed weights 16
 // matrices U_e (source channels x result channels), and the products M_e =
 // V_e U_e are 16 small GEMMs whose micro-kernel broadcasts one element of V_e
-// against whole vectors of U_e's row. The output transform turns M's 16
+// against whole vectors of U_e's row. M is stored tile by tile (a tile's 16
+// products of a vector of result channels one after another), so that the
+// output transform reads each tile from consecutive cache lines rather than
+// from 16 (36 for F(4x4, 3x3)) planes, more streams than the prefetchers
+// follow. The output transform turns M's 16
 // values of a tile into its 2x2 results, still pixel-major, and one more
 // transposition returns them to NCHW. Images are taken a few at a time so
 // that V and M of a group stay within half of the core's L2 cache (U, the
@@ -151,7 +155,7 @@ struct winograd_geometry {
     }
     std::size_t pixels() const { return height * width; }
     constexpr std::size_t bordered_count() const { return group_images * bordered_pixels * source_stride; }
-    // The 16 planes of V (and of M) lie plane_slack values further apart
+    // The 16 planes of V (and of the weight gradient's dM) lie plane_slack values further apart
     // than their rows need: planes a multiple of 4 KiB apart would map the 16
     // stores of a tile's transform to one set of the L1 cache. The slack is
     // zero and also what the weight gradient's blocks of source channels read
@@ -162,6 +166,9 @@ struct winograd_geometry {
     constexpr std::size_t patches_count() const { return products_per_tile * patch_plane(); }
     constexpr std::size_t weights_count() const { return products_per_tile * source_channels * result_stride; }
     constexpr std::size_t products_count() const { return products_per_tile * product_plane(); }
+    // Values from one tile's products to the next's in the correlation's M,
+    // which is tile-major (weight gradient's dM: plane by plane, above).
+    constexpr std::size_t tile_products() const { return products_per_tile * result_stride; }
     constexpr std::size_t results_count() const { return height * width * result_stride; }
     constexpr std::size_t staged_count() const { return height * width * result_channels; }
 };
@@ -445,14 +452,15 @@ void winograd_vector_group_products(const winograd_geometry<T>& geometry, const 
 {
     constexpr std::size_t rows = winograd_blocking<T>::rows_for(Vectors);
     const std::size_t width = simd_width<T>;
+    const std::size_t tile_products = geometry.tile_products();
     for (std::size_t e = 0; e < geometry.products_per_tile; ++e) {
         const T* v_e = patches + e * geometry.patch_plane();
         const T* u_e = weights + e * geometry.source_channels * geometry.result_stride + v0 * width;
-        T* m_e = products + e * geometry.product_plane() + v0 * width;
+        T* m_e = products + e * geometry.result_stride + v0 * width;
         for (std::size_t t = 0; t < geometry.group_tiles; t += rows) {
             broadcast_block<T, rows, Vectors, false, false, FixedStride>(
                 geometry.source_channels, v_e + t * geometry.source_stride, geometry.source_stride, u_e,
-                geometry.result_stride, m_e + t * geometry.result_stride, geometry.result_stride);
+                geometry.result_stride, m_e + t * tile_products, tile_products);
         }
     }
 }
@@ -494,12 +502,14 @@ void multiply_transformed(const winograd_geometry<T>& geometry, const T* patches
 
 // The 2x2 results of every tile of image `image` of the group, A^T M A, into
 // results (that image's pixels, pixel-major, result_stride values each);
-// tiles past the image's edge (odd sizes) store only their inner part.
-template <class T>
+// tiles past the image's edge (odd sizes) store only their inner part. A
+// nonzero FixedStride is result_stride known at compile time, so that a
+// tile's products are constant displacements from one pointer.
+template <class T, std::size_t FixedStride>
 void transform_products(const winograd_geometry<T>& geometry, const T* products, std::size_t image, T* results)
 {
     using vector = simd<T>;
-    const std::size_t stride = geometry.result_stride, plane = geometry.product_plane();
+    const std::size_t stride = FixedStride != 0 ? FixedStride : geometry.result_stride;
     if (geometry.output_tile == 4) {
         // The 4x4 results A^T M A of every tile, of which those inside the image are stored.
         for (std::size_t ty = 0; ty < geometry.tile_rows; ++ty) {
@@ -507,14 +517,14 @@ void transform_products(const winograd_geometry<T>& geometry, const T* products,
             for (std::size_t tx = 0; tx < geometry.tile_columns; ++tx) {
                 const std::size_t columns = std::min<std::size_t>(4, geometry.width - 4 * tx);
                 const std::size_t t = (image * geometry.tile_rows + ty) * geometry.tile_columns + tx;
-                const T* m = products + t * stride;
+                const T* m = products + t * 36 * stride;
                 T* out = results + (4 * ty * geometry.width + 4 * tx) * stride;
                 for (std::size_t c = 0; c < stride; c += vector::size) {
                     vector columns_of[6][4]; // A^T M, column by column
                     for (std::size_t k = 0; k < 6; ++k) {
                         vector column[6];
                         for (std::size_t r = 0; r < 6; ++r)
-                            column[r] = vector::load_aligned(m + (r * 6 + k) * plane + c);
+                            column[r] = vector::load_aligned(m + (r * 6 + k) * stride + c);
                         product_column_f4(column, columns_of[k]);
                     }
                     for (std::size_t r = 0; r < rows; ++r) { // (A^T M) A, row by row
@@ -534,17 +544,17 @@ void transform_products(const winograd_geometry<T>& geometry, const T* products,
     for (std::size_t ty = 0; ty < geometry.tile_rows; ++ty) {
         for (std::size_t tx = 0; tx < geometry.tile_columns; ++tx) {
             const std::size_t t = (image * geometry.tile_rows + ty) * geometry.tile_columns + tx;
-            const T* m = products + t * stride;
+            const T* m = products + t * 16 * stride;
             const std::size_t y = 2 * ty, x = 2 * tx;
             const bool second_row = y + 1 < geometry.height, second_column = x + 1 < geometry.width;
             T* out = results + (y * geometry.width + x) * stride;
             for (std::size_t c = 0; c < stride; c += vector::size) {
                 vector a[2][4]; // A^T M
                 for (std::size_t k = 0; k < 4; ++k) {
-                    const vector m0 = vector::load_aligned(m + (0 * 4 + k) * plane + c);
-                    const vector m1 = vector::load_aligned(m + (1 * 4 + k) * plane + c);
-                    const vector m2 = vector::load_aligned(m + (2 * 4 + k) * plane + c);
-                    const vector m3 = vector::load_aligned(m + (3 * 4 + k) * plane + c);
+                    const vector m0 = vector::load_aligned(m + (0 * 4 + k) * stride + c);
+                    const vector m1 = vector::load_aligned(m + (1 * 4 + k) * stride + c);
+                    const vector m2 = vector::load_aligned(m + (2 * 4 + k) * stride + c);
+                    const vector m3 = vector::load_aligned(m + (3 * 4 + k) * stride + c);
                     a[0][k] = m0 + m1 + m2;
                     a[1][k] = m1 - m2 - m3;
                 }
@@ -557,6 +567,20 @@ void transform_products(const winograd_geometry<T>& geometry, const T* products,
                 }
             }
         }
+    }
+}
+
+// transform_products with the result stride fixed at compile time for 1, 2
+// and 4 vectors of result channels, at run time otherwise.
+template <class T>
+void transform_products(const winograd_geometry<T>& geometry, const T* products, std::size_t image, T* results)
+{
+    constexpr std::size_t width = simd_width<T>;
+    switch (geometry.result_stride) {
+    case width: return transform_products<T, width>(geometry, products, image, results);
+    case 2 * width: return transform_products<T, 2 * width>(geometry, products, image, results);
+    case 4 * width: return transform_products<T, 4 * width>(geometry, products, image, results);
+    default: return transform_products<T, 0>(geometry, products, image, results);
     }
 }
 
