@@ -20,7 +20,7 @@
 // matrices U_e (source channels x result channels), and the products M_e =
 // V_e U_e are 16 small GEMMs whose micro-kernel broadcasts one element of V_e
 // against whole vectors of U_e's row. M is stored tile by tile (a tile's 16
-// products of a vector of result channels one after another), so that the
+// products one after another, each a row of result channels), so that the
 // output transform reads each tile from consecutive cache lines rather than
 // from 16 (36 for F(4x4, 3x3)) planes, more streams than the prefetchers
 // follow. The output transform turns M's 16
@@ -517,7 +517,7 @@ void transform_products(const winograd_geometry<T>& geometry, const T* products,
             for (std::size_t tx = 0; tx < geometry.tile_columns; ++tx) {
                 const std::size_t columns = std::min<std::size_t>(4, geometry.width - 4 * tx);
                 const std::size_t t = (image * geometry.tile_rows + ty) * geometry.tile_columns + tx;
-                const T* m = products + t * 36 * stride;
+                const T* m = products + t * 36 * stride; // tile-major: 36 products per tile
                 T* out = results + (4 * ty * geometry.width + 4 * tx) * stride;
                 for (std::size_t c = 0; c < stride; c += vector::size) {
                     vector columns_of[6][4]; // A^T M, column by column
@@ -544,7 +544,7 @@ void transform_products(const winograd_geometry<T>& geometry, const T* products,
     for (std::size_t ty = 0; ty < geometry.tile_rows; ++ty) {
         for (std::size_t tx = 0; tx < geometry.tile_columns; ++tx) {
             const std::size_t t = (image * geometry.tile_rows + ty) * geometry.tile_columns + tx;
-            const T* m = products + t * 16 * stride;
+            const T* m = products + t * 16 * stride; // tile-major: 16 products per tile
             const std::size_t y = 2 * ty, x = 2 * tx;
             const bool second_row = y + 1 < geometry.height, second_column = x + 1 < geometry.width;
             T* out = results + (y * geometry.width + x) * stride;
