@@ -465,22 +465,30 @@ void winograd_vector_group_products(const winograd_geometry<T>& geometry, const 
     }
 }
 
-// The same with the patches' row stride fixed at compile time for 1, 2 and 4
-// vectors of source channels (the reference network's 16, 32 and 64 in
-// float), at run time otherwise.
+// run.template operator()<Fixed>() with Fixed = stride where the stride is
+// 1, 2 or 4 vectors of T (the reference network's 16, 32 and 64 channels in
+// float), and Fixed = 0 (the stride read at run time) otherwise: the
+// kernels below take a fixed stride as a template argument.
+template <class T, class Run>
+void with_fixed_stride(std::size_t stride, Run&& run)
+{
+    constexpr std::size_t width = simd_width<T>;
+    switch (stride) {
+    case width: return run.template operator()<width>();
+    case 2 * width: return run.template operator()<2 * width>();
+    case 4 * width: return run.template operator()<4 * width>();
+    default: return run.template operator()<0>();
+    }
+}
+
+// The same with the patches' row stride fixed at compile time where it can.
 template <class T, std::size_t Vectors>
 void winograd_vector_group_products(const winograd_geometry<T>& geometry, const T* patches, const T* weights,
                                     std::size_t v0, T* products)
 {
-    constexpr std::size_t width = simd_width<T>;
-    switch (geometry.source_stride) {
-    case width: return winograd_vector_group_products<T, Vectors, width>(geometry, patches, weights, v0, products);
-    case 2 * width:
-        return winograd_vector_group_products<T, Vectors, 2 * width>(geometry, patches, weights, v0, products);
-    case 4 * width:
-        return winograd_vector_group_products<T, Vectors, 4 * width>(geometry, patches, weights, v0, products);
-    default: return winograd_vector_group_products<T, Vectors, 0>(geometry, patches, weights, v0, products);
-    }
+    with_fixed_stride<T>(geometry.source_stride, [&]<std::size_t Fixed>() {
+        winograd_vector_group_products<T, Vectors, Fixed>(geometry, patches, weights, v0, products);
+    });
 }
 
 // M_e = V_e U_e for the 16 e, in passes of up to max_vectors vectors of
@@ -570,18 +578,14 @@ void transform_products(const winograd_geometry<T>& geometry, const T* products,
     }
 }
 
-// transform_products with the result stride fixed at compile time for 1, 2
-// and 4 vectors of result channels, at run time otherwise.
+// transform_products with the result stride fixed at compile time where it
+// can (with_fixed_stride).
 template <class T>
 void transform_products(const winograd_geometry<T>& geometry, const T* products, std::size_t image, T* results)
 {
-    constexpr std::size_t width = simd_width<T>;
-    switch (geometry.result_stride) {
-    case width: return transform_products<T, width>(geometry, products, image, results);
-    case 2 * width: return transform_products<T, 2 * width>(geometry, products, image, results);
-    case 4 * width: return transform_products<T, 4 * width>(geometry, products, image, results);
-    default: return transform_products<T, 0>(geometry, products, image, results);
-    }
+    with_fixed_stride<T>(geometry.result_stride, [&]<std::size_t Fixed>() {
+        transform_products<T, Fixed>(geometry, products, image, results);
+    });
 }
 
 // For every image n, result channel r and pixel (y, x) of a height x width
