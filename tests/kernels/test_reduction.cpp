@@ -163,6 +163,40 @@ TEST_CASE_TEMPLATE("channel_mean_variance stays accurate when the mean dwarfs th
     }
 }
 
+// A batch larger than half of L2 is taken in groups of images whose
+// statistics are merged (reduction.hpp); the shapes above fit one group, so
+// here the groups are forced small: one image each, and three images each
+// over 7 (a last group of one), over two chunks of channels (40 = 32 + 8),
+// with a mean near 1 and a mean that dwarfs the spread.
+TEST_CASE_TEMPLATE("channel_mean_variance merges groups of images as accurately as one pass over all", T, float, double)
+{
+    constexpr std::size_t N = 7, C = 40;
+    for (std::size_t S : {std::size_t(7), std::size_t(49)}) {
+        for (const T low : {T(-1), T(999)}) {
+            for (std::size_t group_images : {std::size_t(1), std::size_t(3)}) {
+                CAPTURE(S);
+                CAPTURE(low);
+                CAPTURE(group_images);
+                auto generator = generator_for(N, C, S, 5);
+                const auto x = random_vector<T>(N * C * S, generator, low, low + T(2));
+                auto mean = nan_vector<T>(C);
+                auto variance = nan_vector<T>(C);
+                const std::size_t group_bytes = group_images * petra::kernels::detail::channel_chunk * S * sizeof(T);
+                petra::kernels::detail::grouped_mean_variance(N, C, S, x.data(), mean.data(), variance.data(),
+                                                              group_bytes);
+                const auto expected = petra::reference::channel_mean_variance(N, C, S, x);
+                const T tolerance = accumulation_tolerance<T>(N * S);
+                check_close(mean, rounded_to<T>(expected.mean), tolerance);
+                for (std::size_t c = 0; c < C; ++c) {
+                    CAPTURE(c);
+                    const double reference = expected.variance[c];
+                    CHECK(std::abs(static_cast<double>(variance[c]) - reference) <= tolerance * reference);
+                }
+            }
+        }
+    }
+}
+
 TEST_CASE_TEMPLATE("channel_mean_variance rejects a batch with no element per channel", T, float, double)
 {
     const std::vector<T> x{T(1)};
