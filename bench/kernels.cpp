@@ -1,17 +1,19 @@
 // Kernel benchmarks: the core's FMA peak (the denominator of every "% of
-// peak"), petra's GEMM next to OpenBLAS's cblas_sgemm (one thread) on square
+// peak") and what it streams per working-set size, petra's GEMM next to OpenBLAS's cblas_sgemm (one thread) on square
 // sizes and on the GEMM shapes of the reference network's convolutions, and
 // the three convolution kernels on the reference network's layers (batch
 // 64), the couplings' also in the direct form where the library takes
 // Winograd's. Every benchmark reports FLOP/s as a counter.
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <random>
 #include <string>
 #include <vector>
 
 #include <benchmark/benchmark.h>
 #include <cblas.h>
+#include <xsimd/xsimd.hpp>
 
 #include <petra/kernels/convolution.hpp>
 #include <petra/kernels/gemm.hpp>
@@ -58,6 +60,49 @@ void fma_peak(benchmark::State& state)
 }
 
 BENCHMARK(fma_peak)->Name("peak/fma")->Unit(benchmark::kMicrosecond);
+
+// What one core streams from the level of the memory hierarchy that holds a
+// working set of `KiB` kibibytes, the other denominator of the kernels: the
+// memory-bound passes (batch normalisation, additions) and the
+// convolutions' transposes move data at this rate once their arrays outgrow
+// L2. read: the buffer summed on four vector accumulators (enough to keep
+// the loads, not the additions, the limit); copy: 2x of one buffer into
+// another of the same size, as the passes do (bytes counted once per
+// array). Every repetition walks the whole buffer after the first, so the
+// buffer is where its size puts it.
+template <bool Copy>
+void memory_bandwidth(benchmark::State& state)
+{
+    using vector = xsimd::batch<float>;
+    constexpr std::size_t width = vector::size;
+    const std::size_t count =
+        std::size_t(state.range(0)) * 1024 / sizeof(float) / (Copy ? 2 : 1) / (4 * width) * (4 * width);
+    std::vector<float> source = random_values(count, 7), target(Copy ? count : 0);
+    for (auto _ : state) {
+        if constexpr (Copy) {
+            for (std::size_t i = 0; i < count; i += width)
+                (vector::load_unaligned(source.data() + i) * vector(2.0f)).store_unaligned(target.data() + i);
+            benchmark::ClobberMemory();
+        } else {
+            vector sums[4] = {vector(0.0f), vector(0.0f), vector(0.0f), vector(0.0f)};
+            for (std::size_t i = 0; i < count; i += 4 * width) {
+                for (std::size_t k = 0; k < 4; ++k) sums[k] += vector::load_unaligned(source.data() + i + k * width);
+            }
+            float total = xsimd::hadd((sums[0] + sums[1]) + (sums[2] + sums[3]));
+            benchmark::DoNotOptimize(total);
+        }
+    }
+    state.SetBytesProcessed(std::int64_t(state.iterations()) * std::int64_t(count * sizeof(float) * (Copy ? 2 : 1)));
+}
+
+void memory_sizes(benchmark::internal::Benchmark* benchmark)
+{
+    benchmark->ArgName("KiB");
+    for (long kib : {1024, 2048, 4096, 16384, 65536, 262144}) benchmark->Arg(kib);
+}
+
+BENCHMARK(memory_bandwidth<false>)->Name("peak/read")->Apply(memory_sizes)->Unit(benchmark::kMicrosecond);
+BENCHMARK(memory_bandwidth<true>)->Name("peak/copy")->Apply(memory_sizes)->Unit(benchmark::kMicrosecond);
 
 // C (m x n) = A (m x k) * B (k x n), row-major, no transposition.
 template <bool UseOpenBlas>

@@ -195,7 +195,7 @@ void grouped_mean_variance(std::size_t N, std::size_t C, std::size_t S, const T*
 // few units of rounding per accumulated term, as with two passes over the
 // whole batch; but x comes from beyond L2 once, not twice. A training
 // step's activations at 28x28 do not fit L2: on an Intel Xeon core, which
-// reads about 30 GB/s from its L3, the statistics of the reference
+// reads about 26 GB/s from its L3, the statistics of the reference
 // network's 28x28 activations took 1.41 ms per step instead of 1.83. From
 // memory rather than L3 (not a step's case: the layer before has just
 // written x) the groups measured 0-20% slower, not investigated. Throws

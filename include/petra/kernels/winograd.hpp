@@ -451,8 +451,9 @@ inline void broadcast_block(std::size_t depth, const T* __restrict a, std::size_
 // products compute: `calls` calls of advance() each ask for an equal share
 // of the range's cache lines (prefetches to L2, which do not fault), so that
 // the transposes reading the images find them closer than memory. On an
-// Intel Xeon core (about 30 GB/s from its L3) it took 3-5% off the forward
-// and input-gradient convolutions of a training step; spread the same way
+// Intel Xeon core (about 26 GB/s from its L3) it took 2-5% off the forward
+// and input-gradient convolutions of a training step (medians of alternated
+// pairs; nothing measurable on a Zen 5 core); spread the same way
 // over the weight gradient's blocks (few and long, so in bursts of hundreds
 // of lines) it slowed that kernel, which does without.
 class prefetch_stream {
