@@ -1,9 +1,11 @@
 // Kernel benchmarks: the core's FMA peak (the denominator of every "% of
-// peak") and what it streams per working-set size, petra's GEMM next to OpenBLAS's cblas_sgemm (one thread) on square
-// sizes and on the GEMM shapes of the reference network's convolutions, and
-// the three convolution kernels on the reference network's layers (batch
-// 64), the couplings' also in the direct form where the library takes
-// Winograd's. Every benchmark reports FLOP/s as a counter.
+// peak") and what it streams from working sets of each size (bytes/s),
+// petra's GEMM next to OpenBLAS's cblas_sgemm (one thread) on square sizes
+// and on the GEMM shapes of the reference network's convolutions, and the
+// three convolution kernels on the reference network's layers (batch 64),
+// the couplings' also in the direct form where the library takes
+// Winograd's. Every benchmark but the streaming ones reports FLOP/s as a
+// counter.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>

@@ -1,5 +1,6 @@
 """Turns the JSON of bench_kernels and bench_training into the markdown tables
-of bench/RESULTS.md: the core's FMA peak, median time and GFLOP/s of every
+of bench/RESULTS.md: the core's FMA peak and what it streams per working-set
+size, median time and GFLOP/s of every
 benchmark, for GEMM the ratio of petra to OpenBLAS on the same shape, for
 training steps examples/s, memory and the rate relative to exact backprop."""
 import json
@@ -29,6 +30,18 @@ def print_tables(report):
     if peak:
         print(f"FMA peak of one core: {peak['FLOPS'] / 1e9:.1f} GFLOP/s ({int(peak['accumulators'])} independent "
               f"accumulators of {int(peak['lanes'])} float lanes)\n")
+
+    streams = {}
+    for name, run in medians.items():
+        if name.startswith(("peak/read/", "peak/copy/")):
+            _, kind, size = name.split("/", 2)
+            streams.setdefault(size.replace("KiB:", ""), {})[kind] = run["bytes_per_second"] / 1e9
+    if streams:
+        print("| working set (KiB) | one core reads (GB/s) | one core copies (GB/s) |")
+        print("|---:|---:|---:|")
+        for size, rates in streams.items():
+            print(f"| {size} | {rates.get('read', 0):.1f} | {rates.get('copy', 0):.1f} |")
+        print()
 
     gemm = {}
     for name, run in medians.items():
