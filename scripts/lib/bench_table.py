@@ -1,8 +1,8 @@
 """Turns the JSON of bench_kernels and bench_training into the markdown tables
 of bench/RESULTS.md: the core's FMA peak and what it streams per working-set
-size, median time and GFLOP/s of every
-benchmark, for GEMM the ratio of petra to OpenBLAS on the same shape, for
-training steps examples/s, memory and the rate relative to exact backprop."""
+size, median time and GFLOP/s of every benchmark, for GEMM the ratio of
+petra to OpenBLAS on the same shape, for training steps examples/s, memory
+and the rate relative to exact backprop."""
 import json
 import sys
 

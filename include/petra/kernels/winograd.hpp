@@ -637,11 +637,13 @@ void transform_products(const winograd_geometry<T>& geometry, const T* products,
 // in each image's slot of the bordered buffer the border, and the padding
 // channels (where the channels do not fill their vectors: then the whole
 // slot); in each plane of V the rows past those a full group writes (rows
-// of the last block, computed and never read: zero keeps NaN out of the
-// registers; a partial group leaves the previous group's values there,
-// equally unread) and the slack. Zeroing both buffers whole instead, up
-// to 700 KB per call, made an exact training step 1.03 times slower on an
-// Intel Xeon core (medians of 7 alternated pairs; same results to the bit).
+// of the last block, whose products the correlation never reads and the
+// weight gradient meets with zero rows of dM: zero keeps NaN out of both;
+// a partial group leaves the previous group's values there, as zeroing
+// whole at the call's start did) and the slack. Zeroing both buffers whole
+// instead, up to 700 KB per call, made an exact training step 1.03 times
+// slower on an Intel Xeon core (medians of 7 alternated pairs; same results
+// to the bit).
 template <class T>
 void zero_unwritten(const winograd_geometry<T>& geometry, T* bordered, T* patches)
 {
