@@ -184,8 +184,7 @@ void convolution_benchmark(benchmark::State& state)
             benchmark::DoNotOptimize(grad_x.data());
         } else if constexpr (Direct) {
             std::fill(grad_weights.begin(), grad_weights.end(), 0.0f);
-            const detail::phased_input<float> phased = detail::prepare_input(shape, input.data(), scratch);
-            detail::weight_gradient(shape, phased, grad_y.data(), grad_weights.data(), scratch);
+            detail::weight_gradient(shape, input.data(), grad_y.data(), grad_weights.data(), scratch);
             benchmark::DoNotOptimize(grad_weights.data());
         } else if constexpr (Pass == pass::forward) {
             petra::kernels::convolution_forward(shape, input.data(), weights.data(), output.data());

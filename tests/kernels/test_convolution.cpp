@@ -26,15 +26,20 @@ struct image_size {
 
 // {3, 2, 28, 28, 3} and {7, 2, 14, 14, 5} have more images than one chunk of
 // the direct weight gradient holds (it groups about a thousand output
-// pixels), so chunk boundaries are crossed.
+// pixels), so chunk boundaries are crossed. {3, 40, 50, 50, 5} (phased
+// input) and {3, 6, 49, 51, 40} (the input gradient's copy of the output
+// gradient) need over 400 KB per image in the direct kernels, more than
+// half of any core's chunk budget (winograd_max_group_bytes): they are
+// computed in two or three chunks of images.
 // Those with at least 8 channels on both sides take Winograd's form for 3x3,
 // stride 1, padding 1 (kernels/winograd.hpp): odd and even image sides, and
 // channel counts that are not whole vectors; {9, 8, 7, 9, 12} has more
 // images than one group of the form holds, the last group partial.
 constexpr image_size sizes[] = {
-    {1, 1, 1, 1, 1},  {1, 1, 5, 5, 1},     {2, 3, 7, 9, 5},    {3, 4, 8, 8, 8},   {1, 5, 13, 6, 17},
-    {2, 7, 9, 33, 9}, {2, 16, 14, 14, 16}, {1, 3, 28, 28, 33}, {3, 2, 28, 28, 3}, {7, 2, 14, 14, 5},
-    {2, 9, 7, 5, 12}, {9, 8, 7, 9, 12},    {1, 20, 1, 2, 8},   {3, 33, 6, 6, 17},
+    {1, 1, 1, 1, 1},   {1, 1, 5, 5, 1},   {2, 3, 7, 9, 5},     {3, 4, 8, 8, 8},
+    {1, 5, 13, 6, 17}, {2, 7, 9, 33, 9},  {2, 16, 14, 14, 16}, {1, 3, 28, 28, 33},
+    {3, 2, 28, 28, 3}, {7, 2, 14, 14, 5}, {2, 9, 7, 5, 12},    {9, 8, 7, 9, 12},
+    {1, 20, 1, 2, 8},  {3, 33, 6, 6, 17}, {3, 40, 50, 50, 5},  {3, 6, 49, 51, 40},
 };
 
 // Every supported kernel/stride/padding combination applied to every size
@@ -145,8 +150,7 @@ TEST_CASE_TEMPLATE("Winograd's form and the direct correlation agree on all thre
         // scales it by beta first).
         auto direct_weights = petra::test::random_vector<T>(shape.weight_count(), generator);
         auto winograd_weights = direct_weights;
-        const detail::phased_input<T> phased = detail::prepare_input(shape, input.data(), scratch);
-        detail::weight_gradient(shape, phased, grad_y.data(), direct_weights.data(), scratch);
+        detail::weight_gradient(shape, input.data(), grad_y.data(), direct_weights.data(), scratch);
         detail::winograd_weight_gradient(detail::forward_winograd_geometry<T>(shape), input.data(), grad_y.data(),
                                          winograd_weights.data(), scratch);
         petra::test::check_close(winograd_weights, direct_weights,
@@ -322,12 +326,15 @@ TEST_CASE("a convolution's scratch demand is a compile-time figure, merged per b
     using namespace petra::kernels;
     // Stride 2: the direct form.
     constexpr convolution_shape shape{64, 16, 28, 28, 32, 3, 2, 1};
-    // The phased input (64 images x 16 channels x 4 phases of 15 x 15 and two
-    // vectors of slack), the tap offsets, the packed weights: each on its own
-    // cache lines.
+    // The phased input of one chunk of images (16 channels x 4 phases of
+    // 15 x 15 per image, 18 images within winograd_max_group_bytes, the
+    // ceiling of any core's budget, and two vectors of slack), the tap
+    // offsets, the packed weights: each on its own cache lines.
     constexpr scratch_demand forward = convolution_forward_scratch<float>(shape);
     static_assert(forward.buffer_count() == 3);
-    static_assert(forward.thread_bytes() >= 64 * 16 * 30 * 30 * sizeof(float));
+    static_assert(detail::forward_chunk_images<float>(shape) == 18);
+    static_assert(forward.thread_bytes() >= 18 * 16 * 30 * 30 * sizeof(float));
+    static_assert(forward.thread_bytes() < 2 * detail::winograd_max_group_bytes);
     // Winograd's form: five buffers (the input transposed into its border,
     // the transformed patches, weights and products, one image's results), of
     // one group of images at most (its patches and products within
