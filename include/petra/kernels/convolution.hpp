@@ -287,17 +287,22 @@ constexpr std::size_t chunk_images(std::size_t batch, std::size_t bytes_per_imag
                                    std::max<std::size_t>(batch, 1));
 }
 
-// Calls body(first, part, chunk_scratch) for consecutive chunks of at most
-// `images` images of shape's batch, part the chunk's shape (batch = its
-// images), chunk_scratch a copy of scratch: a chunk's buffers are dead when the next one starts,
-// so every chunk takes the same memory again (a caller's region is carved
-// once per chunk from the same start).
+// Calls body(part, input_offset, output_offset, chunk_scratch) for
+// consecutive chunks of at most `images` images of shape's batch: part the
+// chunk's shape (batch = its images), the offsets where its first image
+// starts in shape's input and output (in values), chunk_scratch a copy of
+// scratch: a chunk's buffers are dead when the next one starts, so every
+// chunk takes the same memory again (a caller's region is carved once per
+// chunk from the same start).
 template <class Body>
 void for_each_chunk(const convolution_shape& shape, std::size_t images, scratch_source& scratch, Body&& body)
 {
+    const std::size_t input_values = shape.in_channels * shape.input_pixels();
+    const std::size_t output_values = shape.out_channels * shape.output_pixels();
     for (std::size_t first = 0; first < shape.batch; first += images) {
         scratch_source chunk_scratch = scratch;
-        body(first, with_batch(shape, std::min(images, shape.batch - first)), chunk_scratch);
+        body(with_batch(shape, std::min(images, shape.batch - first)), first * input_values, first * output_values,
+             chunk_scratch);
     }
 }
 
@@ -1041,12 +1046,9 @@ template <class T>
 void forward_accumulate(const convolution_shape& shape, const T* input, const T* weights, T* output, T beta,
                         scratch_source& scratch)
 {
-    const std::size_t input_values = shape.in_channels * shape.input_pixels();
-    const std::size_t output_values = shape.out_channels * shape.output_pixels();
     for_each_chunk(shape, forward_chunk_images<T>(shape), scratch,
-                   [&](std::size_t first, const convolution_shape& part, scratch_source& chunk_scratch) {
-                       forward_accumulate_images(part, input + first * input_values, weights,
-                                                 output + first * output_values, beta, chunk_scratch);
+                   [&](const convolution_shape& part, std::size_t in, std::size_t out, scratch_source& chunk_scratch) {
+                       forward_accumulate_images(part, input + in, weights, output + out, beta, chunk_scratch);
                    });
 }
 
@@ -1318,12 +1320,10 @@ template <class T>
 void backward_input_by_phases(const convolution_shape& shape, const T* grad_y, const T* weights, T* grad_x, T beta,
                               scratch_source& scratch)
 {
-    const std::size_t input_values = shape.in_channels * shape.input_pixels();
-    const std::size_t output_values = shape.out_channels * shape.output_pixels();
+    // The forward's output is this gradient's source, its input the result.
     for_each_chunk(shape, input_gradient_chunk_images<T>(shape), scratch,
-                   [&](std::size_t first, const convolution_shape& part, scratch_source& chunk_scratch) {
-                       backward_input_by_phases_images(part, grad_y + first * output_values, weights,
-                                                       grad_x + first * input_values, beta, chunk_scratch);
+                   [&](const convolution_shape& part, std::size_t in, std::size_t out, scratch_source& chunk_scratch) {
+                       backward_input_by_phases_images(part, grad_y + out, weights, grad_x + in, beta, chunk_scratch);
                    });
 }
 
