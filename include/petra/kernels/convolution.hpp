@@ -499,42 +499,44 @@ void weight_gradient(const convolution_shape& shape, const T* x, const T* grad_y
     const T** image_tap = scratch.take<image_tap_tag, const T*>(taps);
     T* sums = scratch.take<weight_gradient_sums_tag, T>(taps * channel_stride);
     std::fill(sums, sums + taps * channel_stride, T(0));
-    for (std::size_t first = 0; first < shape.batch; first += chunk) {
-        const convolution_shape part = with_batch(shape, std::min(chunk, shape.batch - first));
-        const phased_input<T> input =
-            prepare_input_into(part, x + first * shape.in_channels * shape.input_pixels(), phased_values);
-        for (std::size_t image = 0; image < part.batch; ++image) {
-            T* transposed = gradients + image * image_values;
-            const T* source = grad_y + (first + image) * out_channels * shape.output_pixels();
-            transpose_channels_to_rows(source, shape.output_pixels(), out_channels, shape.output_pixels(), transposed,
-                                       pixel_rows{out_width, row_length * channel_stride, channel_stride});
-            if (row_length != out_width) {
-                for (std::size_t oh = 0; oh < out_height; ++oh) {
-                    T* row = transposed + oh * row_length * channel_stride;
-                    std::fill(row + out_width * channel_stride, row + row_length * channel_stride, T(0));
+    // The buffers above serve every chunk (the sums run on across them), so
+    // no chunk takes scratch of its own.
+    for_each_chunk(
+        shape, chunk, scratch, [&](const convolution_shape& part, std::size_t in, std::size_t out, scratch_source&) {
+            const phased_input<T> input = prepare_input_into(part, x + in, phased_values);
+            for (std::size_t image = 0; image < part.batch; ++image) {
+                T* transposed = gradients + image * image_values;
+                const T* source = grad_y + out + image * out_channels * shape.output_pixels();
+                transpose_channels_to_rows(source, shape.output_pixels(), out_channels, shape.output_pixels(),
+                                           transposed,
+                                           pixel_rows{out_width, row_length * channel_stride, channel_stride});
+                if (row_length != out_width) {
+                    for (std::size_t oh = 0; oh < out_height; ++oh) {
+                        T* row = transposed + oh * row_length * channel_stride;
+                        std::fill(row + out_width * channel_stride, row + row_length * channel_stride, T(0));
+                    }
+                }
+                // The zero channels that pad every pixel to whole vectors.
+                if (channel_stride > out_channels) {
+                    for (std::size_t pixel = 0; pixel < out_height * row_length; ++pixel) {
+                        std::fill(transposed + pixel * channel_stride + out_channels,
+                                  transposed + (pixel + 1) * channel_stride, T(0));
+                    }
                 }
             }
-            // The zero channels that pad every pixel to whole vectors.
-            if (channel_stride > out_channels) {
-                for (std::size_t pixel = 0; pixel < out_height * row_length; ++pixel) {
-                    std::fill(transposed + pixel * channel_stride + out_channels,
-                              transposed + (pixel + 1) * channel_stride, T(0));
-                }
+            for (std::size_t q = 0; q < taps; ++q) tap[q] = input.tap_origin(tap_of(shape, q));
+            for (std::size_t v0 = 0; v0 < channel_vectors; v0 += blocking::max_vectors) {
+                const std::size_t vectors = std::min(blocking::max_vectors, channel_vectors - v0);
+                ([&]<std::size_t... V>(std::index_sequence<V...>) {
+                    ((vectors == V + 1
+                          ? tap_gradients<T, V + 1>(part.batch, out_height, row_length, tap, taps, input.image_stride(),
+                                                    input.width, gradients + v0 * width, channel_stride,
+                                                    sums + v0 * width, channel_stride, image_tap)
+                          : void()),
+                     ...);
+                })(std::make_index_sequence<blocking::max_vectors>{});
             }
-        }
-        for (std::size_t q = 0; q < taps; ++q) tap[q] = input.tap_origin(tap_of(shape, q));
-        for (std::size_t v0 = 0; v0 < channel_vectors; v0 += blocking::max_vectors) {
-            const std::size_t vectors = std::min(blocking::max_vectors, channel_vectors - v0);
-            ([&]<std::size_t... V>(std::index_sequence<V...>) {
-                ((vectors == V + 1
-                      ? tap_gradients<T, V + 1>(part.batch, out_height, row_length, tap, taps, input.image_stride(),
-                                                input.width, gradients + v0 * width, channel_stride, sums + v0 * width,
-                                                channel_stride, image_tap)
-                      : void()),
-                 ...);
-            })(std::make_index_sequence<blocking::max_vectors>{});
-        }
-    }
+        });
     for (std::size_t co = 0; co < out_channels; ++co) {
         for (std::size_t q = 0; q < taps; ++q) grad_weights[co * taps + q] += sums[q * channel_stride + co];
     }
