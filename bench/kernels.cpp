@@ -1,7 +1,8 @@
 // Kernel benchmarks: the core's FMA peak (the denominator of every "% of
 // peak") and what it streams from working sets of each size (bytes/s),
 // petra's GEMM next to OpenBLAS's cblas_sgemm (one thread) on square sizes
-// and on the GEMM shapes of the reference network's convolutions, and the
+// and on the GEMM shapes of the reference network's convolutions (and
+// petra's bf16 GEMM there, on each engine the CPU offers), and the
 // three convolution kernels on the reference network's layers (batch 64),
 // the couplings' also in the direct form where the library takes
 // Winograd's. Every benchmark but the streaming ones reports FLOP/s as a
@@ -17,6 +18,7 @@
 #include <cblas.h>
 #include <xsimd/xsimd.hpp>
 
+#include <petra/kernels/bf16.hpp>
 #include <petra/kernels/convolution.hpp>
 #include <petra/kernels/gemm.hpp>
 #include <petra/random.hpp>
@@ -106,8 +108,12 @@ void memory_sizes(benchmark::internal::Benchmark* benchmark)
 BENCHMARK(memory_bandwidth<false>)->Name("peak/read")->Apply(memory_sizes)->Unit(benchmark::kMicrosecond);
 BENCHMARK(memory_bandwidth<true>)->Name("peak/copy")->Apply(memory_sizes)->Unit(benchmark::kMicrosecond);
 
-// C (m x n) = A (m x k) * B (k x n), row-major, no transposition.
-template <bool UseOpenBlas>
+// C (m x n) = A (m x k) * B (k x n), row-major, no transposition: petra's
+// float GEMM, OpenBLAS's, or petra's bf16 GEMM (A and B rounded to bf16 as
+// they are packed, float sums) on one engine.
+enum class gemm_by { petra, openblas, bf16_avx512, bf16_amx };
+
+template <gemm_by By>
 void gemm_benchmark(benchmark::State& state)
 {
     const auto m = static_cast<std::size_t>(state.range(0));
@@ -115,29 +121,73 @@ void gemm_benchmark(benchmark::State& state)
     const auto k = static_cast<std::size_t>(state.range(2));
     const auto a = random_values(m * k, 1), b = random_values(k * n, 2);
     std::vector<float> c(m * n);
+    const petra::kernels::gemm_arguments<float> arguments{.op_a = transpose::no,
+                                                          .op_b = transpose::no,
+                                                          .m = m,
+                                                          .n = n,
+                                                          .k = k,
+                                                          .alpha = 1.0f,
+                                                          .a = a.data(),
+                                                          .lda = k,
+                                                          .b = b.data(),
+                                                          .ldb = n,
+                                                          .beta = 0.0f,
+                                                          .c = c.data(),
+                                                          .ldc = n};
+    const auto& bf16 = petra::kernels::bf16_support();
+    if ((By == gemm_by::bf16_avx512 && !bf16.avx512_bf16) || (By == gemm_by::bf16_amx && !bf16.amx)) {
+        state.SkipWithError("this CPU does not offer the engine's instruction");
+        return;
+    }
     for (auto _ : state) {
-        if constexpr (UseOpenBlas) {
+        if constexpr (By == gemm_by::openblas) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(n), int(k), 1.0f, a.data(), int(k),
                         b.data(), int(n), 0.0f, c.data(), int(n));
+        } else if constexpr (By == gemm_by::petra) {
+            petra::kernels::gemm<float>(arguments);
         } else {
-            petra::kernels::gemm<float>({.op_a = transpose::no,
-                                         .op_b = transpose::no,
-                                         .m = m,
-                                         .n = n,
-                                         .k = k,
-                                         .alpha = 1.0f,
-                                         .a = a.data(),
-                                         .lda = k,
-                                         .b = b.data(),
-                                         .ldb = n,
-                                         .beta = 0.0f,
-                                         .c = c.data(),
-                                         .ldc = n});
+            petra::kernels::gemm_bf16(arguments, By == gemm_by::bf16_amx ? petra::kernels::bf16_engine::amx
+                                                                         : petra::kernels::bf16_engine::avx512_bf16);
         }
         benchmark::DoNotOptimize(c.data());
         benchmark::ClobberMemory();
     }
     set_flops(state, 2.0 * double(m) * double(n) * double(k));
+}
+
+// gemm/bf16_amx's products alone: op(A) and op(B) rounded and packed once,
+// before the timing, so that what is left is the tile kernel and C's
+// stores; the difference from gemm/bf16_amx is the rounding and packing of
+// float operands, which a bf16 path that keeps its activations in bf16
+// would not pay on every product.
+void gemm_bf16_prepacked(benchmark::State& state)
+{
+#if defined(PETRA_BF16_X86)
+    namespace detail = petra::kernels::detail;
+    using packing = detail::bf16_packing;
+    const auto m = static_cast<std::size_t>(state.range(0));
+    const auto n = static_cast<std::size_t>(state.range(1));
+    const auto k = static_cast<std::size_t>(state.range(2));
+    if (!petra::kernels::bf16_support().amx) {
+        state.SkipWithError("this CPU does not offer AMX-BF16");
+        return;
+    }
+    const auto a = random_values(m * k, 1), b = random_values(k * n, 2);
+    const std::size_t k_pad = packing::round_up(k, packing::depth_multiple);
+    petra::kernels::aligned_vector<std::uint16_t> packed_a(packing::packed_a_count(m, k));
+    petra::kernels::aligned_vector<std::uint16_t> packed_b(packing::round_up(n, packing::column_multiple) * k_pad);
+    detail::pack_a_bf16_rows(a.data(), k, m, k, packed_a.data());
+    detail::pack_b_bf16_rows(b.data(), n, k, 0, n, packed_b.data());
+    std::vector<float> c(m * n);
+    for (auto _ : state) {
+        detail::bf16_block_amx(m, k, packed_a.data(), packed_b.data(), n, 1.0f, 0.0f, c.data(), n);
+        benchmark::DoNotOptimize(c.data());
+        benchmark::ClobberMemory();
+    }
+    set_flops(state, 2.0 * double(m) * double(n) * double(k));
+#else
+    state.SkipWithError("no AMX on this architecture");
+#endif
 }
 
 void gemm_shapes(benchmark::internal::Benchmark* benchmark)
@@ -151,8 +201,14 @@ void gemm_shapes(benchmark::internal::Benchmark* benchmark)
     benchmark->Args({64, 64 * 7 * 7, 64 * 9});
 }
 
-BENCHMARK(gemm_benchmark<false>)->Name("gemm/petra")->Apply(gemm_shapes)->Unit(benchmark::kMicrosecond);
-BENCHMARK(gemm_benchmark<true>)->Name("gemm/openblas")->Apply(gemm_shapes)->Unit(benchmark::kMicrosecond);
+BENCHMARK(gemm_benchmark<gemm_by::petra>)->Name("gemm/petra")->Apply(gemm_shapes)->Unit(benchmark::kMicrosecond);
+BENCHMARK(gemm_benchmark<gemm_by::openblas>)->Name("gemm/openblas")->Apply(gemm_shapes)->Unit(benchmark::kMicrosecond);
+BENCHMARK(gemm_benchmark<gemm_by::bf16_avx512>)
+    ->Name("gemm/bf16_avx512")
+    ->Apply(gemm_shapes)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(gemm_benchmark<gemm_by::bf16_amx>)->Name("gemm/bf16_amx")->Apply(gemm_shapes)->Unit(benchmark::kMicrosecond);
+BENCHMARK(gemm_bf16_prepacked)->Name("gemm/bf16_amx_prepacked")->Apply(gemm_shapes)->Unit(benchmark::kMicrosecond);
 
 enum class pass { forward, backward_input, backward_weights };
 

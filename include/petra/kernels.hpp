@@ -1,6 +1,7 @@
 // Every kernel of the lowest floor: SIMD code that knows nothing of layers.
 #pragma once
 
+#include <petra/kernels/bf16.hpp>
 #include <petra/kernels/cache_sizes.hpp>
 #include <petra/kernels/convolution.hpp>
 #include <petra/kernels/elementwise.hpp>
