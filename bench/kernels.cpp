@@ -20,6 +20,7 @@
 
 #include <petra/kernels/bf16.hpp>
 #include <petra/kernels/convolution.hpp>
+#include <petra/kernels/convolution_bf16.hpp>
 #include <petra/kernels/gemm.hpp>
 #include <petra/random.hpp>
 
@@ -303,6 +304,38 @@ BENCHMARK(convolution_benchmark<pass::backward_input>)
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(convolution_benchmark<pass::backward_weights>)
     ->Name("convolution/backward_weights")
+    ->Apply(convolution_shapes)
+    ->Unit(benchmark::kMicrosecond);
+
+// The forward pass in bf16 on AMX tiles (kernels/convolution_bf16.hpp) on the
+// same shapes, beside convolution/forward.
+void convolution_bf16_forward(benchmark::State& state)
+{
+    if (!petra::kernels::bf16_support().amx) {
+        state.SkipWithError("this CPU does not offer AMX-BF16");
+        return;
+    }
+    const convolution_shape shape{64,
+                                  static_cast<std::size_t>(state.range(0)),
+                                  static_cast<std::size_t>(state.range(2)),
+                                  static_cast<std::size_t>(state.range(2)),
+                                  static_cast<std::size_t>(state.range(1)),
+                                  static_cast<std::size_t>(state.range(3)),
+                                  static_cast<std::size_t>(state.range(4)),
+                                  static_cast<std::size_t>(state.range(3) / 2)};
+    const auto input = random_values(shape.input_count(), 3);
+    const auto weights = random_values(shape.weight_count(), 4);
+    std::vector<float> output(shape.output_count());
+    for (auto _ : state) {
+        petra::kernels::convolution_forward_bf16(shape, input.data(), weights.data(), output.data());
+        benchmark::DoNotOptimize(output.data());
+        benchmark::ClobberMemory();
+    }
+    set_flops(state, double(shape.flops()));
+}
+
+BENCHMARK(convolution_bf16_forward)
+    ->Name("convolution_bf16/forward")
     ->Apply(convolution_shapes)
     ->Unit(benchmark::kMicrosecond);
 

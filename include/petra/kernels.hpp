@@ -4,6 +4,7 @@
 #include <petra/kernels/bf16.hpp>
 #include <petra/kernels/cache_sizes.hpp>
 #include <petra/kernels/convolution.hpp>
+#include <petra/kernels/convolution_bf16.hpp>
 #include <petra/kernels/elementwise.hpp>
 #include <petra/kernels/gemm.hpp>
 #include <petra/kernels/normalization.hpp>

@@ -242,6 +242,8 @@ inline void pack_b_bf16_scalar(const float* b, std::size_t row, std::size_t colu
 
 #if defined(PETRA_BF16_X86)
 
+// The instructions a function of an engine is compiled for (also the bf16
+// convolution's, convolution_bf16.hpp).
 #define PETRA_TARGET_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512bf16")))
 #define PETRA_TARGET_AMX __attribute__((target("avx512f,avx512bw,avx512bf16,amx-tile,amx-bf16")))
 
@@ -417,9 +419,6 @@ PETRA_TARGET_AMX inline void bf16_block_amx(std::size_t m, std::size_t k, const 
     }
     _tile_release();
 }
-
-#undef PETRA_TARGET_AVX512_BF16
-#undef PETRA_TARGET_AMX
 
 #endif // PETRA_BF16_X86
 

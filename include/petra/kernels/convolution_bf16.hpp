@@ -1,0 +1,312 @@
+// A convolution's forward pass in bf16 on AMX tiles: output = convolution(
+// input, weights) + beta * output with the input and the weights rounded to
+// bf16 (round_to_bf16) and the products summed in float, for every shape
+// the float kernels take (kernel 1x1 or 3x3, stride 1 or 2, zero padding).
+// The second piece of the opt-in bf16 precision (bf16.hpp has the first);
+// no layer takes it yet.
+//
+// No im2col matrix, as in the float direct form (convolution.hpp): each
+// image is copied once, rounded, into phase planes in which the two values
+// of a pair of input channels sit side by side (pair p of pixel i at
+// 2 (p * pair_stride + i)). A tile of 16 such pairs (one per row) by 16
+// pixels is then, for any tap, 16 rows of 64 consecutive bytes a plane
+// apart: tdpbf16ps's right operand, loaded in place at the tap's origin, as
+// the float kernels load their slices. Its left operand is the tap's
+// weights, out channels by the chunk's input channels. Each tap and chunk
+// of 32 input channels adds one product per tile of 16 out channels by 16
+// (wide) pixels; a block of 32 by 32 results stays in four tile registers
+// over every tap and chunk and goes to the output row by row. Pixels are
+// indexed over the phase plane's width, as in the float direct form: the
+// columns past the output width are computed and not stored.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+
+#include <petra/error.hpp>
+#include <petra/kernels/bf16.hpp>
+#include <petra/kernels/convolution.hpp>
+#include <petra/kernels/layout.hpp>
+#include <petra/kernels/profile.hpp>
+#include <petra/kernels/scratch.hpp>
+
+namespace petra::kernels {
+
+namespace detail {
+
+struct bf16_phased_image_tag {};
+struct bf16_pair_row_tag {};
+struct bf16_convolution_weights_tag {};
+struct bf16_tap_origins_tag {};
+
+// The sizes of one image's paired phase planes and of the packed weights.
+struct bf16_convolution_geometry {
+    static constexpr std::size_t tile_pixels = 16, tile_channels = 16, max_chunk_pairs = 16;
+    std::size_t phases, height, width, plane; // per axis, and one phase plane's rows, columns, pixels
+    std::size_t chunk_pairs, chunks;          // pairs of input channels per tile's depth, and chunks of them
+    std::size_t pair_stride;                  // pixels from one pair's planes to the next's
+    std::size_t image_pairs;                  // pairs of one image's planes, with the slack the tiles read
+    std::size_t wide_pixels;                  // output rows times the plane's width
+    std::size_t out_blocks;                   // tiles of 16 out channels
+    std::size_t taps;                         // kernel * kernel
+
+    constexpr explicit bf16_convolution_geometry(const convolution_shape& shape)
+        : phases(phases_read(shape)), height(phase_height(shape)), width(phase_width(shape)), plane(height * width),
+          chunk_pairs(std::min(max_chunk_pairs, (shape.in_channels + 1) / 2)),
+          chunks(((shape.in_channels + 1) / 2 + chunk_pairs - 1) / chunk_pairs), pair_stride(phases * phases * plane),
+          // A tile reads up to 31 pixels past the last wide pixel of a
+          // tap's origin, which lies at most 2 rows and 2 columns into the
+          // last plane: zeros, so that nothing read is undefined.
+          image_pairs(chunks * chunk_pairs * pair_stride + 2 * width + 2 + 2 * tile_pixels),
+          wide_pixels(shape.out_height() * width), out_blocks((shape.out_channels + tile_channels - 1) / tile_channels),
+          taps(shape.kernel * shape.kernel)
+    {}
+
+    constexpr std::size_t weights_count() const { return taps * chunks * out_blocks * tile_channels * 2 * chunk_pairs; }
+    // Where tap t's weights for chunk c and out block b begin: tile_channels
+    // rows of 2 chunk_pairs values.
+    constexpr std::size_t weights_at(std::size_t t, std::size_t c, std::size_t b) const
+    {
+        return ((t * chunks + c) * out_blocks + b) * tile_channels * 2 * chunk_pairs;
+    }
+};
+
+// The weights as the tiles' left operands (bf16_convolution_geometry::
+// weights_at), rounded; zeros for the channels past the shape's.
+inline void pack_bf16_convolution_weights(const convolution_shape& shape, const bf16_convolution_geometry& g,
+                                          const float* weights, std::uint16_t* packed)
+{
+    const std::size_t row = 2 * g.chunk_pairs;
+    for (std::size_t t = 0; t < g.taps; ++t) {
+        for (std::size_t c = 0; c < g.chunks; ++c) {
+            for (std::size_t b = 0; b < g.out_blocks; ++b) {
+                std::uint16_t* out = packed + g.weights_at(t, c, b);
+                for (std::size_t r = 0; r < g.tile_channels; ++r) {
+                    const std::size_t co = b * g.tile_channels + r;
+                    for (std::size_t k = 0; k < row; ++k) {
+                        const std::size_t ci = c * row + k;
+                        out[r * row + k] = co < shape.out_channels && ci < shape.in_channels
+                                               ? round_to_bf16(weights[(co * shape.in_channels + ci) * g.taps + t])
+                                               : std::uint16_t(0);
+                    }
+                }
+            }
+        }
+    }
+}
+
+// Where tap t reads, for wide pixel 0, within a pair's planes.
+inline void bf16_tap_origins(const convolution_shape& shape, const bf16_convolution_geometry& g, std::size_t* origins)
+{
+    for (std::size_t t = 0; t < g.taps; ++t) {
+        const std::size_t kh = t / shape.kernel, kw = t % shape.kernel;
+        const std::size_t phase = (kh % shape.stride) * g.phases + kw % shape.stride;
+        origins[t] = phase * g.plane + (kh / shape.stride) * g.width + kw / shape.stride;
+    }
+}
+
+#if defined(PETRA_BF16_X86)
+
+// out[x] = the bf16 bits of even[x] and, above them, of odd[x] (zero where
+// odd is null), for x < count.
+PETRA_TARGET_AVX512_BF16 inline void bf16_pair_row(const float* even, const float* odd, std::size_t count,
+                                                   std::uint32_t* out)
+{
+    for (std::size_t x = 0; x < count; x += 16) {
+        const __mmask16 mask = bf16_first_lanes(count - x);
+        const __m512i low = bf16_row_bits(even + x, mask);
+        const __m512i high = bf16_row_bits(odd ? odd + x : even, odd ? mask : __mmask16(0));
+        _mm512_mask_storeu_epi32(out + x, mask, _mm512_or_si512(low, _mm512_maskz_slli_epi32(mask, high, 16)));
+    }
+}
+
+// Stores the lanes of values (pairs of input columns x0 .. x0 + 15, the
+// first `count`) to their stride-2 phases' rows: phase_rows[a] receives the
+// columns whose padded column x + padding has parity a, at column (x +
+// padding) / 2, for a < phases.
+PETRA_TARGET_AVX512_BF16 inline void split_pair_columns(__m512i values, std::size_t x0, std::size_t count,
+                                                        std::size_t padding, std::size_t phases,
+                                                        std::uint32_t* const (&phase_rows)[2])
+{
+    const __mmask16 valid = bf16_first_lanes(count);
+    for (std::size_t a = 0; a < phases; ++a) {
+        // Lanes l with (x0 + l + padding) % 2 == a; x0 is even.
+        const std::size_t first = (a + 2 - padding % 2) % 2;
+        const __mmask16 lanes = static_cast<__mmask16>((first == 0 ? 0x5555u : 0xaaaau) & valid);
+        _mm512_mask_compressstoreu_epi32(phase_rows[a] + (x0 + first + padding) / 2, lanes, values);
+    }
+}
+
+// One image's paired phase planes (see the top of this file): every input
+// row's pairs at their phase, row and column, the borders zero.
+PETRA_TARGET_AVX512_BF16 inline void prepare_bf16_image(const convolution_shape& shape,
+                                                        const bf16_convolution_geometry& g, const float* image,
+                                                        std::uint32_t* phased, std::uint32_t* row_pairs)
+{
+    std::fill(phased, phased + g.image_pairs, 0u);
+    const std::size_t pixels = shape.input_pixels(), stride = shape.stride, padding = shape.padding;
+    for (std::size_t p = 0; p < (shape.in_channels + 1) / 2; ++p) {
+        const float* even = image + 2 * p * pixels;
+        const float* odd = 2 * p + 1 < shape.in_channels ? even + pixels : nullptr;
+        std::uint32_t* planes = phased + p * g.pair_stride;
+        for (std::size_t y = 0; y < shape.in_height; ++y) {
+            const std::size_t padded_row = y + padding;
+            if (padded_row % stride >= g.phases) continue;
+            std::uint32_t* target = planes + (padded_row % stride) * g.phases * g.plane + padded_row / stride * g.width;
+            const float* even_row = even + y * shape.in_width;
+            const float* odd_row = odd ? odd + y * shape.in_width : nullptr;
+            if (stride == 1) {
+                bf16_pair_row(even_row, odd_row, shape.in_width, target + padding);
+                continue;
+            }
+            bf16_pair_row(even_row, odd_row, shape.in_width, row_pairs);
+            std::uint32_t* const phase_rows[2] = {target, g.phases > 1 ? target + g.plane : target};
+            for (std::size_t x = 0; x < shape.in_width; x += 16) {
+                const __m512i values = _mm512_maskz_loadu_epi32(bf16_first_lanes(shape.in_width - x), row_pairs + x);
+                split_pair_columns(values, x, std::min<std::size_t>(16, shape.in_width - x), padding, g.phases,
+                                   phase_rows);
+            }
+        }
+    }
+}
+
+// The batch, image by image: its paired planes, then every block of 32 out
+// channels by 32 wide pixels in tile registers 0 to 3 over every tap and
+// chunk (4 and 5: the weights of two out blocks; 6 and 7: two tiles of
+// pixels), stored to the output's rows. The tile configuration is loaded on
+// entry and released on exit.
+PETRA_TARGET_AMX inline void bf16_convolution_images(const convolution_shape& shape, const bf16_convolution_geometry& g,
+                                                     const float* input, const std::uint16_t* weights,
+                                                     const std::size_t* origins, float* output, float beta,
+                                                     std::uint32_t* phased, std::uint32_t* row_pairs)
+{
+    constexpr std::size_t block = 32;
+    const std::size_t weight_row_bytes = 4 * g.chunk_pairs, pixel_row_bytes = 4 * g.pair_stride;
+    struct alignas(64) tile_configuration {
+        std::uint8_t palette = 1;
+        std::uint8_t start_row = 0;
+        std::uint8_t reserved[14] = {};
+        std::uint16_t bytes_per_row[16] = {};
+        std::uint8_t rows[16] = {};
+    } configuration;
+    static_assert(sizeof(tile_configuration) == 64);
+    for (int tile = 0; tile < 4; ++tile) configuration.bytes_per_row[tile] = 64, configuration.rows[tile] = 16;
+    for (int tile = 4; tile < 6; ++tile) {
+        configuration.bytes_per_row[tile] = static_cast<std::uint16_t>(weight_row_bytes);
+        configuration.rows[tile] = 16;
+    }
+    for (int tile = 6; tile < 8; ++tile) {
+        configuration.bytes_per_row[tile] = 64;
+        configuration.rows[tile] = static_cast<std::uint8_t>(g.chunk_pairs);
+    }
+    _tile_loadconfig(&configuration);
+    alignas(64) float results[block * block];
+    const std::size_t out_width = shape.out_width(), out_pixels = shape.output_pixels();
+    const std::size_t block_weights = g.tile_channels * 2 * g.chunk_pairs;
+    const auto* pairs = reinterpret_cast<const std::uint16_t*>(phased);
+    for (std::size_t image = 0; image < shape.batch; ++image) {
+        prepare_bf16_image(shape, g, input + image * shape.in_channels * shape.input_pixels(), phased, row_pairs);
+        float* out_image = output + image * shape.out_channels * out_pixels;
+        for (std::size_t b = 0; b < g.out_blocks; b += 2) {
+            const bool two_blocks = b + 1 < g.out_blocks;
+            for (std::size_t j = 0; j < g.wide_pixels; j += block) {
+                _tile_zero(0);
+                _tile_zero(1);
+                _tile_zero(2);
+                _tile_zero(3);
+                for (std::size_t t = 0; t < g.taps; ++t) {
+                    for (std::size_t c = 0; c < g.chunks; ++c) {
+                        const std::uint16_t* w = weights + g.weights_at(t, c, b);
+                        const std::uint16_t* x = pairs + 2 * (c * g.chunk_pairs * g.pair_stride + origins[t] + j);
+                        _tile_loadd(4, w, weight_row_bytes);
+                        _tile_loadd(6, x, pixel_row_bytes);
+                        _tile_loadd(7, x + 2 * g.tile_pixels, pixel_row_bytes);
+                        _tile_dpbf16ps(0, 4, 6);
+                        _tile_dpbf16ps(1, 4, 7);
+                        if (two_blocks) {
+                            _tile_loadd(5, w + block_weights, weight_row_bytes);
+                            _tile_dpbf16ps(2, 5, 6);
+                            _tile_dpbf16ps(3, 5, 7);
+                        }
+                    }
+                }
+                _tile_stored(0, results, block * sizeof(float));
+                _tile_stored(1, results + 16, block * sizeof(float));
+                _tile_stored(2, results + 16 * block, block * sizeof(float));
+                _tile_stored(3, results + 16 * block + 16, block * sizeof(float));
+                const std::size_t channels =
+                    std::min(two_blocks ? block : block / 2, shape.out_channels - b * g.tile_channels);
+                const std::size_t columns = std::min(block, g.wide_pixels - j);
+                for (std::size_t r = 0; r < channels; ++r) {
+                    float* out_channel = out_image + (b * g.tile_channels + r) * out_pixels;
+                    for_each_wide_row(g.width, j, columns,
+                                      [&](std::size_t row, std::size_t column, std::size_t length, std::size_t offset) {
+                                          if (column >= out_width) return;
+                                          store_row(std::min(length, out_width - column), results + r * block + offset,
+                                                    out_channel + row * out_width + column, beta);
+                                      });
+                }
+            }
+        }
+    }
+    _tile_release();
+}
+
+#endif // PETRA_BF16_X86
+
+} // namespace detail
+
+// The scratch convolution_forward_bf16 takes (scratch.hpp): one image's
+// paired planes, a row of pairs, the packed weights and the taps' origins.
+constexpr scratch_demand convolution_forward_bf16_scratch(const convolution_shape& shape)
+{
+    scratch_demand demand;
+    if (shape.batch == 0) return demand;
+    const detail::bf16_convolution_geometry g(shape);
+    demand.template ask<detail::bf16_phased_image_tag, std::uint32_t>(g.image_pairs);
+    demand.template ask<detail::bf16_pair_row_tag, std::uint32_t>(shape.in_width);
+    demand.template ask<detail::bf16_convolution_weights_tag, std::uint16_t>(g.weights_count());
+    demand.template ask<detail::bf16_tap_origins_tag, std::size_t>(g.taps);
+    return demand;
+}
+
+// output = convolution(input, weights) + beta * output (output not read
+// when beta == 0), as convolution_forward<float> computes it, except that
+// the input and the weights are first rounded to bf16 and the products
+// summed in float, on AMX tiles. Throws std::invalid_argument for a shape
+// the kernels do not take (validate) and, naming the instruction, on a CPU
+// without AMX-BF16. Scratch as convolution_forward's, of
+// convolution_forward_bf16_scratch(shape).region_bytes().
+inline void convolution_forward_bf16(const convolution_shape& shape, const float* input, const float* weights,
+                                     float* output, float beta = 0.0f, std::span<std::byte> scratch = {})
+{
+    PETRA_PROFILE_KERNEL(
+        "convolution forward bf16", detail::convolution_geometry, detail::convolution_sizes(shape),
+        double(shape.flops()),
+        detail::convolution_bytes(shape.input_count() + shape.weight_count(), shape.output_count(), beta));
+    validate(shape);
+    if (!bf16_support().amx) {
+        raise_error(error_kind::invalid_argument,
+                    "petra::kernels::convolution_forward_bf16 needs tdpbf16ps (AMX-BF16 and AMX-TILE, granted by "
+                    "the operating system), which this CPU does not offer.");
+    }
+    if (shape.batch == 0) return;
+#if defined(PETRA_BF16_X86)
+    const detail::bf16_convolution_geometry g(shape);
+    scratch_source source(scratch);
+    auto* phased = source.take<detail::bf16_phased_image_tag, std::uint32_t>(g.image_pairs);
+    auto* row_pairs = source.take<detail::bf16_pair_row_tag, std::uint32_t>(shape.in_width);
+    auto* packed = source.take<detail::bf16_convolution_weights_tag, std::uint16_t>(g.weights_count());
+    auto* origins = source.take<detail::bf16_tap_origins_tag, std::size_t>(g.taps);
+    detail::pack_bf16_convolution_weights(shape, g, weights, packed);
+    detail::bf16_tap_origins(shape, g, origins);
+    detail::bf16_convolution_images(shape, g, input, packed, origins, output, beta, phased, row_pairs);
+#else
+    (void)input, (void)weights, (void)output, (void)beta, (void)scratch;
+#endif
+}
+
+} // namespace petra::kernels

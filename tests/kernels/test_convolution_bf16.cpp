@@ -1,0 +1,120 @@
+// The bf16 convolution's forward pass (kernels/convolution_bf16.hpp) on AMX
+// tiles against the reference over the rounded input and weights, held to
+// float accumulation: the reference network's shapes and odd ones (channel
+// counts off every pair, chunk and tile of out channels, stride 2, no
+// padding, 1x1 kernels), beta 0 (the output starts as NaN) and not; on a CPU
+// without AMX, the refusal that names its instruction.
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include <petra/kernels/convolution_bf16.hpp>
+
+#include "reference/convolution.hpp"
+#include "support.hpp"
+
+namespace {
+
+using petra::kernels::convolution_shape;
+
+double rounded(float value) { return petra::kernels::bf16_to_float(petra::kernels::round_to_bf16(value)); }
+
+} // namespace
+
+TEST_CASE("convolution_forward_bf16 sums the rounded input's and weights' products in float")
+{
+    if (!petra::kernels::bf16_support().amx) {
+        MESSAGE("this CPU offers no AMX-BF16: the refusal is tested below");
+        return;
+    }
+    // batch, in channels, height, width, out channels, kernel, stride, padding
+    const convolution_shape shapes[] = {
+        {2, 16, 28, 28, 16, 3, 1, 1}, {2, 32, 14, 14, 32, 3, 1, 1}, {2, 64, 7, 7, 64, 3, 1, 1},
+        {2, 16, 28, 28, 32, 3, 2, 1}, {2, 32, 14, 14, 64, 3, 2, 1}, {2, 16, 28, 28, 32, 1, 2, 0},
+        {2, 1, 28, 28, 32, 3, 1, 1},  {3, 3, 9, 11, 5, 3, 1, 1},    {2, 5, 10, 7, 3, 3, 2, 1},
+        {1, 40, 6, 5, 20, 3, 1, 1},   {2, 7, 8, 9, 33, 1, 1, 0},    {1, 2, 5, 4, 17, 3, 2, 0},
+        {2, 33, 3, 3, 48, 3, 1, 2},
+    };
+    std::mt19937_64 generator(13);
+    std::size_t cases = 0, apart_from_float = 0;
+    for (const convolution_shape& shape : shapes) {
+        for (const float beta : {0.0f, 1.5f}) {
+            CAPTURE(shape.in_channels);
+            CAPTURE(shape.out_channels);
+            CAPTURE(shape.in_height);
+            CAPTURE(shape.in_width);
+            CAPTURE(shape.kernel);
+            CAPTURE(shape.stride);
+            CAPTURE(shape.padding);
+            CAPTURE(beta);
+            const auto input = petra::test::random_vector<float>(shape.input_count(), generator);
+            const auto weights = petra::test::random_vector<float>(shape.weight_count(), generator);
+            const auto start = beta == 0.0f ? petra::test::nan_vector<float>(shape.output_count())
+                                            : petra::test::random_vector<float>(shape.output_count(), generator);
+            auto actual = start;
+            petra::kernels::convolution_forward_bf16(shape, input.data(), weights.data(), actual.data(), beta);
+            // The references in double: the rounded operands, their magnitudes, and the float ones.
+            std::vector<double> x(input.size()), w(weights.size()), x_abs(input.size()), w_abs(weights.size());
+            for (std::size_t i = 0; i < input.size(); ++i) x[i] = rounded(input[i]), x_abs[i] = std::fabs(x[i]);
+            for (std::size_t i = 0; i < weights.size(); ++i) w[i] = rounded(weights[i]), w_abs[i] = std::fabs(w[i]);
+            std::vector<double> sums(shape.output_count()), magnitudes(shape.output_count());
+            std::vector<float> in_float(shape.output_count());
+            petra::reference::convolution_forward(shape, x.data(), w.data(), sums.data());
+            petra::reference::convolution_forward(shape, x_abs.data(), w_abs.data(), magnitudes.data());
+            petra::reference::convolution_forward(shape, input.data(), weights.data(), in_float.data());
+            bool all_close = true;
+            const double terms = double(shape.patch_size());
+            for (std::size_t i = 0; i < sums.size(); ++i) {
+                const double previous = beta == 0.0f ? 0.0 : double(beta) * double(start[i]);
+                const double expected = sums[i] + previous;
+                const double tolerance = (terms + 8) * 0x1p-23 * (magnitudes[i] + std::fabs(previous)) + 1e-30;
+                all_close = all_close && std::fabs(double(actual[i]) - expected) <= tolerance;
+                if (std::fabs(double(in_float[i]) + previous - expected) > tolerance) ++apart_from_float;
+            }
+            CHECK(all_close);
+            ++cases;
+        }
+    }
+    CHECK(cases == 2 * std::size(shapes));
+    CHECK(apart_from_float > 0); // the tolerance tells bf16 from float
+}
+
+TEST_CASE("convolution_forward_bf16 takes its scratch from a caller's region of its demand's size")
+{
+    if (!petra::kernels::bf16_support().amx) return;
+    const convolution_shape shape{3, 16, 28, 28, 32, 3, 2, 1};
+    std::mt19937_64 generator(17);
+    const auto input = petra::test::random_vector<float>(shape.input_count(), generator);
+    const auto weights = petra::test::random_vector<float>(shape.weight_count(), generator);
+    std::vector<float> in_region(shape.output_count()), per_thread(shape.output_count());
+    const std::size_t bytes = petra::kernels::convolution_forward_bf16_scratch(shape).region_bytes();
+    std::vector<std::byte> storage(bytes + 64);
+    std::byte* start = storage.data() + (64 - reinterpret_cast<std::uintptr_t>(storage.data()) % 64) % 64;
+    petra::kernels::convolution_forward_bf16(shape, input.data(), weights.data(), in_region.data(), 0.0f,
+                                             std::span<std::byte>(start, bytes));
+    petra::kernels::convolution_forward_bf16(shape, input.data(), weights.data(), per_thread.data());
+    CHECK(in_region == per_thread);
+}
+
+TEST_CASE("convolution_forward_bf16 refuses a CPU without AMX-BF16, naming the instruction")
+{
+    const convolution_shape shape{1, 1, 3, 3, 1, 3, 1, 1};
+    std::vector<float> input(9, 1.0f), weights(9, 1.0f), output(9);
+    if (!petra::kernels::bf16_support().amx) {
+        CHECK_THROWS_WITH_AS(
+            petra::kernels::convolution_forward_bf16(shape, input.data(), weights.data(), output.data()),
+            doctest::Contains("tdpbf16ps"), std::invalid_argument);
+    } else {
+        petra::kernels::convolution_forward_bf16(shape, input.data(), weights.data(), output.data());
+        CHECK(output[4] == 9.0f); // the centre sees every tap
+        CHECK(output[0] == 4.0f); // a corner, four
+    }
+    const convolution_shape bad{1, 1, 3, 3, 1, 5, 1, 1};
+    CHECK_THROWS_AS(petra::kernels::convolution_forward_bf16(bad, input.data(), weights.data(), output.data()),
+                    std::invalid_argument);
+}
