@@ -307,9 +307,11 @@ BENCHMARK(convolution_benchmark<pass::backward_weights>)
     ->Apply(convolution_shapes)
     ->Unit(benchmark::kMicrosecond);
 
-// The forward pass in bf16 on AMX tiles (kernels/convolution_bf16.hpp) on the
-// same shapes, beside convolution/forward.
-void convolution_bf16_forward(benchmark::State& state)
+// The forward pass and the stride-1 input gradient in bf16 on AMX tiles
+// (kernels/convolution_bf16.hpp) on the same shapes, beside
+// convolution/forward and convolution/backward_input.
+template <pass Pass>
+void convolution_bf16_benchmark(benchmark::State& state)
 {
     if (!petra::kernels::bf16_support().amx) {
         state.SkipWithError("this CPU does not offer AMX-BF16");
@@ -325,18 +327,28 @@ void convolution_bf16_forward(benchmark::State& state)
                                   static_cast<std::size_t>(state.range(3) / 2)};
     const auto input = random_values(shape.input_count(), 3);
     const auto weights = random_values(shape.weight_count(), 4);
-    std::vector<float> output(shape.output_count());
+    const auto grad_y = random_values(shape.output_count(), 5);
+    std::vector<float> output(shape.output_count()), grad_x(shape.input_count());
     for (auto _ : state) {
-        petra::kernels::convolution_forward_bf16(shape, input.data(), weights.data(), output.data());
-        benchmark::DoNotOptimize(output.data());
+        if constexpr (Pass == pass::forward) {
+            petra::kernels::convolution_forward_bf16(shape, input.data(), weights.data(), output.data());
+            benchmark::DoNotOptimize(output.data());
+        } else {
+            petra::kernels::convolution_backward_input_bf16(shape, grad_y.data(), weights.data(), grad_x.data());
+            benchmark::DoNotOptimize(grad_x.data());
+        }
         benchmark::ClobberMemory();
     }
     set_flops(state, double(shape.flops()));
 }
 
-BENCHMARK(convolution_bf16_forward)
+BENCHMARK(convolution_bf16_benchmark<pass::forward>)
     ->Name("convolution_bf16/forward")
     ->Apply(convolution_shapes)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(convolution_bf16_benchmark<pass::backward_input>)
+    ->Name("convolution_bf16/backward_input")
+    ->Apply(winograd_shapes)
     ->Unit(benchmark::kMicrosecond);
 
 } // namespace

@@ -4,6 +4,7 @@
 // counts off every pair, chunk and tile of out channels, stride 2, no
 // padding, 1x1 kernels), beta 0 (the output starts as NaN) and not; on a CPU
 // without AMX, the refusal that names its instruction.
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <limits>
@@ -84,6 +85,92 @@ TEST_CASE("convolution_forward_bf16 sums the rounded input's and weights' produc
     CHECK(apart_from_float > 0); // the tolerance tells bf16 from float
 }
 
+TEST_CASE("convolution_backward_input_bf16 sums the rounded gradient's and weights' products in float")
+{
+    if (!petra::kernels::bf16_support().amx) return;
+    // Stride 1 (what it takes): the couplings' shapes and odd ones.
+    const convolution_shape shapes[] = {
+        {2, 16, 28, 28, 16, 3, 1, 1}, {2, 32, 14, 14, 32, 3, 1, 1}, {2, 64, 7, 7, 64, 3, 1, 1},
+        {3, 3, 9, 11, 5, 3, 1, 1},    {1, 40, 6, 5, 20, 3, 1, 1},   {2, 7, 8, 9, 33, 1, 1, 0},
+        {2, 33, 3, 3, 48, 3, 1, 2},   {1, 5, 6, 7, 18, 3, 1, 0},
+    };
+    std::mt19937_64 generator(19);
+    std::size_t cases = 0, apart_from_float = 0;
+    for (const convolution_shape& shape : shapes) {
+        for (const float beta : {0.0f, -0.5f}) {
+            CAPTURE(shape.in_channels);
+            CAPTURE(shape.out_channels);
+            CAPTURE(shape.in_height);
+            CAPTURE(shape.in_width);
+            CAPTURE(shape.kernel);
+            CAPTURE(shape.padding);
+            CAPTURE(beta);
+            const auto grad_y = petra::test::random_vector<float>(shape.output_count(), generator);
+            const auto weights = petra::test::random_vector<float>(shape.weight_count(), generator);
+            const auto start = beta == 0.0f ? petra::test::nan_vector<float>(shape.input_count())
+                                            : petra::test::random_vector<float>(shape.input_count(), generator);
+            auto actual = start;
+            petra::kernels::convolution_backward_input_bf16(shape, grad_y.data(), weights.data(), actual.data(), beta);
+            std::vector<double> g(grad_y.size()), w(weights.size()), g_abs(grad_y.size()), w_abs(weights.size());
+            for (std::size_t i = 0; i < g.size(); ++i) g[i] = rounded(grad_y[i]), g_abs[i] = std::fabs(g[i]);
+            for (std::size_t i = 0; i < w.size(); ++i) w[i] = rounded(weights[i]), w_abs[i] = std::fabs(w[i]);
+            std::vector<double> sums(shape.input_count()), magnitudes(shape.input_count());
+            std::vector<float> in_float(shape.input_count());
+            petra::reference::convolution_backward_input(shape, g.data(), w.data(), sums.data(), 0.0);
+            petra::reference::convolution_backward_input(shape, g_abs.data(), w_abs.data(), magnitudes.data(), 0.0);
+            petra::reference::convolution_backward_input(shape, grad_y.data(), weights.data(), in_float.data(), 0.0f);
+            bool all_close = true;
+            const double terms = double(shape.out_channels * shape.kernel * shape.kernel);
+            for (std::size_t i = 0; i < sums.size(); ++i) {
+                const double previous = beta == 0.0f ? 0.0 : double(beta) * double(start[i]);
+                const double expected = sums[i] + previous;
+                const double tolerance = (terms + 8) * 0x1p-23 * (magnitudes[i] + std::fabs(previous)) + 1e-30;
+                all_close = all_close && std::fabs(double(actual[i]) - expected) <= tolerance;
+                if (std::fabs(double(in_float[i]) + previous - expected) > tolerance) ++apart_from_float;
+            }
+            CHECK(all_close);
+            ++cases;
+        }
+    }
+    CHECK(cases == 2 * std::size(shapes));
+    CHECK(apart_from_float > 0);
+}
+
+TEST_CASE("an image's paired planes hold every pixel the tiles read")
+{
+    // The tiles read 32 wide pixels at a time from every tap's origin in
+    // every pair: the last of them, for every shape of up to 12 x 12 pixels
+    // and 40 channels, lies within the planes and their slack (which the
+    // address sanitizer cannot watch: tile loads are not instrumented).
+    namespace detail = petra::kernels::detail;
+    std::size_t shapes = 0, overruns = 0;
+    for (std::size_t kernel : {1, 3}) {
+        for (std::size_t stride : {1, 2}) {
+            for (std::size_t padding = 0; padding < kernel; ++padding) {
+                for (std::size_t height = 1; height <= 12; ++height) {
+                    for (std::size_t width = 1; width <= 12; ++width) {
+                        for (std::size_t channels : {1, 2, 3, 16, 31, 32, 33, 40}) {
+                            const convolution_shape shape{1, channels, height, width, 1, kernel, stride, padding};
+                            if (height + 2 * padding < kernel || width + 2 * padding < kernel) continue;
+                            const detail::bf16_convolution_geometry g(shape);
+                            std::vector<std::size_t> origins(g.taps);
+                            detail::bf16_tap_origins(shape, g, origins.data());
+                            const std::size_t blocks = (g.wide_pixels + 31) / 32;
+                            const std::size_t last = (g.chunks * g.chunk_pairs - 1) * g.pair_stride +
+                                                     *std::max_element(origins.begin(), origins.end()) + blocks * 32 -
+                                                     1;
+                            if (last >= g.image_pairs) ++overruns;
+                            ++shapes;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    CHECK(shapes > 3000);
+    CHECK(overruns == 0);
+}
+
 TEST_CASE("convolution_forward_bf16 takes its scratch from a caller's region of its demand's size")
 {
     if (!petra::kernels::bf16_support().amx) return;
@@ -114,6 +201,9 @@ TEST_CASE("convolution_forward_bf16 refuses a CPU without AMX-BF16, naming the i
         CHECK(output[4] == 9.0f); // the centre sees every tap
         CHECK(output[0] == 4.0f); // a corner, four
     }
+    CHECK_THROWS_WITH_AS(petra::kernels::convolution_backward_input_bf16({1, 1, 4, 4, 1, 3, 2, 1}, input.data(),
+                                                                         weights.data(), output.data()),
+                         doctest::Contains("stride 1 only"), std::invalid_argument);
     const convolution_shape bad{1, 1, 3, 3, 1, 5, 1, 1};
     CHECK_THROWS_AS(petra::kernels::convolution_forward_bf16(bad, input.data(), weights.data(), output.data()),
                     std::invalid_argument);

@@ -1,9 +1,11 @@
-// A convolution's forward pass in bf16 on AMX tiles: output = convolution(
-// input, weights) + beta * output with the input and the weights rounded to
-// bf16 (round_to_bf16) and the products summed in float, for every shape
-// the float kernels take (kernel 1x1 or 3x3, stride 1 or 2, zero padding).
-// The second piece of the opt-in bf16 precision (bf16.hpp has the first);
-// no layer takes it yet.
+// A convolution's forward pass and stride-1 input gradient in bf16 on AMX
+// tiles: output = convolution(input, weights) + beta * output with the
+// input and the weights rounded to bf16 (round_to_bf16) and the products
+// summed in float, for every shape the float kernels take (kernel 1x1 or
+// 3x3, stride 1 or 2, zero padding); the input gradient of a stride-1 shape
+// is the same correlation of the output gradient with flipped weights. The
+// second piece of the opt-in bf16 precision (bf16.hpp has the first); no
+// layer takes it yet.
 //
 // No im2col matrix, as in the float direct form (convolution.hpp): each
 // image is copied once, rounded, into phase planes in which the two values
@@ -25,6 +27,7 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <string>
 
 #include <petra/error.hpp>
 #include <petra/kernels/bf16.hpp>
@@ -75,9 +78,11 @@ struct bf16_convolution_geometry {
 };
 
 // The weights as the tiles' left operands (bf16_convolution_geometry::
-// weights_at), rounded; zeros for the channels past the shape's.
-inline void pack_bf16_convolution_weights(const convolution_shape& shape, const bf16_convolution_geometry& g,
-                                          const float* weights, std::uint16_t* packed)
+// weights_at), rounded: weight(co, ci, t) for out channel co, input channel
+// ci and tap t of shape; zeros for the channels past the shape's.
+template <class Weight>
+void pack_bf16_convolution_weights(const convolution_shape& shape, const bf16_convolution_geometry& g, Weight&& weight,
+                                   std::uint16_t* packed)
 {
     const std::size_t row = 2 * g.chunk_pairs;
     for (std::size_t t = 0; t < g.taps; ++t) {
@@ -89,7 +94,7 @@ inline void pack_bf16_convolution_weights(const convolution_shape& shape, const 
                     for (std::size_t k = 0; k < row; ++k) {
                         const std::size_t ci = c * row + k;
                         out[r * row + k] = co < shape.out_channels && ci < shape.in_channels
-                                               ? round_to_bf16(weights[(co * shape.in_channels + ci) * g.taps + t])
+                                               ? round_to_bf16(weight(co, ci, t))
                                                : std::uint16_t(0);
                     }
                 }
@@ -173,6 +178,32 @@ PETRA_TARGET_AVX512_BF16 inline void prepare_bf16_image(const convolution_shape&
     }
 }
 
+// A piece of an output row within a block of wide pixels: length values
+// from the block's offset to the channel's output at `to`.
+struct bf16_row_piece {
+    std::size_t offset, to, length;
+};
+
+// out[piece.to + i] = values[piece.offset + i] + beta * out[...] for every
+// piece and i < its length (out not read when beta == 0), a masked vector
+// at a time.
+PETRA_TARGET_AVX512_BF16 inline void store_bf16_block_row(const float* values, float* out, const bf16_row_piece* pieces,
+                                                          std::size_t count, float beta)
+{
+    for (std::size_t k = 0; k < count; ++k) {
+        const bf16_row_piece& piece = pieces[k];
+        for (std::size_t i = 0; i < piece.length; i += 16) {
+            const __mmask16 mask = bf16_first_lanes(piece.length - i);
+            __m512 result = _mm512_maskz_loadu_ps(mask, values + piece.offset + i);
+            float* target = out + piece.to + i;
+            if (beta != 0.0f) {
+                result = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(mask, target), result);
+            }
+            _mm512_mask_storeu_ps(target, mask, result);
+        }
+    }
+}
+
 // The batch, image by image: its paired planes, then every block of 32 out
 // channels by 32 wide pixels in tile registers 0 to 3 over every tap and
 // chunk (4 and 5: the weights of two out blocks; 6 and 7: two tiles of
@@ -240,14 +271,19 @@ PETRA_TARGET_AMX inline void bf16_convolution_images(const convolution_shape& sh
                 const std::size_t channels =
                     std::min(two_blocks ? block : block / 2, shape.out_channels - b * g.tile_channels);
                 const std::size_t columns = std::min(block, g.wide_pixels - j);
+                // The block's pieces of output rows (at most 32 / width + 2),
+                // then every channel's values through them.
+                bf16_row_piece pieces[block + 2];
+                std::size_t piece_count = 0;
+                for_each_wide_row(g.width, j, columns,
+                                  [&](std::size_t row, std::size_t column, std::size_t length, std::size_t offset) {
+                                      if (column >= out_width) return;
+                                      pieces[piece_count++] = {offset, row * out_width + column,
+                                                               std::min(length, out_width - column)};
+                                  });
                 for (std::size_t r = 0; r < channels; ++r) {
-                    float* out_channel = out_image + (b * g.tile_channels + r) * out_pixels;
-                    for_each_wide_row(g.width, j, columns,
-                                      [&](std::size_t row, std::size_t column, std::size_t length, std::size_t offset) {
-                                          if (column >= out_width) return;
-                                          store_row(std::min(length, out_width - column), results + r * block + offset,
-                                                    out_channel + row * out_width + column, beta);
-                                      });
+                    store_bf16_block_row(results + r * block, out_image + (b * g.tile_channels + r) * out_pixels,
+                                         pieces, piece_count, beta);
                 }
             }
         }
@@ -256,6 +292,56 @@ PETRA_TARGET_AMX inline void bf16_convolution_images(const convolution_shape& sh
 }
 
 #endif // PETRA_BF16_X86
+
+} // namespace detail
+
+namespace detail {
+
+// output = the correlation of shape (input, weight(co, ci, t)) + beta *
+// output, for a validated shape with a non-empty batch, on a CPU with AMX.
+template <class Weight>
+void bf16_correlation(const convolution_shape& shape, const float* input, Weight&& weight, float* output, float beta,
+                      std::span<std::byte> scratch)
+{
+#if defined(PETRA_BF16_X86)
+    const bf16_convolution_geometry g(shape);
+    scratch_source source(scratch);
+    auto* phased = source.take<bf16_phased_image_tag, std::uint32_t>(g.image_pairs);
+    auto* row_pairs = source.take<bf16_pair_row_tag, std::uint32_t>(shape.in_width);
+    auto* packed = source.take<bf16_convolution_weights_tag, std::uint16_t>(g.weights_count());
+    auto* origins = source.take<bf16_tap_origins_tag, std::size_t>(g.taps);
+    pack_bf16_convolution_weights(shape, g, weight, packed);
+    bf16_tap_origins(shape, g, origins);
+    bf16_convolution_images(shape, g, input, packed, origins, output, beta, phased, row_pairs);
+#else
+    (void)shape, (void)input, (void)weight, (void)output, (void)beta, (void)scratch;
+#endif
+}
+
+inline void require_amx(const char* kernel)
+{
+    if (!bf16_support().amx) {
+        raise_error(error_kind::invalid_argument,
+                    std::string("petra::kernels::") + kernel +
+                        " needs tdpbf16ps (AMX-BF16 and AMX-TILE, granted by the operating system), which this CPU "
+                        "does not offer.");
+    }
+}
+
+// The input gradient of a stride-1 shape as the forward correlation of the
+// output gradient (padded by kernel - 1 - padding) with the weights
+// flipped, out and input channels exchanged.
+constexpr convolution_shape transposed_for_input_gradient(const convolution_shape& shape)
+{
+    return {shape.batch,
+            shape.out_channels,
+            shape.out_height(),
+            shape.out_width(),
+            shape.in_channels,
+            shape.kernel,
+            1,
+            shape.kernel - 1 - shape.padding};
+}
 
 } // namespace detail
 
@@ -273,6 +359,13 @@ constexpr scratch_demand convolution_forward_bf16_scratch(const convolution_shap
     return demand;
 }
 
+// The scratch convolution_backward_input_bf16 takes: its transposed
+// forward's.
+constexpr scratch_demand convolution_backward_input_bf16_scratch(const convolution_shape& shape)
+{
+    return convolution_forward_bf16_scratch(detail::transposed_for_input_gradient(shape));
+}
+
 // output = convolution(input, weights) + beta * output (output not read
 // when beta == 0), as convolution_forward<float> computes it, except that
 // the input and the weights are first rounded to bf16 and the products
@@ -288,25 +381,49 @@ inline void convolution_forward_bf16(const convolution_shape& shape, const float
         double(shape.flops()),
         detail::convolution_bytes(shape.input_count() + shape.weight_count(), shape.output_count(), beta));
     validate(shape);
-    if (!bf16_support().amx) {
-        raise_error(error_kind::invalid_argument,
-                    "petra::kernels::convolution_forward_bf16 needs tdpbf16ps (AMX-BF16 and AMX-TILE, granted by "
-                    "the operating system), which this CPU does not offer.");
-    }
+    detail::require_amx("convolution_forward_bf16");
     if (shape.batch == 0) return;
-#if defined(PETRA_BF16_X86)
-    const detail::bf16_convolution_geometry g(shape);
-    scratch_source source(scratch);
-    auto* phased = source.take<detail::bf16_phased_image_tag, std::uint32_t>(g.image_pairs);
-    auto* row_pairs = source.take<detail::bf16_pair_row_tag, std::uint32_t>(shape.in_width);
-    auto* packed = source.take<detail::bf16_convolution_weights_tag, std::uint16_t>(g.weights_count());
-    auto* origins = source.take<detail::bf16_tap_origins_tag, std::size_t>(g.taps);
-    detail::pack_bf16_convolution_weights(shape, g, weights, packed);
-    detail::bf16_tap_origins(shape, g, origins);
-    detail::bf16_convolution_images(shape, g, input, packed, origins, output, beta, phased, row_pairs);
-#else
-    (void)input, (void)weights, (void)output, (void)beta, (void)scratch;
-#endif
+    const std::size_t taps = shape.kernel * shape.kernel;
+    detail::bf16_correlation(
+        shape, input,
+        [&](std::size_t co, std::size_t ci, std::size_t t) {
+            return weights[(co * shape.in_channels + ci) * taps + t];
+        },
+        output, beta, scratch);
+}
+
+// grad_x = (gradient of the forward pass with respect to its input, applied
+// to grad_y) + beta * grad_x (grad_x not read when beta == 0), as
+// convolution_backward_input<float> computes it, except that grad_y and
+// the weights are rounded to bf16 and the products summed in float, on AMX
+// tiles: the forward correlation of grad_y with the flipped weights.
+// Stride 1 only for now: a stride-2 shape throws std::invalid_argument
+// (the float kernel serves it). Otherwise as convolution_forward_bf16, with
+// convolution_backward_input_bf16_scratch(shape).
+inline void convolution_backward_input_bf16(const convolution_shape& shape, const float* grad_y, const float* weights,
+                                            float* grad_x, float beta = 0.0f, std::span<std::byte> scratch = {})
+{
+    PETRA_PROFILE_KERNEL(
+        "convolution input gradient bf16", detail::convolution_geometry, detail::convolution_sizes(shape),
+        double(shape.flops()),
+        detail::convolution_bytes(shape.output_count() + shape.weight_count(), shape.input_count(), beta));
+    validate(shape);
+    if (shape.stride != 1) {
+        raise_error(error_kind::invalid_argument,
+                    "petra::kernels::convolution_backward_input_bf16 takes stride 1 only (yet); a stride-2 input "
+                    "gradient runs in float (convolution_backward_input).");
+    }
+    detail::require_amx("convolution_backward_input_bf16");
+    if (shape.batch == 0) return;
+    const std::size_t taps = shape.kernel * shape.kernel;
+    // Transposed out channel c is the shape's input channel c, and tap t is
+    // the shape's tap taps - 1 - t (both axes flipped).
+    detail::bf16_correlation(
+        detail::transposed_for_input_gradient(shape), grad_y,
+        [&](std::size_t c, std::size_t co, std::size_t t) {
+            return weights[(co * shape.in_channels + c) * taps + (taps - 1 - t)];
+        },
+        grad_x, beta, scratch);
 }
 
 } // namespace petra::kernels
