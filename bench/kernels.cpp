@@ -307,9 +307,9 @@ BENCHMARK(convolution_benchmark<pass::backward_weights>)
     ->Apply(convolution_shapes)
     ->Unit(benchmark::kMicrosecond);
 
-// The forward pass and the stride-1 input gradient in bf16 on AMX tiles
-// (kernels/convolution_bf16.hpp) on the same shapes, beside
-// convolution/forward and convolution/backward_input.
+// The forward pass, the stride-1 input gradient and the weight gradient in
+// bf16 on AMX tiles (kernels/convolution_bf16.hpp) on the same shapes,
+// beside convolution/forward, backward_input and backward_weights.
 template <pass Pass>
 void convolution_bf16_benchmark(benchmark::State& state)
 {
@@ -328,14 +328,17 @@ void convolution_bf16_benchmark(benchmark::State& state)
     const auto input = random_values(shape.input_count(), 3);
     const auto weights = random_values(shape.weight_count(), 4);
     const auto grad_y = random_values(shape.output_count(), 5);
-    std::vector<float> output(shape.output_count()), grad_x(shape.input_count());
+    std::vector<float> output(shape.output_count()), grad_x(shape.input_count()), grad_weights(shape.weight_count());
     for (auto _ : state) {
         if constexpr (Pass == pass::forward) {
             petra::kernels::convolution_forward_bf16(shape, input.data(), weights.data(), output.data());
             benchmark::DoNotOptimize(output.data());
-        } else {
+        } else if constexpr (Pass == pass::backward_input) {
             petra::kernels::convolution_backward_input_bf16(shape, grad_y.data(), weights.data(), grad_x.data());
             benchmark::DoNotOptimize(grad_x.data());
+        } else {
+            petra::kernels::convolution_backward_weights_bf16(shape, input.data(), grad_y.data(), grad_weights.data());
+            benchmark::DoNotOptimize(grad_weights.data());
         }
         benchmark::ClobberMemory();
     }
@@ -349,6 +352,10 @@ BENCHMARK(convolution_bf16_benchmark<pass::forward>)
 BENCHMARK(convolution_bf16_benchmark<pass::backward_input>)
     ->Name("convolution_bf16/backward_input")
     ->Apply(winograd_shapes)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(convolution_bf16_benchmark<pass::backward_weights>)
+    ->Name("convolution_bf16/backward_weights")
+    ->Apply(convolution_shapes)
     ->Unit(benchmark::kMicrosecond);
 
 } // namespace

@@ -1,9 +1,10 @@
-// The bf16 convolution's forward pass (kernels/convolution_bf16.hpp) on AMX
-// tiles against the reference over the rounded input and weights, held to
-// float accumulation: the reference network's shapes and odd ones (channel
-// counts off every pair, chunk and tile of out channels, stride 2, no
-// padding, 1x1 kernels), beta 0 (the output starts as NaN) and not; on a CPU
-// without AMX, the refusal that names its instruction.
+// The bf16 convolutions (kernels/convolution_bf16.hpp) on AMX tiles, the
+// forward pass, the stride-1 input gradient and the weight gradient, against
+// the references over the rounded operands, held to float accumulation: the
+// reference network's shapes and odd ones (channel counts off every pair,
+// chunk and tile of channels, stride 2, no padding, 1x1 kernels), beta 0 (the
+// result starts as NaN) and not; every pixel a tile reads within its
+// buffers; on a CPU without AMX, the refusals that name its instruction.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -136,6 +137,59 @@ TEST_CASE("convolution_backward_input_bf16 sums the rounded gradient's and weigh
     CHECK(apart_from_float > 0);
 }
 
+TEST_CASE("convolution_backward_weights_bf16 sums the rounded input's and gradient's products in float")
+{
+    if (!petra::kernels::bf16_support().amx) return;
+    const convolution_shape shapes[] = {
+        {2, 16, 28, 28, 16, 3, 1, 1}, {2, 32, 14, 14, 32, 3, 1, 1}, {2, 64, 7, 7, 64, 3, 1, 1},
+        {2, 16, 28, 28, 32, 3, 2, 1}, {2, 32, 14, 14, 64, 3, 2, 1}, {2, 16, 28, 28, 32, 1, 2, 0},
+        {2, 1, 28, 28, 32, 3, 1, 1},  {3, 3, 9, 11, 5, 3, 1, 1},    {2, 5, 10, 7, 3, 3, 2, 1},
+        {1, 40, 6, 5, 20, 3, 1, 1},   {2, 7, 8, 9, 33, 1, 1, 0},    {1, 2, 5, 4, 17, 3, 2, 0},
+        {2, 33, 3, 3, 48, 3, 1, 2},
+    };
+    std::mt19937_64 generator(23);
+    std::size_t cases = 0, apart_from_float = 0;
+    for (const convolution_shape& shape : shapes) {
+        for (const float beta : {0.0f, 0.75f}) {
+            CAPTURE(shape.in_channels);
+            CAPTURE(shape.out_channels);
+            CAPTURE(shape.in_height);
+            CAPTURE(shape.in_width);
+            CAPTURE(shape.kernel);
+            CAPTURE(shape.stride);
+            CAPTURE(shape.padding);
+            CAPTURE(beta);
+            const auto input = petra::test::random_vector<float>(shape.input_count(), generator);
+            const auto grad_y = petra::test::random_vector<float>(shape.output_count(), generator);
+            const auto start = beta == 0.0f ? petra::test::nan_vector<float>(shape.weight_count())
+                                            : petra::test::random_vector<float>(shape.weight_count(), generator);
+            auto actual = start;
+            petra::kernels::convolution_backward_weights_bf16(shape, input.data(), grad_y.data(), actual.data(), beta);
+            std::vector<double> x(input.size()), g(grad_y.size()), x_abs(input.size()), g_abs(grad_y.size());
+            for (std::size_t i = 0; i < x.size(); ++i) x[i] = rounded(input[i]), x_abs[i] = std::fabs(x[i]);
+            for (std::size_t i = 0; i < g.size(); ++i) g[i] = rounded(grad_y[i]), g_abs[i] = std::fabs(g[i]);
+            std::vector<double> sums(shape.weight_count()), magnitudes(shape.weight_count());
+            std::vector<float> in_float(shape.weight_count());
+            petra::reference::convolution_backward_weights(shape, x.data(), g.data(), sums.data(), 0.0);
+            petra::reference::convolution_backward_weights(shape, x_abs.data(), g_abs.data(), magnitudes.data(), 0.0);
+            petra::reference::convolution_backward_weights(shape, input.data(), grad_y.data(), in_float.data(), 0.0f);
+            bool all_close = true;
+            const double terms = double(shape.batch * shape.output_pixels());
+            for (std::size_t i = 0; i < sums.size(); ++i) {
+                const double previous = beta == 0.0f ? 0.0 : double(beta) * double(start[i]);
+                const double expected = sums[i] + previous;
+                const double tolerance = (terms + 8) * 0x1p-23 * (magnitudes[i] + std::fabs(previous)) + 1e-30;
+                all_close = all_close && std::fabs(double(actual[i]) - expected) <= tolerance;
+                if (std::fabs(double(in_float[i]) + previous - expected) > tolerance) ++apart_from_float;
+            }
+            CHECK(all_close);
+            ++cases;
+        }
+    }
+    CHECK(cases == 2 * std::size(shapes));
+    CHECK(apart_from_float > 0);
+}
+
 TEST_CASE("an image's paired planes hold every pixel the tiles read")
 {
     // The tiles read 32 wide pixels at a time from every tap's origin in
@@ -160,6 +214,14 @@ TEST_CASE("an image's paired planes hold every pixel the tiles read")
                                                      *std::max_element(origins.begin(), origins.end()) + blocks * 32 -
                                                      1;
                             if (last >= g.image_pairs) ++overruns;
+                            // The weight gradient's: every tile of pixel pairs within its
+                            // rows, and the words they are gathered from within the planes.
+                            const detail::bf16_weight_gradient_geometry w(shape);
+                            const std::size_t largest = *std::max_element(origins.begin(), origins.end());
+                            if (largest / 2 + w.depth / 2 > w.pixel_pairs) ++overruns;
+                            if (((channels + 1) / 2 - 1) * g.pair_stride + 2 * w.pixel_pairs > g.image_pairs) {
+                                ++overruns;
+                            }
                             ++shapes;
                         }
                     }
@@ -188,13 +250,19 @@ TEST_CASE("convolution_forward_bf16 takes its scratch from a caller's region of 
     CHECK(in_region == per_thread);
 }
 
-TEST_CASE("convolution_forward_bf16 refuses a CPU without AMX-BF16, naming the instruction")
+TEST_CASE("the bf16 convolutions refuse a CPU without AMX-BF16, naming the instruction")
 {
     const convolution_shape shape{1, 1, 3, 3, 1, 3, 1, 1};
     std::vector<float> input(9, 1.0f), weights(9, 1.0f), output(9);
     if (!petra::kernels::bf16_support().amx) {
         CHECK_THROWS_WITH_AS(
             petra::kernels::convolution_forward_bf16(shape, input.data(), weights.data(), output.data()),
+            doctest::Contains("tdpbf16ps"), std::invalid_argument);
+        CHECK_THROWS_WITH_AS(
+            petra::kernels::convolution_backward_input_bf16(shape, output.data(), weights.data(), input.data()),
+            doctest::Contains("tdpbf16ps"), std::invalid_argument);
+        CHECK_THROWS_WITH_AS(
+            petra::kernels::convolution_backward_weights_bf16(shape, input.data(), output.data(), weights.data()),
             doctest::Contains("tdpbf16ps"), std::invalid_argument);
     } else {
         petra::kernels::convolution_forward_bf16(shape, input.data(), weights.data(), output.data());

@@ -111,7 +111,9 @@ inline bf16_instructions probe_bf16_instructions()
     // AMX's tile configuration and tile data.
     const bool tile_state = (state & (3u << 17)) == (3u << 17);
     if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return found;
-    const bool avx512f = (ebx & (1u << 16)) != 0;
+    // AVX512F, and the byte-and-word and vector-length extensions the
+    // engines' code is compiled with (every CPU with AVX512-BF16 has them).
+    const bool avx512f = (ebx & (1u << 16)) != 0 && (ebx & (1u << 30)) != 0 && (ebx & (1u << 31)) != 0;
     const bool amx_bf16 = (edx & (1u << 22)) != 0, amx_tile = (edx & (1u << 24)) != 0;
     unsigned eax1 = 0, ebx1 = 0, ecx1 = 0, edx1 = 0;
     __get_cpuid_count(7, 1, &eax1, &ebx1, &ecx1, &edx1);
@@ -244,8 +246,8 @@ inline void pack_b_bf16_scalar(const float* b, std::size_t row, std::size_t colu
 
 // The instructions a function of an engine is compiled for (also the bf16
 // convolution's, convolution_bf16.hpp).
-#define PETRA_TARGET_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512bf16")))
-#define PETRA_TARGET_AMX __attribute__((target("avx512f,avx512bw,avx512bf16,amx-tile,amx-bf16")))
+#define PETRA_TARGET_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#define PETRA_TARGET_AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
 
 // The first count (<= 16) lanes.
 inline __mmask16 bf16_first_lanes(std::size_t count)

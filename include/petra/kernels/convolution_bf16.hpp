@@ -1,11 +1,11 @@
-// A convolution's forward pass and stride-1 input gradient in bf16 on AMX
-// tiles: output = convolution(input, weights) + beta * output with the
-// input and the weights rounded to bf16 (round_to_bf16) and the products
-// summed in float, for every shape the float kernels take (kernel 1x1 or
-// 3x3, stride 1 or 2, zero padding); the input gradient of a stride-1 shape
-// is the same correlation of the output gradient with flipped weights. The
-// second piece of the opt-in bf16 precision (bf16.hpp has the first); no
-// layer takes it yet.
+// A convolution's three kernels in bf16 on AMX tiles, each as its float
+// counterpart (convolution.hpp) computes it with the operands rounded to
+// bf16 (round_to_bf16) and the products summed in float: the forward pass
+// and the weight gradient for every shape the float kernels take (kernel
+// 1x1 or 3x3, stride 1 or 2, zero padding), the input gradient for stride 1
+// (the forward correlation of the output gradient with flipped weights).
+// The second piece of the opt-in bf16 precision (bf16.hpp has the first);
+// no layer takes it yet.
 //
 // No im2col matrix, as in the float direct form (convolution.hpp): each
 // image is copied once, rounded, into phase planes in which the two values
@@ -112,6 +112,43 @@ inline void bf16_tap_origins(const convolution_shape& shape, const bf16_convolut
         origins[t] = phase * g.plane + (kh / shape.stride) * g.width + kw / shape.stride;
     }
 }
+
+struct bf16_gradient_rows_tag {};
+struct bf16_pixel_pairs_tag {};
+struct bf16_gradient_sums_tag {};
+
+// The weight gradient's operands (bf16_weight_gradient_images): per image,
+// the output gradient as rows of `depth` bf16 values (its wide pixels,
+// zeros past the output width and the last pixel), and for each parity e
+// the input's pixel pairs, row q holding, for every input channel c < 16
+// in_blocks, the values of pixels 2 q + e and 2 q + e + 1 of c's phase
+// planes side by side; sums: float, taps x 16 out_blocks x 16 in_blocks.
+struct bf16_weight_gradient_geometry {
+    bf16_convolution_geometry planes;
+    std::size_t depth;       // wide pixels rounded up to 32, a tile's depth
+    std::size_t in_blocks;   // tiles of 16 input channels
+    std::size_t pixel_pairs; // rows of one parity's pairs: every pixel a tap's tiles read
+
+    constexpr explicit bf16_weight_gradient_geometry(const convolution_shape& shape)
+        : planes(shape), depth((planes.wide_pixels + 31) / 32 * 32), in_blocks((shape.in_channels + 15) / 16),
+          pixel_pairs((largest_origin(shape, planes) + depth + 2) / 2)
+    {}
+
+    static constexpr std::size_t largest_origin(const convolution_shape& shape, const bf16_convolution_geometry& g)
+    {
+        std::size_t largest = 0;
+        for (std::size_t kh = 0; kh < shape.kernel; ++kh) {
+            for (std::size_t kw = 0; kw < shape.kernel; ++kw) {
+                const std::size_t phase = (kh % shape.stride) * g.phases + kw % shape.stride;
+                largest = std::max(largest, phase * g.plane + (kh / shape.stride) * g.width + kw / shape.stride);
+            }
+        }
+        return largest;
+    }
+    constexpr std::size_t rows_count() const { return planes.out_blocks * 16 * depth; }
+    constexpr std::size_t pairs_count() const { return 2 * pixel_pairs * in_blocks * 16; }
+    constexpr std::size_t sums_count() const { return planes.taps * planes.out_blocks * 16 * in_blocks * 16; }
+};
 
 #if defined(PETRA_BF16_X86)
 
@@ -291,6 +328,142 @@ PETRA_TARGET_AMX inline void bf16_convolution_images(const convolution_shape& sh
     _tile_release();
 }
 
+// The output gradient of one image as bf16 rows of g.depth values (see
+// bf16_weight_gradient_geometry), zeros past the output width and depth.
+PETRA_TARGET_AVX512_BF16 inline void prepare_bf16_gradient_rows(const convolution_shape& shape,
+                                                                const bf16_weight_gradient_geometry& g,
+                                                                const float* grad_y, std::uint16_t* rows)
+{
+    std::fill(rows, rows + g.rows_count(), std::uint16_t(0));
+    const std::size_t out_width = shape.out_width();
+    for (std::size_t co = 0; co < shape.out_channels; ++co) {
+        for (std::size_t oh = 0; oh < shape.out_height(); ++oh) {
+            const float* in = grad_y + (co * shape.out_height() + oh) * out_width;
+            std::uint16_t* out = rows + co * g.depth + oh * g.planes.width;
+            for (std::size_t x = 0; x < out_width; x += 16) {
+                const __mmask16 mask = bf16_first_lanes(out_width - x);
+                const __m256bh rounded = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask, in + x));
+                __m256i bits;
+                std::memcpy(&bits, &rounded, sizeof(bits));
+                _mm256_mask_storeu_epi16(out + x, mask, bits);
+            }
+        }
+    }
+}
+
+// Both parities' pixel pairs of one image (see bf16_weight_gradient_
+// geometry) from its channel-paired planes (prepare_bf16_image): for 16
+// channels at a time, the two words holding pixels 2 q + e and 2 q + e + 1
+// of their pairs, gathered, and each channel's half of them put together;
+// zeros for the channels past the shape's.
+PETRA_TARGET_AVX512_BF16 inline void prepare_bf16_pixel_pairs(const convolution_shape& shape,
+                                                              const bf16_weight_gradient_geometry& g,
+                                                              const std::uint32_t* phased, std::uint32_t* pairs)
+{
+    const std::size_t columns = g.in_blocks * 16;
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const auto* words = reinterpret_cast<const int*>(phased);
+    for (std::size_t block = 0; block < g.in_blocks; ++block) {
+        const std::size_t first = block * 16;
+        const __mmask16 valid = bf16_first_lanes(shape.in_channels > first ? shape.in_channels - first : 0);
+        // Lane l: channel first + l, in pair (first + l) / 2, its half (l % 2).
+        const __m512i pair_start = _mm512_mullo_epi32(
+            _mm512_maskz_srli_epi32(__mmask16(0xffff),
+                                    _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int>(first))), 1),
+            _mm512_set1_epi32(static_cast<int>(g.planes.pair_stride)));
+        for (std::size_t e = 0; e < 2; ++e) {
+            std::uint32_t* out = pairs + e * g.pixel_pairs * columns + first;
+            for (std::size_t q = 0; q < g.pixel_pairs; ++q) {
+                const __m512i index = _mm512_add_epi32(pair_start, _mm512_set1_epi32(static_cast<int>(2 * q + e)));
+                const __m512i low =
+                    _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, index, words, sizeof(std::uint32_t));
+                const __m512i high = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid,
+                                                                 _mm512_add_epi32(index, _mm512_set1_epi32(1)), words,
+                                                                 sizeof(std::uint32_t));
+                const __m512i mask16 = _mm512_set1_epi32(0xffff);
+                // Even lanes: the low halves of both words; odd lanes: the
+                // high ones. (The masked forms of the shifts and the
+                // and-not: g++ 12 takes the others' undefined inputs for
+                // uninitialised values.)
+                const __m512i even = _mm512_or_si512(_mm512_and_si512(low, mask16),
+                                                     _mm512_maskz_slli_epi32(__mmask16(0xffff), high, 16));
+                const __m512i odd = _mm512_or_si512(_mm512_maskz_srli_epi32(__mmask16(0xffff), low, 16),
+                                                    _mm512_maskz_andnot_epi32(__mmask16(0xffff), mask16, high));
+                _mm512_storeu_si512(out + q * columns, _mm512_mask_blend_epi32(__mmask16(0xaaaa), even, odd));
+            }
+        }
+    }
+}
+
+// sums[t][co][ci] += the weight gradient of tap t over the batch: per
+// image, its paired planes, gradient rows and pixel pairs, then for every
+// tap and block of 32 out by 32 input channels the sums' four tiles (0 to
+// 3) loaded, every tile of depth added (4, 5: two tiles of 16 gradient
+// rows; 6, 7: two of 16 pixel pairs by 16 channels) and stored back.
+PETRA_TARGET_AMX inline void bf16_weight_gradient_images(const convolution_shape& shape,
+                                                         const bf16_weight_gradient_geometry& g, const float* input,
+                                                         const float* grad_y, const std::size_t* origins, float* sums,
+                                                         std::uint32_t* phased, std::uint32_t* row_pairs,
+                                                         std::uint16_t* rows, std::uint32_t* pairs)
+{
+    struct alignas(64) tile_configuration {
+        std::uint8_t palette = 1;
+        std::uint8_t start_row = 0;
+        std::uint8_t reserved[14] = {};
+        std::uint16_t bytes_per_row[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+        std::uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+    } configuration;
+    static_assert(sizeof(tile_configuration) == 64);
+    _tile_loadconfig(&configuration);
+    const std::size_t out_blocks = g.planes.out_blocks, columns = g.in_blocks * 16;
+    const std::size_t sum_row_bytes = columns * sizeof(float), row_bytes = g.depth * sizeof(std::uint16_t);
+    const std::size_t pair_row_bytes = columns * sizeof(std::uint32_t);
+    for (std::size_t image = 0; image < shape.batch; ++image) {
+        prepare_bf16_image(shape, g.planes, input + image * shape.in_channels * shape.input_pixels(), phased,
+                           row_pairs);
+        prepare_bf16_gradient_rows(shape, g, grad_y + image * shape.out_channels * shape.output_pixels(), rows);
+        prepare_bf16_pixel_pairs(shape, g, phased, pairs);
+        for (std::size_t t = 0; t < g.planes.taps; ++t) {
+            const std::size_t parity = origins[t] % 2, first_pair = origins[t] / 2;
+            const std::uint32_t* tap_pairs = pairs + (parity * g.pixel_pairs + first_pair) * columns;
+            for (std::size_t b = 0; b < out_blocks; b += 2) {
+                const bool two_out = b + 1 < out_blocks;
+                const std::uint16_t* gradient = rows + b * 16 * g.depth;
+                for (std::size_t c = 0; c < g.in_blocks; c += 2) {
+                    const bool two_in = c + 1 < g.in_blocks;
+                    float* tile_sums = sums + (t * out_blocks * 16 + b * 16) * columns + c * 16;
+                    // Only the tiles of channels that exist: past them lies
+                    // the next row or the end of the sums.
+                    _tile_loadd(0, tile_sums, sum_row_bytes);
+                    if (two_in) _tile_loadd(1, tile_sums + 16, sum_row_bytes);
+                    if (two_out) _tile_loadd(2, tile_sums + 16 * columns, sum_row_bytes);
+                    if (two_in && two_out) _tile_loadd(3, tile_sums + 16 * columns + 16, sum_row_bytes);
+                    for (std::size_t k = 0; k < g.depth; k += 32) {
+                        const std::uint32_t* x = tap_pairs + (k / 2) * columns + c * 16;
+                        _tile_loadd(4, gradient + k, row_bytes);
+                        _tile_loadd(6, x, pair_row_bytes);
+                        _tile_dpbf16ps(0, 4, 6);
+                        if (two_in) {
+                            _tile_loadd(7, x + 16, pair_row_bytes);
+                            _tile_dpbf16ps(1, 4, 7);
+                        }
+                        if (two_out) {
+                            _tile_loadd(5, gradient + 16 * g.depth + k, row_bytes);
+                            _tile_dpbf16ps(2, 5, 6);
+                            if (two_in) _tile_dpbf16ps(3, 5, 7);
+                        }
+                    }
+                    _tile_stored(0, tile_sums, sum_row_bytes);
+                    if (two_in) _tile_stored(1, tile_sums + 16, sum_row_bytes);
+                    if (two_out) _tile_stored(2, tile_sums + 16 * columns, sum_row_bytes);
+                    if (two_in && two_out) _tile_stored(3, tile_sums + 16 * columns + 16, sum_row_bytes);
+                }
+            }
+        }
+    }
+    _tile_release();
+}
+
 #endif // PETRA_BF16_X86
 
 } // namespace detail
@@ -424,6 +597,73 @@ inline void convolution_backward_input_bf16(const convolution_shape& shape, cons
             return weights[(co * shape.in_channels + c) * taps + (taps - 1 - t)];
         },
         grad_x, beta, scratch);
+}
+
+// The scratch convolution_backward_weights_bf16 takes: one image's paired
+// planes, a row of pairs, gradient rows and pixel pairs, the sums and the
+// taps' origins.
+constexpr scratch_demand convolution_backward_weights_bf16_scratch(const convolution_shape& shape)
+{
+    scratch_demand demand;
+    if (shape.batch == 0) return demand;
+    const detail::bf16_weight_gradient_geometry g(shape);
+    demand.template ask<detail::bf16_phased_image_tag, std::uint32_t>(g.planes.image_pairs);
+    demand.template ask<detail::bf16_pair_row_tag, std::uint32_t>(shape.in_width);
+    demand.template ask<detail::bf16_gradient_rows_tag, std::uint16_t>(g.rows_count());
+    demand.template ask<detail::bf16_pixel_pairs_tag, std::uint32_t>(g.pairs_count());
+    demand.template ask<detail::bf16_gradient_sums_tag, float>(g.sums_count());
+    demand.template ask<detail::bf16_tap_origins_tag, std::size_t>(g.planes.taps);
+    return demand;
+}
+
+// grad_weights = (gradient of the forward pass with respect to its weights,
+// applied to grad_y, summed over the batch) + beta * grad_weights
+// (grad_weights not read when beta == 0), as
+// convolution_backward_weights<float> computes it, except that the input
+// and grad_y are rounded to bf16 and the products summed in float, on AMX
+// tiles: per image, the gradient's rows (out channels by wide pixels) times
+// the input's pixel pairs at each tap's origin (pixels by input channels).
+// Throws as convolution_forward_bf16; scratch of
+// convolution_backward_weights_bf16_scratch(shape).
+inline void convolution_backward_weights_bf16(const convolution_shape& shape, const float* input, const float* grad_y,
+                                              float* grad_weights, float beta = 0.0f, std::span<std::byte> scratch = {})
+{
+    PETRA_PROFILE_KERNEL(
+        "convolution weight gradient bf16", detail::convolution_geometry, detail::convolution_sizes(shape),
+        double(shape.flops()),
+        detail::convolution_bytes(shape.input_count() + shape.output_count(), shape.weight_count(), beta));
+    validate(shape);
+    detail::require_amx("convolution_backward_weights_bf16");
+    if (shape.batch == 0) {
+        detail::scale_in_place(grad_weights, shape.weight_count(), beta);
+        return;
+    }
+#if defined(PETRA_BF16_X86)
+    const std::size_t taps = shape.kernel * shape.kernel;
+    const detail::bf16_weight_gradient_geometry g(shape);
+    scratch_source source(scratch);
+    auto* phased = source.take<detail::bf16_phased_image_tag, std::uint32_t>(g.planes.image_pairs);
+    auto* row_pairs = source.take<detail::bf16_pair_row_tag, std::uint32_t>(shape.in_width);
+    auto* rows = source.take<detail::bf16_gradient_rows_tag, std::uint16_t>(g.rows_count());
+    auto* pairs = source.take<detail::bf16_pixel_pairs_tag, std::uint32_t>(g.pairs_count());
+    auto* sums = source.take<detail::bf16_gradient_sums_tag, float>(g.sums_count());
+    auto* origins = source.take<detail::bf16_tap_origins_tag, std::size_t>(taps);
+    std::fill(sums, sums + g.sums_count(), 0.0f);
+    detail::bf16_tap_origins(shape, g.planes, origins);
+    detail::bf16_weight_gradient_images(shape, g, input, grad_y, origins, sums, phased, row_pairs, rows, pairs);
+    const std::size_t columns = g.in_blocks * 16;
+    for (std::size_t co = 0; co < shape.out_channels; ++co) {
+        for (std::size_t ci = 0; ci < shape.in_channels; ++ci) {
+            for (std::size_t t = 0; t < taps; ++t) {
+                float& weight = grad_weights[(co * shape.in_channels + ci) * taps + t];
+                const float sum = sums[(t * g.planes.out_blocks * 16 + co) * columns + ci];
+                weight = beta == 0.0f ? sum : sum + beta * weight;
+            }
+        }
+    }
+#else
+    (void)input, (void)grad_y, (void)scratch;
+#endif
 }
 
 } // namespace petra::kernels
