@@ -213,19 +213,26 @@ BENCHMARK(gemm_bf16_prepacked)->Name("gemm/bf16_amx_prepacked")->Apply(gemm_shap
 
 enum class pass { forward, backward_input, backward_weights };
 
+// A convolution benchmark's shape, batch 64, from its arguments (cin,
+// cout, size, kernel, stride), with the padding that keeps a 3x3's size.
+convolution_shape benchmark_shape(const benchmark::State& state)
+{
+    return {64,
+            static_cast<std::size_t>(state.range(0)),
+            static_cast<std::size_t>(state.range(2)),
+            static_cast<std::size_t>(state.range(2)),
+            static_cast<std::size_t>(state.range(1)),
+            static_cast<std::size_t>(state.range(3)),
+            static_cast<std::size_t>(state.range(4)),
+            static_cast<std::size_t>(state.range(3) / 2)};
+}
+
 // Direct: the shape's kernels in the direct form even where the library
 // takes Winograd's (kernels/winograd.hpp), to compare the two.
 template <pass Pass, bool Direct = false>
 void convolution_benchmark(benchmark::State& state)
 {
-    const convolution_shape shape{64,
-                                  static_cast<std::size_t>(state.range(0)),
-                                  static_cast<std::size_t>(state.range(2)),
-                                  static_cast<std::size_t>(state.range(2)),
-                                  static_cast<std::size_t>(state.range(1)),
-                                  static_cast<std::size_t>(state.range(3)),
-                                  static_cast<std::size_t>(state.range(4)),
-                                  static_cast<std::size_t>(state.range(3) / 2)};
+    const convolution_shape shape = benchmark_shape(state);
     const auto input = random_values(shape.input_count(), 3);
     const auto weights = random_values(shape.weight_count(), 4);
     const auto grad_y = random_values(shape.output_count(), 5);
@@ -317,14 +324,7 @@ void convolution_bf16_benchmark(benchmark::State& state)
         state.SkipWithError("this CPU does not offer AMX-BF16");
         return;
     }
-    const convolution_shape shape{64,
-                                  static_cast<std::size_t>(state.range(0)),
-                                  static_cast<std::size_t>(state.range(2)),
-                                  static_cast<std::size_t>(state.range(2)),
-                                  static_cast<std::size_t>(state.range(1)),
-                                  static_cast<std::size_t>(state.range(3)),
-                                  static_cast<std::size_t>(state.range(4)),
-                                  static_cast<std::size_t>(state.range(3) / 2)};
+    const convolution_shape shape = benchmark_shape(state);
     const auto input = random_values(shape.input_count(), 3);
     const auto weights = random_values(shape.weight_count(), 4);
     const auto grad_y = random_values(shape.output_count(), 5);

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <random>
 #include <stdexcept>
@@ -26,26 +28,54 @@ using petra::kernels::convolution_shape;
 
 double rounded(float value) { return petra::kernels::bf16_to_float(petra::kernels::round_to_bf16(value)); }
 
-} // namespace
+enum class pass { forward, input_gradient, weight_gradient };
 
-TEST_CASE("convolution_forward_bf16 sums the rounded input's and weights' products in float")
+// A pass's two operands and its result, in values, and the terms each
+// result sums.
+struct pass_sizes {
+    std::size_t first, second, result;
+    double terms;
+};
+
+pass_sizes sizes_of(pass p, const convolution_shape& s)
 {
-    if (!petra::kernels::bf16_support().amx) {
-        MESSAGE("this CPU offers no AMX-BF16: the refusal is tested below");
-        return;
+    switch (p) {
+    case pass::forward: return {s.input_count(), s.weight_count(), s.output_count(), double(s.patch_size())};
+    case pass::input_gradient:
+        return {s.output_count(), s.weight_count(), s.input_count(), double(s.out_channels * s.kernel * s.kernel)};
+    case pass::weight_gradient:
+        return {s.input_count(), s.output_count(), s.weight_count(), double(s.batch * s.output_pixels())};
     }
-    // batch, in channels, height, width, out channels, kernel, stride, padding
-    const convolution_shape shapes[] = {
-        {2, 16, 28, 28, 16, 3, 1, 1}, {2, 32, 14, 14, 32, 3, 1, 1}, {2, 64, 7, 7, 64, 3, 1, 1},
-        {2, 16, 28, 28, 32, 3, 2, 1}, {2, 32, 14, 14, 64, 3, 2, 1}, {2, 16, 28, 28, 32, 1, 2, 0},
-        {2, 1, 28, 28, 32, 3, 1, 1},  {3, 3, 9, 11, 5, 3, 1, 1},    {2, 5, 10, 7, 3, 3, 2, 1},
-        {1, 40, 6, 5, 20, 3, 1, 1},   {2, 7, 8, 9, 33, 1, 1, 0},    {1, 2, 5, 4, 17, 3, 2, 0},
-        {2, 33, 3, 3, 48, 3, 1, 2},
-    };
-    std::mt19937_64 generator(13);
+    return {};
+}
+
+void run_bf16(pass p, const convolution_shape& s, const float* first, const float* second, float* result, float beta)
+{
+    namespace kernels = petra::kernels;
+    if (p == pass::forward) kernels::convolution_forward_bf16(s, first, second, result, beta);
+    else if (p == pass::input_gradient) kernels::convolution_backward_input_bf16(s, first, second, result, beta);
+    else kernels::convolution_backward_weights_bf16(s, first, second, result, beta);
+}
+
+template <class T>
+void run_reference(pass p, const convolution_shape& s, const T* first, const T* second, T* result)
+{
+    if (p == pass::forward) petra::reference::convolution_forward(s, first, second, result);
+    else if (p == pass::input_gradient) petra::reference::convolution_backward_input(s, first, second, result, T(0));
+    else petra::reference::convolution_backward_weights(s, first, second, result, T(0));
+}
+
+// Runs pass p in bf16 on every shape, with beta 0 (the result starting as
+// NaN) and `beta`, against the references in double over the rounded
+// operands: within float accumulation's bound of their sum (the sum of the
+// products' magnitudes times the terms), which most float results of the
+// unrounded operands fall outside of.
+void check_pass(pass p, std::initializer_list<convolution_shape> shapes, std::uint64_t seed, float beta)
+{
+    std::mt19937_64 generator(seed);
     std::size_t cases = 0, apart_from_float = 0;
     for (const convolution_shape& shape : shapes) {
-        for (const float beta : {0.0f, 1.5f}) {
+        for (const float b : {0.0f, beta}) {
             CAPTURE(shape.in_channels);
             CAPTURE(shape.out_channels);
             CAPTURE(shape.in_height);
@@ -53,28 +83,27 @@ TEST_CASE("convolution_forward_bf16 sums the rounded input's and weights' produc
             CAPTURE(shape.kernel);
             CAPTURE(shape.stride);
             CAPTURE(shape.padding);
-            CAPTURE(beta);
-            const auto input = petra::test::random_vector<float>(shape.input_count(), generator);
-            const auto weights = petra::test::random_vector<float>(shape.weight_count(), generator);
-            const auto start = beta == 0.0f ? petra::test::nan_vector<float>(shape.output_count())
-                                            : petra::test::random_vector<float>(shape.output_count(), generator);
+            CAPTURE(b);
+            const pass_sizes sizes = sizes_of(p, shape);
+            const auto first = petra::test::random_vector<float>(sizes.first, generator);
+            const auto second = petra::test::random_vector<float>(sizes.second, generator);
+            const auto start = b == 0.0f ? petra::test::nan_vector<float>(sizes.result)
+                                         : petra::test::random_vector<float>(sizes.result, generator);
             auto actual = start;
-            petra::kernels::convolution_forward_bf16(shape, input.data(), weights.data(), actual.data(), beta);
-            // The references in double: the rounded operands, their magnitudes, and the float ones.
-            std::vector<double> x(input.size()), w(weights.size()), x_abs(input.size()), w_abs(weights.size());
-            for (std::size_t i = 0; i < input.size(); ++i) x[i] = rounded(input[i]), x_abs[i] = std::fabs(x[i]);
-            for (std::size_t i = 0; i < weights.size(); ++i) w[i] = rounded(weights[i]), w_abs[i] = std::fabs(w[i]);
-            std::vector<double> sums(shape.output_count()), magnitudes(shape.output_count());
-            std::vector<float> in_float(shape.output_count());
-            petra::reference::convolution_forward(shape, x.data(), w.data(), sums.data());
-            petra::reference::convolution_forward(shape, x_abs.data(), w_abs.data(), magnitudes.data());
-            petra::reference::convolution_forward(shape, input.data(), weights.data(), in_float.data());
+            run_bf16(p, shape, first.data(), second.data(), actual.data(), b);
+            std::vector<double> x(first.size()), y(second.size()), x_abs(first.size()), y_abs(second.size());
+            for (std::size_t i = 0; i < x.size(); ++i) x[i] = rounded(first[i]), x_abs[i] = std::fabs(x[i]);
+            for (std::size_t i = 0; i < y.size(); ++i) y[i] = rounded(second[i]), y_abs[i] = std::fabs(y[i]);
+            std::vector<double> sums(sizes.result), magnitudes(sizes.result);
+            std::vector<float> in_float(sizes.result);
+            run_reference(p, shape, x.data(), y.data(), sums.data());
+            run_reference(p, shape, x_abs.data(), y_abs.data(), magnitudes.data());
+            run_reference(p, shape, first.data(), second.data(), in_float.data());
             bool all_close = true;
-            const double terms = double(shape.patch_size());
             for (std::size_t i = 0; i < sums.size(); ++i) {
-                const double previous = beta == 0.0f ? 0.0 : double(beta) * double(start[i]);
+                const double previous = b == 0.0f ? 0.0 : double(b) * double(start[i]);
                 const double expected = sums[i] + previous;
-                const double tolerance = (terms + 8) * 0x1p-23 * (magnitudes[i] + std::fabs(previous)) + 1e-30;
+                const double tolerance = (sizes.terms + 8) * 0x1p-23 * (magnitudes[i] + std::fabs(previous)) + 1e-30;
                 all_close = all_close && std::fabs(double(actual[i]) - expected) <= tolerance;
                 if (std::fabs(double(in_float[i]) + previous - expected) > tolerance) ++apart_from_float;
             }
@@ -82,112 +111,51 @@ TEST_CASE("convolution_forward_bf16 sums the rounded input's and weights' produc
             ++cases;
         }
     }
-    CHECK(cases == 2 * std::size(shapes));
-    CHECK(apart_from_float > 0); // the tolerance tells bf16 from float
+    CHECK(cases == 2 * shapes.size());
+    CHECK(apart_from_float > 0);
+}
+
+// batch, in channels, height, width, out channels, kernel, stride, padding:
+// the reference network's shapes and odd ones.
+constexpr std::initializer_list<convolution_shape> every_kind = {
+    {2, 16, 28, 28, 16, 3, 1, 1}, {2, 32, 14, 14, 32, 3, 1, 1}, {2, 64, 7, 7, 64, 3, 1, 1},
+    {2, 16, 28, 28, 32, 3, 2, 1}, {2, 32, 14, 14, 64, 3, 2, 1}, {2, 16, 28, 28, 32, 1, 2, 0},
+    {2, 1, 28, 28, 32, 3, 1, 1},  {3, 3, 9, 11, 5, 3, 1, 1},    {2, 5, 10, 7, 3, 3, 2, 1},
+    {1, 40, 6, 5, 20, 3, 1, 1},   {2, 7, 8, 9, 33, 1, 1, 0},    {1, 2, 5, 4, 17, 3, 2, 0},
+    {2, 33, 3, 3, 48, 3, 1, 2},
+};
+
+} // namespace
+
+TEST_CASE("convolution_forward_bf16 sums the rounded input's and weights' products in float")
+{
+    if (!petra::kernels::bf16_support().amx) {
+        MESSAGE("this CPU offers no AMX-BF16: the refusals are tested below");
+        return;
+    }
+    check_pass(pass::forward, every_kind, 13, 1.5f);
 }
 
 TEST_CASE("convolution_backward_input_bf16 sums the rounded gradient's and weights' products in float")
 {
     if (!petra::kernels::bf16_support().amx) return;
     // Stride 1 (what it takes): the couplings' shapes and odd ones.
-    const convolution_shape shapes[] = {
-        {2, 16, 28, 28, 16, 3, 1, 1}, {2, 32, 14, 14, 32, 3, 1, 1}, {2, 64, 7, 7, 64, 3, 1, 1},
-        {3, 3, 9, 11, 5, 3, 1, 1},    {1, 40, 6, 5, 20, 3, 1, 1},   {2, 7, 8, 9, 33, 1, 1, 0},
-        {2, 33, 3, 3, 48, 3, 1, 2},   {1, 5, 6, 7, 18, 3, 1, 0},
-    };
-    std::mt19937_64 generator(19);
-    std::size_t cases = 0, apart_from_float = 0;
-    for (const convolution_shape& shape : shapes) {
-        for (const float beta : {0.0f, -0.5f}) {
-            CAPTURE(shape.in_channels);
-            CAPTURE(shape.out_channels);
-            CAPTURE(shape.in_height);
-            CAPTURE(shape.in_width);
-            CAPTURE(shape.kernel);
-            CAPTURE(shape.padding);
-            CAPTURE(beta);
-            const auto grad_y = petra::test::random_vector<float>(shape.output_count(), generator);
-            const auto weights = petra::test::random_vector<float>(shape.weight_count(), generator);
-            const auto start = beta == 0.0f ? petra::test::nan_vector<float>(shape.input_count())
-                                            : petra::test::random_vector<float>(shape.input_count(), generator);
-            auto actual = start;
-            petra::kernels::convolution_backward_input_bf16(shape, grad_y.data(), weights.data(), actual.data(), beta);
-            std::vector<double> g(grad_y.size()), w(weights.size()), g_abs(grad_y.size()), w_abs(weights.size());
-            for (std::size_t i = 0; i < g.size(); ++i) g[i] = rounded(grad_y[i]), g_abs[i] = std::fabs(g[i]);
-            for (std::size_t i = 0; i < w.size(); ++i) w[i] = rounded(weights[i]), w_abs[i] = std::fabs(w[i]);
-            std::vector<double> sums(shape.input_count()), magnitudes(shape.input_count());
-            std::vector<float> in_float(shape.input_count());
-            petra::reference::convolution_backward_input(shape, g.data(), w.data(), sums.data(), 0.0);
-            petra::reference::convolution_backward_input(shape, g_abs.data(), w_abs.data(), magnitudes.data(), 0.0);
-            petra::reference::convolution_backward_input(shape, grad_y.data(), weights.data(), in_float.data(), 0.0f);
-            bool all_close = true;
-            const double terms = double(shape.out_channels * shape.kernel * shape.kernel);
-            for (std::size_t i = 0; i < sums.size(); ++i) {
-                const double previous = beta == 0.0f ? 0.0 : double(beta) * double(start[i]);
-                const double expected = sums[i] + previous;
-                const double tolerance = (terms + 8) * 0x1p-23 * (magnitudes[i] + std::fabs(previous)) + 1e-30;
-                all_close = all_close && std::fabs(double(actual[i]) - expected) <= tolerance;
-                if (std::fabs(double(in_float[i]) + previous - expected) > tolerance) ++apart_from_float;
-            }
-            CHECK(all_close);
-            ++cases;
-        }
-    }
-    CHECK(cases == 2 * std::size(shapes));
-    CHECK(apart_from_float > 0);
+    check_pass(pass::input_gradient,
+               {{2, 16, 28, 28, 16, 3, 1, 1},
+                {2, 32, 14, 14, 32, 3, 1, 1},
+                {2, 64, 7, 7, 64, 3, 1, 1},
+                {3, 3, 9, 11, 5, 3, 1, 1},
+                {1, 40, 6, 5, 20, 3, 1, 1},
+                {2, 7, 8, 9, 33, 1, 1, 0},
+                {2, 33, 3, 3, 48, 3, 1, 2},
+                {1, 5, 6, 7, 18, 3, 1, 0}},
+               19, -0.5f);
 }
 
 TEST_CASE("convolution_backward_weights_bf16 sums the rounded input's and gradient's products in float")
 {
     if (!petra::kernels::bf16_support().amx) return;
-    const convolution_shape shapes[] = {
-        {2, 16, 28, 28, 16, 3, 1, 1}, {2, 32, 14, 14, 32, 3, 1, 1}, {2, 64, 7, 7, 64, 3, 1, 1},
-        {2, 16, 28, 28, 32, 3, 2, 1}, {2, 32, 14, 14, 64, 3, 2, 1}, {2, 16, 28, 28, 32, 1, 2, 0},
-        {2, 1, 28, 28, 32, 3, 1, 1},  {3, 3, 9, 11, 5, 3, 1, 1},    {2, 5, 10, 7, 3, 3, 2, 1},
-        {1, 40, 6, 5, 20, 3, 1, 1},   {2, 7, 8, 9, 33, 1, 1, 0},    {1, 2, 5, 4, 17, 3, 2, 0},
-        {2, 33, 3, 3, 48, 3, 1, 2},
-    };
-    std::mt19937_64 generator(23);
-    std::size_t cases = 0, apart_from_float = 0;
-    for (const convolution_shape& shape : shapes) {
-        for (const float beta : {0.0f, 0.75f}) {
-            CAPTURE(shape.in_channels);
-            CAPTURE(shape.out_channels);
-            CAPTURE(shape.in_height);
-            CAPTURE(shape.in_width);
-            CAPTURE(shape.kernel);
-            CAPTURE(shape.stride);
-            CAPTURE(shape.padding);
-            CAPTURE(beta);
-            const auto input = petra::test::random_vector<float>(shape.input_count(), generator);
-            const auto grad_y = petra::test::random_vector<float>(shape.output_count(), generator);
-            const auto start = beta == 0.0f ? petra::test::nan_vector<float>(shape.weight_count())
-                                            : petra::test::random_vector<float>(shape.weight_count(), generator);
-            auto actual = start;
-            petra::kernels::convolution_backward_weights_bf16(shape, input.data(), grad_y.data(), actual.data(), beta);
-            std::vector<double> x(input.size()), g(grad_y.size()), x_abs(input.size()), g_abs(grad_y.size());
-            for (std::size_t i = 0; i < x.size(); ++i) x[i] = rounded(input[i]), x_abs[i] = std::fabs(x[i]);
-            for (std::size_t i = 0; i < g.size(); ++i) g[i] = rounded(grad_y[i]), g_abs[i] = std::fabs(g[i]);
-            std::vector<double> sums(shape.weight_count()), magnitudes(shape.weight_count());
-            std::vector<float> in_float(shape.weight_count());
-            petra::reference::convolution_backward_weights(shape, x.data(), g.data(), sums.data(), 0.0);
-            petra::reference::convolution_backward_weights(shape, x_abs.data(), g_abs.data(), magnitudes.data(), 0.0);
-            petra::reference::convolution_backward_weights(shape, input.data(), grad_y.data(), in_float.data(), 0.0f);
-            bool all_close = true;
-            const double terms = double(shape.batch * shape.output_pixels());
-            for (std::size_t i = 0; i < sums.size(); ++i) {
-                const double previous = beta == 0.0f ? 0.0 : double(beta) * double(start[i]);
-                const double expected = sums[i] + previous;
-                const double tolerance = (terms + 8) * 0x1p-23 * (magnitudes[i] + std::fabs(previous)) + 1e-30;
-                all_close = all_close && std::fabs(double(actual[i]) - expected) <= tolerance;
-                if (std::fabs(double(in_float[i]) + previous - expected) > tolerance) ++apart_from_float;
-            }
-            CHECK(all_close);
-            ++cases;
-        }
-    }
-    CHECK(cases == 2 * std::size(shapes));
-    CHECK(apart_from_float > 0);
+    check_pass(pass::weight_gradient, every_kind, 23, 0.75f);
 }
 
 TEST_CASE("an image's paired planes hold every pixel the tiles read")

@@ -249,6 +249,27 @@ inline void pack_b_bf16_scalar(const float* b, std::size_t row, std::size_t colu
 #define PETRA_TARGET_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 #define PETRA_TARGET_AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
 
+// The shapes of the tile registers (palette 1) as ldtilecfg reads them:
+// set(first, end, rows, row_bytes) gives tiles [first, end) rows of
+// row_bytes bytes; the others stay empty.
+struct alignas(64) amx_tile_shapes {
+    std::uint8_t palette = 1;
+    std::uint8_t start_row = 0;
+    std::uint8_t reserved[14] = {};
+    std::uint16_t bytes_per_row[16] = {};
+    std::uint8_t rows[16] = {};
+
+    constexpr amx_tile_shapes& set(std::size_t first, std::size_t end, std::size_t tile_rows, std::size_t row_bytes)
+    {
+        for (std::size_t tile = first; tile < end; ++tile) {
+            rows[tile] = static_cast<std::uint8_t>(tile_rows);
+            bytes_per_row[tile] = static_cast<std::uint16_t>(row_bytes);
+        }
+        return *this;
+    }
+};
+static_assert(sizeof(amx_tile_shapes) == 64);
+
 // The first count (<= 16) lanes.
 inline __mmask16 bf16_first_lanes(std::size_t count)
 {
@@ -383,15 +404,8 @@ PETRA_TARGET_AMX inline void bf16_block_amx(std::size_t m, std::size_t k, const 
     constexpr std::size_t width = bf16_packing::strip_columns, block = 32;
     const std::size_t k_pad = bf16_packing::round_up(k, bf16_packing::depth_multiple);
     const std::size_t strip_stride = k_pad * width;
-    struct alignas(64) tile_configuration {
-        std::uint8_t palette = 1;
-        std::uint8_t start_row = 0;
-        std::uint8_t reserved[14] = {};
-        std::uint16_t bytes_per_row[16] = {64, 64, 64, 64, 64, 64, 64, 64};
-        std::uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
-    } configuration;
-    static_assert(sizeof(tile_configuration) == 64);
-    _tile_loadconfig(&configuration);
+    const amx_tile_shapes shapes = amx_tile_shapes{}.set(0, 8, 16, 64);
+    _tile_loadconfig(&shapes);
     alignas(64) float results[block * block];
     for (std::size_t j = 0; j < columns; j += block) {
         const std::uint16_t* strip = packed_b + (j / width) * strip_stride;

@@ -253,24 +253,9 @@ PETRA_TARGET_AMX inline void bf16_convolution_images(const convolution_shape& sh
 {
     constexpr std::size_t block = 32;
     const std::size_t weight_row_bytes = 4 * g.chunk_pairs, pixel_row_bytes = 4 * g.pair_stride;
-    struct alignas(64) tile_configuration {
-        std::uint8_t palette = 1;
-        std::uint8_t start_row = 0;
-        std::uint8_t reserved[14] = {};
-        std::uint16_t bytes_per_row[16] = {};
-        std::uint8_t rows[16] = {};
-    } configuration;
-    static_assert(sizeof(tile_configuration) == 64);
-    for (int tile = 0; tile < 4; ++tile) configuration.bytes_per_row[tile] = 64, configuration.rows[tile] = 16;
-    for (int tile = 4; tile < 6; ++tile) {
-        configuration.bytes_per_row[tile] = static_cast<std::uint16_t>(weight_row_bytes);
-        configuration.rows[tile] = 16;
-    }
-    for (int tile = 6; tile < 8; ++tile) {
-        configuration.bytes_per_row[tile] = 64;
-        configuration.rows[tile] = static_cast<std::uint8_t>(g.chunk_pairs);
-    }
-    _tile_loadconfig(&configuration);
+    const amx_tile_shapes shapes =
+        amx_tile_shapes{}.set(0, 4, 16, 64).set(4, 6, 16, weight_row_bytes).set(6, 8, g.chunk_pairs, 64);
+    _tile_loadconfig(&shapes);
     alignas(64) float results[block * block];
     const std::size_t out_width = shape.out_width(), out_pixels = shape.output_pixels();
     const std::size_t block_weights = g.tile_channels * 2 * g.chunk_pairs;
@@ -406,15 +391,8 @@ PETRA_TARGET_AMX inline void bf16_weight_gradient_images(const convolution_shape
                                                          std::uint32_t* phased, std::uint32_t* row_pairs,
                                                          std::uint16_t* rows, std::uint32_t* pairs)
 {
-    struct alignas(64) tile_configuration {
-        std::uint8_t palette = 1;
-        std::uint8_t start_row = 0;
-        std::uint8_t reserved[14] = {};
-        std::uint16_t bytes_per_row[16] = {64, 64, 64, 64, 64, 64, 64, 64};
-        std::uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
-    } configuration;
-    static_assert(sizeof(tile_configuration) == 64);
-    _tile_loadconfig(&configuration);
+    const amx_tile_shapes shapes = amx_tile_shapes{}.set(0, 8, 16, 64);
+    _tile_loadconfig(&shapes);
     const std::size_t out_blocks = g.planes.out_blocks, columns = g.in_blocks * 16;
     const std::size_t sum_row_bytes = columns * sizeof(float), row_bytes = g.depth * sizeof(std::uint16_t);
     const std::size_t pair_row_bytes = columns * sizeof(std::uint32_t);
