@@ -314,8 +314,8 @@ BENCHMARK(convolution_benchmark<pass::backward_weights>)
     ->Apply(convolution_shapes)
     ->Unit(benchmark::kMicrosecond);
 
-// The forward pass, the stride-1 input gradient and the weight gradient in
-// bf16 on AMX tiles (kernels/convolution_bf16.hpp) on the same shapes,
+// The forward pass, the input gradient and the weight gradient in bf16 on
+// AMX tiles (kernels/convolution_bf16.hpp) on the same shapes,
 // beside convolution/forward, backward_input and backward_weights.
 template <pass Pass>
 void convolution_bf16_benchmark(benchmark::State& state)
@@ -351,7 +351,7 @@ BENCHMARK(convolution_bf16_benchmark<pass::forward>)
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(convolution_bf16_benchmark<pass::backward_input>)
     ->Name("convolution_bf16/backward_input")
-    ->Apply(winograd_shapes)
+    ->Apply(convolution_shapes)
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(convolution_bf16_benchmark<pass::backward_weights>)
     ->Name("convolution_bf16/backward_weights")

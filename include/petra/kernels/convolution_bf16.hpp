@@ -1,9 +1,9 @@
 // A convolution's three kernels in bf16 on AMX tiles, each as its float
 // counterpart (convolution.hpp) computes it with the operands rounded to
-// bf16 (round_to_bf16) and the products summed in float: the forward pass
-// and the weight gradient for every shape the float kernels take (kernel
-// 1x1 or 3x3, stride 1 or 2, zero padding), the input gradient for stride 1
-// (the forward correlation of the output gradient with flipped weights).
+// bf16 (round_to_bf16) and the products summed in float, for every shape
+// the float kernels take (kernel 1x1 or 3x3, stride 1 or 2, zero padding);
+// the input gradient is the forward correlation of the output gradient
+// (dilated for stride 2) with flipped weights.
 // The second piece of the opt-in bf16 precision (bf16.hpp has the first);
 // no layer takes it yet.
 //
@@ -452,11 +452,10 @@ namespace detail {
 // output, for a validated shape with a non-empty batch, on a CPU with AMX.
 template <class Weight>
 void bf16_correlation(const convolution_shape& shape, const float* input, Weight&& weight, float* output, float beta,
-                      std::span<std::byte> scratch)
+                      scratch_source& source)
 {
 #if defined(PETRA_BF16_X86)
     const bf16_convolution_geometry g(shape);
-    scratch_source source(scratch);
     auto* phased = source.take<bf16_phased_image_tag, std::uint32_t>(g.image_pairs);
     auto* row_pairs = source.take<bf16_pair_row_tag, std::uint32_t>(shape.in_width);
     auto* packed = source.take<bf16_convolution_weights_tag, std::uint16_t>(g.weights_count());
@@ -465,7 +464,7 @@ void bf16_correlation(const convolution_shape& shape, const float* input, Weight
     bf16_tap_origins(shape, g, origins);
     bf16_convolution_images(shape, g, input, packed, origins, output, beta, phased, row_pairs);
 #else
-    (void)shape, (void)input, (void)weight, (void)output, (void)beta, (void)scratch;
+    (void)shape, (void)input, (void)weight, (void)output, (void)beta, (void)source;
 #endif
 }
 
@@ -479,19 +478,53 @@ inline void require_amx(const char* kernel)
     }
 }
 
-// The input gradient of a stride-1 shape as the forward correlation of the
-// output gradient (padded by kernel - 1 - padding) with the weights
-// flipped, out and input channels exchanged.
-constexpr convolution_shape transposed_for_input_gradient(const convolution_shape& shape)
+// The input gradient as a forward correlation with the weights flipped,
+// out and input channels exchanged: for stride 1, of the output gradient
+// itself, padded by kernel - 1 - padding; for stride 2, of the output
+// gradient dilated (each value at row 2 i + kernel - 1 - padding and
+// likewise for columns, zeros between and around, as the stride-2 forward
+// reads the padded input) with no further padding, `images` at a time.
+constexpr convolution_shape transposed_for_input_gradient(const convolution_shape& shape, std::size_t images)
 {
-    return {shape.batch,
+    if (shape.stride == 1) {
+        return {images,
+                shape.out_channels,
+                shape.out_height(),
+                shape.out_width(),
+                shape.in_channels,
+                shape.kernel,
+                1,
+                shape.kernel - 1 - shape.padding};
+    }
+    return {images,
             shape.out_channels,
-            shape.out_height(),
-            shape.out_width(),
+            shape.in_height + shape.kernel - 1,
+            shape.in_width + shape.kernel - 1,
             shape.in_channels,
             shape.kernel,
             1,
-            shape.kernel - 1 - shape.padding};
+            0};
+}
+
+// What bf16_correlation takes of its scratch, in order.
+constexpr void ask_bf16_correlation_scratch(scratch_demand& demand, const convolution_shape& shape)
+{
+    const bf16_convolution_geometry g(shape);
+    demand.template ask<bf16_phased_image_tag, std::uint32_t>(g.image_pairs);
+    demand.template ask<bf16_pair_row_tag, std::uint32_t>(shape.in_width);
+    demand.template ask<bf16_convolution_weights_tag, std::uint16_t>(g.weights_count());
+    demand.template ask<bf16_tap_origins_tag, std::size_t>(g.taps);
+}
+
+struct bf16_dilated_gradient_tag {};
+
+// Images of a stride-2 input gradient dilated at a time: as many as keep
+// their dilated gradient within the Winograd kernels' group budget (half of
+// L2; at compile time its ceiling).
+constexpr std::size_t dilated_chunk_images(const convolution_shape& shape)
+{
+    const convolution_shape one = transposed_for_input_gradient(shape, 1);
+    return chunk_images(shape.batch, one.input_count() * sizeof(float));
 }
 
 } // namespace detail
@@ -502,11 +535,7 @@ constexpr scratch_demand convolution_forward_bf16_scratch(const convolution_shap
 {
     scratch_demand demand;
     if (shape.batch == 0) return demand;
-    const detail::bf16_convolution_geometry g(shape);
-    demand.template ask<detail::bf16_phased_image_tag, std::uint32_t>(g.image_pairs);
-    demand.template ask<detail::bf16_pair_row_tag, std::uint32_t>(shape.in_width);
-    demand.template ask<detail::bf16_convolution_weights_tag, std::uint16_t>(g.weights_count());
-    demand.template ask<detail::bf16_tap_origins_tag, std::size_t>(g.taps);
+    detail::ask_bf16_correlation_scratch(demand, shape);
     return demand;
 }
 
@@ -514,7 +543,15 @@ constexpr scratch_demand convolution_forward_bf16_scratch(const convolution_shap
 // forward's.
 constexpr scratch_demand convolution_backward_input_bf16_scratch(const convolution_shape& shape)
 {
-    return convolution_forward_bf16_scratch(detail::transposed_for_input_gradient(shape));
+    if (shape.batch == 0 || shape.stride == 1) {
+        return convolution_forward_bf16_scratch(detail::transposed_for_input_gradient(shape, shape.batch));
+    }
+    const std::size_t images = detail::dilated_chunk_images(shape);
+    const convolution_shape dilated = detail::transposed_for_input_gradient(shape, images);
+    scratch_demand demand;
+    demand.template ask<detail::bf16_dilated_gradient_tag, float>(dilated.input_count());
+    detail::ask_bf16_correlation_scratch(demand, dilated);
+    return demand;
 }
 
 // output = convolution(input, weights) + beta * output (output not read
@@ -535,22 +572,24 @@ inline void convolution_forward_bf16(const convolution_shape& shape, const float
     detail::require_amx("convolution_forward_bf16");
     if (shape.batch == 0) return;
     const std::size_t taps = shape.kernel * shape.kernel;
+    scratch_source source(scratch);
     detail::bf16_correlation(
         shape, input,
         [&](std::size_t co, std::size_t ci, std::size_t t) {
             return weights[(co * shape.in_channels + ci) * taps + t];
         },
-        output, beta, scratch);
+        output, beta, source);
 }
 
 // grad_x = (gradient of the forward pass with respect to its input, applied
 // to grad_y) + beta * grad_x (grad_x not read when beta == 0), as
 // convolution_backward_input<float> computes it, except that grad_y and
 // the weights are rounded to bf16 and the products summed in float, on AMX
-// tiles: the forward correlation of grad_y with the flipped weights.
-// Stride 1 only for now: a stride-2 shape throws std::invalid_argument
-// (the float kernel serves it). Otherwise as convolution_forward_bf16, with
-// convolution_backward_input_bf16_scratch(shape).
+// tiles: the forward correlation of grad_y with the flipped weights; for
+// stride 2, of grad_y dilated, a few images at a time
+// (transposed_for_input_gradient: three quarters of its products are of
+// zeros, which AMX's rate affords). Otherwise as convolution_forward_bf16,
+// with convolution_backward_input_bf16_scratch(shape).
 inline void convolution_backward_input_bf16(const convolution_shape& shape, const float* grad_y, const float* weights,
                                             float* grad_x, float beta = 0.0f, std::span<std::byte> scratch = {})
 {
@@ -559,22 +598,43 @@ inline void convolution_backward_input_bf16(const convolution_shape& shape, cons
         double(shape.flops()),
         detail::convolution_bytes(shape.output_count() + shape.weight_count(), shape.input_count(), beta));
     validate(shape);
-    if (shape.stride != 1) {
-        raise_error(error_kind::invalid_argument,
-                    "petra::kernels::convolution_backward_input_bf16 takes stride 1 only (yet); a stride-2 input "
-                    "gradient runs in float (convolution_backward_input).");
-    }
     detail::require_amx("convolution_backward_input_bf16");
     if (shape.batch == 0) return;
     const std::size_t taps = shape.kernel * shape.kernel;
     // Transposed out channel c is the shape's input channel c, and tap t is
     // the shape's tap taps - 1 - t (both axes flipped).
-    detail::bf16_correlation(
-        detail::transposed_for_input_gradient(shape), grad_y,
-        [&](std::size_t c, std::size_t co, std::size_t t) {
-            return weights[(co * shape.in_channels + c) * taps + (taps - 1 - t)];
-        },
-        grad_x, beta, scratch);
+    const auto flipped = [&](std::size_t c, std::size_t co, std::size_t t) {
+        return weights[(co * shape.in_channels + c) * taps + (taps - 1 - t)];
+    };
+    scratch_source source(scratch);
+    if (shape.stride == 1) {
+        detail::bf16_correlation(detail::transposed_for_input_gradient(shape, shape.batch), grad_y, flipped, grad_x,
+                                 beta, source);
+        return;
+    }
+    const std::size_t images = detail::dilated_chunk_images(shape);
+    const convolution_shape whole = detail::transposed_for_input_gradient(shape, images);
+    float* dilated = source.take<detail::bf16_dilated_gradient_tag, float>(whole.input_count());
+    // Zeros once: every chunk writes its values at the same places.
+    std::fill(dilated, dilated + whole.input_count(), 0.0f);
+    const std::size_t height = whole.in_height, width = whole.in_width, offset = shape.kernel - 1 - shape.padding;
+    const std::size_t out_height = shape.out_height(), out_width = shape.out_width();
+    for (std::size_t first = 0; first < shape.batch; first += images) {
+        const std::size_t count = std::min(images, shape.batch - first);
+        const convolution_shape part = detail::transposed_for_input_gradient(shape, count);
+        for (std::size_t plane = 0; plane < count * shape.out_channels; ++plane) {
+            const float* in = grad_y + (first * shape.out_channels + plane) * out_height * out_width;
+            float* out = dilated + plane * height * width + offset * width + offset;
+            for (std::size_t i = 0; i < out_height; ++i) {
+                for (std::size_t j = 0; j < out_width; ++j) out[2 * i * width + 2 * j] = in[i * out_width + j];
+            }
+        }
+        // Each chunk's correlation takes the same memory after the dilated
+        // gradient again.
+        scratch_source chunk_source = source;
+        detail::bf16_correlation(part, dilated, flipped, grad_x + first * shape.in_channels * shape.input_pixels(),
+                                 beta, chunk_source);
+    }
 }
 
 // The scratch convolution_backward_weights_bf16 takes: one image's paired
