@@ -196,21 +196,42 @@ TEST_CASE("an image's paired planes hold every pixel the tiles read")
     CHECK(overruns == 0);
 }
 
-TEST_CASE("convolution_forward_bf16 takes its scratch from a caller's region of its demand's size")
+TEST_CASE("the bf16 convolutions take their scratch from a caller's region of their demand's size")
 {
     if (!petra::kernels::bf16_support().amx) return;
-    const convolution_shape shape{3, 16, 28, 28, 32, 3, 2, 1};
+    namespace kernels = petra::kernels;
+    // A stride-2 shape of several chunks, so that the input gradient's
+    // dilated buffer and its correlations share the region.
+    const convolution_shape shape{9, 2, 30, 30, 64, 3, 2, 1};
     std::mt19937_64 generator(17);
     const auto input = petra::test::random_vector<float>(shape.input_count(), generator);
     const auto weights = petra::test::random_vector<float>(shape.weight_count(), generator);
-    std::vector<float> in_region(shape.output_count()), per_thread(shape.output_count());
-    const std::size_t bytes = petra::kernels::convolution_forward_bf16_scratch(shape).region_bytes();
-    std::vector<std::byte> storage(bytes + 64);
-    std::byte* start = storage.data() + (64 - reinterpret_cast<std::uintptr_t>(storage.data()) % 64) % 64;
-    petra::kernels::convolution_forward_bf16(shape, input.data(), weights.data(), in_region.data(), 0.0f,
-                                             std::span<std::byte>(start, bytes));
-    petra::kernels::convolution_forward_bf16(shape, input.data(), weights.data(), per_thread.data());
-    CHECK(in_region == per_thread);
+    const auto grad_y = petra::test::random_vector<float>(shape.output_count(), generator);
+    // Runs a kernel into a region of exactly its demand (64-byte aligned) and
+    // on per-thread buffers: the same results; a region 64 bytes short throws.
+    const auto same_in_region = [&](std::size_t bytes, std::size_t count, auto&& run) {
+        std::vector<std::byte> storage(bytes + 64);
+        std::byte* start = storage.data() + (64 - reinterpret_cast<std::uintptr_t>(storage.data()) % 64) % 64;
+        std::vector<float> in_region(count), per_thread(count);
+        run(in_region.data(), std::span<std::byte>(start, bytes));
+        run(per_thread.data(), std::span<std::byte>());
+        CHECK(in_region == per_thread);
+        CHECK_THROWS_AS(run(in_region.data(), std::span<std::byte>(start, bytes - 64)), std::invalid_argument);
+    };
+    same_in_region(kernels::convolution_forward_bf16_scratch(shape).region_bytes(), shape.output_count(),
+                   [&](float* out, std::span<std::byte> region) {
+                       kernels::convolution_forward_bf16(shape, input.data(), weights.data(), out, 0.0f, region);
+                   });
+    same_in_region(kernels::convolution_backward_input_bf16_scratch(shape).region_bytes(), shape.input_count(),
+                   [&](float* out, std::span<std::byte> region) {
+                       kernels::convolution_backward_input_bf16(shape, grad_y.data(), weights.data(), out, 0.0f,
+                                                                region);
+                   });
+    same_in_region(kernels::convolution_backward_weights_bf16_scratch(shape).region_bytes(), shape.weight_count(),
+                   [&](float* out, std::span<std::byte> region) {
+                       kernels::convolution_backward_weights_bf16(shape, input.data(), grad_y.data(), out, 0.0f,
+                                                                  region);
+                   });
 }
 
 TEST_CASE("the bf16 convolutions refuse a CPU without AMX-BF16, naming the instruction")

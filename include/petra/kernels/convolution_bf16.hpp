@@ -61,8 +61,10 @@ struct bf16_convolution_geometry {
           chunk_pairs(std::min(max_chunk_pairs, (shape.in_channels + 1) / 2)),
           chunks(((shape.in_channels + 1) / 2 + chunk_pairs - 1) / chunk_pairs), pair_stride(phases * phases * plane),
           // A tile reads up to 31 pixels past the last wide pixel of a
-          // tap's origin, which lies at most 2 rows and 2 columns into the
-          // last plane: zeros, so that nothing read is undefined.
+          // tap's origin, which lies at most 2 rows and 2 columns into its
+          // plane, and the weight gradient's gathers as far: zeros after
+          // the last pair's planes, so that nothing read is undefined
+          // (test_convolution_bf16 checks both bounds over 3000 shapes).
           image_pairs(chunks * chunk_pairs * pair_stride + 2 * width + 2 + 2 * tile_pixels),
           wide_pixels(shape.out_height() * width), out_blocks((shape.out_channels + tile_channels - 1) / tile_channels),
           taps(shape.kernel * shape.kernel)
