@@ -227,37 +227,56 @@ convolution_shape benchmark_shape(const benchmark::State& state)
             static_cast<std::size_t>(state.range(3) / 2)};
 }
 
-// Direct: the shape's kernels in the direct form even where the library
-// takes Winograd's (kernels/winograd.hpp), to compare the two.
-template <pass Pass, bool Direct = false>
+// Which kernels a convolution benchmark runs: the library's (Winograd's
+// form where it applies), the direct form even where the library takes
+// Winograd's (kernels/winograd.hpp), to compare the two, or the bf16
+// kernels on AMX tiles (kernels/convolution_bf16.hpp).
+enum class kernels_of { library, direct, bf16 };
+
+template <pass Pass, kernels_of Kernels = kernels_of::library>
 void convolution_benchmark(benchmark::State& state)
 {
+    if (Kernels == kernels_of::bf16 && !petra::kernels::bf16_support().amx) {
+        state.SkipWithError("this CPU does not offer AMX-BF16");
+        return;
+    }
     const convolution_shape shape = benchmark_shape(state);
     const auto input = random_values(shape.input_count(), 3);
     const auto weights = random_values(shape.weight_count(), 4);
     const auto grad_y = random_values(shape.output_count(), 5);
     std::vector<float> output(shape.output_count()), grad_x(shape.input_count()), grad_weights(shape.weight_count());
     petra::kernels::scratch_source scratch;
+    namespace kernels = petra::kernels;
     namespace detail = petra::kernels::detail;
+    constexpr bool direct = Kernels == kernels_of::direct, bf16 = Kernels == kernels_of::bf16;
     for (auto _ : state) {
-        if constexpr (Direct && Pass == pass::forward) {
-            detail::forward_accumulate(shape, input.data(), weights.data(), output.data(), 0.0f, scratch);
-            benchmark::DoNotOptimize(output.data());
-        } else if constexpr (Direct && Pass == pass::backward_input) {
-            detail::backward_input_by_phases(shape, grad_y.data(), weights.data(), grad_x.data(), 0.0f, scratch);
-            benchmark::DoNotOptimize(grad_x.data());
-        } else if constexpr (Direct) {
-            std::fill(grad_weights.begin(), grad_weights.end(), 0.0f);
-            detail::weight_gradient(shape, input.data(), grad_y.data(), grad_weights.data(), scratch);
-            benchmark::DoNotOptimize(grad_weights.data());
-        } else if constexpr (Pass == pass::forward) {
-            petra::kernels::convolution_forward(shape, input.data(), weights.data(), output.data());
+        if constexpr (Pass == pass::forward) {
+            if constexpr (direct) {
+                detail::forward_accumulate(shape, input.data(), weights.data(), output.data(), 0.0f, scratch);
+            } else if constexpr (bf16) {
+                kernels::convolution_forward_bf16(shape, input.data(), weights.data(), output.data());
+            } else {
+                kernels::convolution_forward(shape, input.data(), weights.data(), output.data());
+            }
             benchmark::DoNotOptimize(output.data());
         } else if constexpr (Pass == pass::backward_input) {
-            petra::kernels::convolution_backward_input(shape, grad_y.data(), weights.data(), grad_x.data());
+            if constexpr (direct) {
+                detail::backward_input_by_phases(shape, grad_y.data(), weights.data(), grad_x.data(), 0.0f, scratch);
+            } else if constexpr (bf16) {
+                kernels::convolution_backward_input_bf16(shape, grad_y.data(), weights.data(), grad_x.data());
+            } else {
+                kernels::convolution_backward_input(shape, grad_y.data(), weights.data(), grad_x.data());
+            }
             benchmark::DoNotOptimize(grad_x.data());
         } else {
-            petra::kernels::convolution_backward_weights(shape, input.data(), grad_y.data(), grad_weights.data());
+            if constexpr (direct) {
+                std::fill(grad_weights.begin(), grad_weights.end(), 0.0f);
+                detail::weight_gradient(shape, input.data(), grad_y.data(), grad_weights.data(), scratch);
+            } else if constexpr (bf16) {
+                kernels::convolution_backward_weights_bf16(shape, input.data(), grad_y.data(), grad_weights.data());
+            } else {
+                kernels::convolution_backward_weights(shape, input.data(), grad_y.data(), grad_weights.data());
+            }
             benchmark::DoNotOptimize(grad_weights.data());
         }
         benchmark::ClobberMemory();
@@ -288,15 +307,15 @@ void winograd_shapes(benchmark::internal::Benchmark* benchmark)
     benchmark->Args({64, 64, 7, 3, 1});
 }
 
-BENCHMARK(convolution_benchmark<pass::forward, true>)
+BENCHMARK(convolution_benchmark<pass::forward, kernels_of::direct>)
     ->Name("convolution_direct/forward")
     ->Apply(winograd_shapes)
     ->Unit(benchmark::kMicrosecond);
-BENCHMARK(convolution_benchmark<pass::backward_input, true>)
+BENCHMARK(convolution_benchmark<pass::backward_input, kernels_of::direct>)
     ->Name("convolution_direct/backward_input")
     ->Apply(winograd_shapes)
     ->Unit(benchmark::kMicrosecond);
-BENCHMARK(convolution_benchmark<pass::backward_weights, true>)
+BENCHMARK(convolution_benchmark<pass::backward_weights, kernels_of::direct>)
     ->Name("convolution_direct/backward_weights")
     ->Apply(winograd_shapes)
     ->Unit(benchmark::kMicrosecond);
@@ -314,46 +333,15 @@ BENCHMARK(convolution_benchmark<pass::backward_weights>)
     ->Apply(convolution_shapes)
     ->Unit(benchmark::kMicrosecond);
 
-// The forward pass, the input gradient and the weight gradient in bf16 on
-// AMX tiles (kernels/convolution_bf16.hpp) on the same shapes,
-// beside convolution/forward, backward_input and backward_weights.
-template <pass Pass>
-void convolution_bf16_benchmark(benchmark::State& state)
-{
-    if (!petra::kernels::bf16_support().amx) {
-        state.SkipWithError("this CPU does not offer AMX-BF16");
-        return;
-    }
-    const convolution_shape shape = benchmark_shape(state);
-    const auto input = random_values(shape.input_count(), 3);
-    const auto weights = random_values(shape.weight_count(), 4);
-    const auto grad_y = random_values(shape.output_count(), 5);
-    std::vector<float> output(shape.output_count()), grad_x(shape.input_count()), grad_weights(shape.weight_count());
-    for (auto _ : state) {
-        if constexpr (Pass == pass::forward) {
-            petra::kernels::convolution_forward_bf16(shape, input.data(), weights.data(), output.data());
-            benchmark::DoNotOptimize(output.data());
-        } else if constexpr (Pass == pass::backward_input) {
-            petra::kernels::convolution_backward_input_bf16(shape, grad_y.data(), weights.data(), grad_x.data());
-            benchmark::DoNotOptimize(grad_x.data());
-        } else {
-            petra::kernels::convolution_backward_weights_bf16(shape, input.data(), grad_y.data(), grad_weights.data());
-            benchmark::DoNotOptimize(grad_weights.data());
-        }
-        benchmark::ClobberMemory();
-    }
-    set_flops(state, double(shape.flops()));
-}
-
-BENCHMARK(convolution_bf16_benchmark<pass::forward>)
+BENCHMARK(convolution_benchmark<pass::forward, kernels_of::bf16>)
     ->Name("convolution_bf16/forward")
     ->Apply(convolution_shapes)
     ->Unit(benchmark::kMicrosecond);
-BENCHMARK(convolution_bf16_benchmark<pass::backward_input>)
+BENCHMARK(convolution_benchmark<pass::backward_input, kernels_of::bf16>)
     ->Name("convolution_bf16/backward_input")
     ->Apply(convolution_shapes)
     ->Unit(benchmark::kMicrosecond);
-BENCHMARK(convolution_bf16_benchmark<pass::backward_weights>)
+BENCHMARK(convolution_benchmark<pass::backward_weights, kernels_of::bf16>)
     ->Name("convolution_bf16/backward_weights")
     ->Apply(convolution_shapes)
     ->Unit(benchmark::kMicrosecond);

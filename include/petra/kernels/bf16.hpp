@@ -140,6 +140,22 @@ inline const bf16_instructions& bf16_support()
     return found;
 }
 
+namespace detail {
+
+// Throws std::invalid_argument, naming tdpbf16ps, unless AMX is offered;
+// `what` names the caller, e.g. "convolution_forward_bf16".
+inline void require_amx(const char* what)
+{
+    if (!bf16_support().amx) {
+        raise_error(error_kind::invalid_argument,
+                    std::string("petra::kernels::") + what +
+                        " needs tdpbf16ps (AMX-BF16 and AMX-TILE, granted by the operating system), which this CPU "
+                        "does not offer.");
+    }
+}
+
+} // namespace detail
+
 // The engine gemm_bf16 takes by default: AMX where it is offered, then
 // AVX512-BF16; throws std::invalid_argument naming the missing instruction
 // where neither is.
@@ -393,6 +409,27 @@ PETRA_TARGET_AVX512_BF16 inline void bf16_block_avx512(std::size_t m, std::size_
     }
 }
 
+// A 32 x 32 block of float results in tile registers 0 to 3 (rows 0-15 by
+// columns 0-15, rows 0-15 by 16-31, rows 16-31 by 0-15, rows 16-31 by
+// 16-31), as the AMX kernels keep it: zeroed, and stored to results (32
+// floats per row).
+PETRA_TARGET_AMX inline void zero_block_tiles()
+{
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+}
+
+PETRA_TARGET_AMX inline void store_block_tiles(float* results)
+{
+    constexpr std::size_t row_bytes = 32 * sizeof(float);
+    _tile_stored(0, results, row_bytes);
+    _tile_stored(1, results + 16, row_bytes);
+    _tile_stored(2, results + 16 * 32, row_bytes);
+    _tile_stored(3, results + 16 * 32 + 16, row_bytes);
+}
+
 // The same with tdpbf16ps: blocks of 32 rows by 32 columns in tile registers
 // 0 to 3 (C), 4 and 5 (A's two row tiles), 6 and 7 (B's two strips), every
 // tile 16 rows of 64 bytes. The tile configuration is loaded on entry and
@@ -411,10 +448,7 @@ PETRA_TARGET_AMX inline void bf16_block_amx(std::size_t m, std::size_t k, const 
         const std::uint16_t* strip = packed_b + (j / width) * strip_stride;
         for (std::size_t i = 0; i < m; i += block) {
             const std::uint16_t* a = packed_a + i * k_pad;
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
+            zero_block_tiles();
             for (std::size_t d = 0; d < k_pad; d += bf16_packing::depth_multiple) {
                 _tile_loadd(4, a + d, k_pad * sizeof(std::uint16_t));
                 _tile_loadd(5, a + 16 * k_pad + d, k_pad * sizeof(std::uint16_t));
@@ -425,10 +459,7 @@ PETRA_TARGET_AMX inline void bf16_block_amx(std::size_t m, std::size_t k, const 
                 _tile_dpbf16ps(2, 5, 6);
                 _tile_dpbf16ps(3, 5, 7);
             }
-            _tile_stored(0, results, block * sizeof(float));
-            _tile_stored(1, results + 16, block * sizeof(float));
-            _tile_stored(2, results + 16 * block, block * sizeof(float));
-            _tile_stored(3, results + 16 * block + 16, block * sizeof(float));
+            store_block_tiles(results);
             merge_bf16_tile(c + i * ldc + j, ldc, alpha, beta, std::min(block, m - i), std::min(block, columns - j),
                             results, block);
         }
@@ -466,13 +497,8 @@ inline void gemm_bf16(const gemm_arguments<float>& arguments, bf16_engine engine
     PETRA_PROFILE_KERNEL(
         "gemm bf16", "%zu x %zu x %zu", {m, n, k}, 2.0 * double(m) * double(n) * double(k),
         double((m * k + k * n) * sizeof(float) + m * n * sizeof(float) * (arguments.beta == 0 ? 1 : 2)));
-    const bf16_instructions& support = bf16_support();
-    if (engine == bf16_engine::amx && !support.amx) {
-        raise_error(error_kind::invalid_argument,
-                    "petra::kernels::gemm_bf16: the amx engine needs tdpbf16ps (AMX-BF16 and AMX-TILE, granted by "
-                    "the operating system), which this CPU does not offer.");
-    }
-    if (engine == bf16_engine::avx512_bf16 && !support.avx512_bf16) {
+    if (engine == bf16_engine::amx) detail::require_amx("gemm_bf16's amx engine");
+    if (engine == bf16_engine::avx512_bf16 && !bf16_support().avx512_bf16) {
         raise_error(error_kind::invalid_argument,
                     "petra::kernels::gemm_bf16: the avx512_bf16 engine needs vdpbf16ps (AVX512-BF16), which this "
                     "CPU does not offer.");

@@ -105,14 +105,18 @@ void pack_bf16_convolution_weights(const convolution_shape& shape, const bf16_co
     }
 }
 
-// Where tap t reads, for wide pixel 0, within a pair's planes.
+// Where tap t reads, for wide pixel 0, within a pair's planes (or a
+// channel's).
+constexpr std::size_t bf16_tap_origin(const convolution_shape& shape, const bf16_convolution_geometry& g, std::size_t t)
+{
+    const std::size_t kh = t / shape.kernel, kw = t % shape.kernel;
+    const std::size_t phase = (kh % shape.stride) * g.phases + kw % shape.stride;
+    return phase * g.plane + (kh / shape.stride) * g.width + kw / shape.stride;
+}
+
 inline void bf16_tap_origins(const convolution_shape& shape, const bf16_convolution_geometry& g, std::size_t* origins)
 {
-    for (std::size_t t = 0; t < g.taps; ++t) {
-        const std::size_t kh = t / shape.kernel, kw = t % shape.kernel;
-        const std::size_t phase = (kh % shape.stride) * g.phases + kw % shape.stride;
-        origins[t] = phase * g.plane + (kh / shape.stride) * g.width + kw / shape.stride;
-    }
+    for (std::size_t t = 0; t < g.taps; ++t) origins[t] = bf16_tap_origin(shape, g, t);
 }
 
 struct bf16_gradient_rows_tag {};
@@ -139,12 +143,7 @@ struct bf16_weight_gradient_geometry {
     static constexpr std::size_t largest_origin(const convolution_shape& shape, const bf16_convolution_geometry& g)
     {
         std::size_t largest = 0;
-        for (std::size_t kh = 0; kh < shape.kernel; ++kh) {
-            for (std::size_t kw = 0; kw < shape.kernel; ++kw) {
-                const std::size_t phase = (kh % shape.stride) * g.phases + kw % shape.stride;
-                largest = std::max(largest, phase * g.plane + (kh / shape.stride) * g.width + kw / shape.stride);
-            }
-        }
+        for (std::size_t t = 0; t < g.taps; ++t) largest = std::max(largest, bf16_tap_origin(shape, g, t));
         return largest;
     }
     constexpr std::size_t rows_count() const { return planes.out_blocks * 16 * depth; }
@@ -268,10 +267,7 @@ PETRA_TARGET_AMX inline void bf16_convolution_images(const convolution_shape& sh
         for (std::size_t b = 0; b < g.out_blocks; b += 2) {
             const bool two_blocks = b + 1 < g.out_blocks;
             for (std::size_t j = 0; j < g.wide_pixels; j += block) {
-                _tile_zero(0);
-                _tile_zero(1);
-                _tile_zero(2);
-                _tile_zero(3);
+                zero_block_tiles();
                 for (std::size_t t = 0; t < g.taps; ++t) {
                     for (std::size_t c = 0; c < g.chunks; ++c) {
                         const std::uint16_t* w = weights + g.weights_at(t, c, b);
@@ -288,10 +284,7 @@ PETRA_TARGET_AMX inline void bf16_convolution_images(const convolution_shape& sh
                         }
                     }
                 }
-                _tile_stored(0, results, block * sizeof(float));
-                _tile_stored(1, results + 16, block * sizeof(float));
-                _tile_stored(2, results + 16 * block, block * sizeof(float));
-                _tile_stored(3, results + 16 * block + 16, block * sizeof(float));
+                store_block_tiles(results);
                 const std::size_t channels =
                     std::min(two_blocks ? block : block / 2, shape.out_channels - b * g.tile_channels);
                 const std::size_t columns = std::min(block, g.wide_pixels - j);
@@ -446,10 +439,6 @@ PETRA_TARGET_AMX inline void bf16_weight_gradient_images(const convolution_shape
 
 #endif // PETRA_BF16_X86
 
-} // namespace detail
-
-namespace detail {
-
 // output = the correlation of shape (input, weight(co, ci, t)) + beta *
 // output, for a validated shape with a non-empty batch, on a CPU with AMX.
 template <class Weight>
@@ -468,16 +457,6 @@ void bf16_correlation(const convolution_shape& shape, const float* input, Weight
 #else
     (void)shape, (void)input, (void)weight, (void)output, (void)beta, (void)source;
 #endif
-}
-
-inline void require_amx(const char* kernel)
-{
-    if (!bf16_support().amx) {
-        raise_error(error_kind::invalid_argument,
-                    std::string("petra::kernels::") + kernel +
-                        " needs tdpbf16ps (AMX-BF16 and AMX-TILE, granted by the operating system), which this CPU "
-                        "does not offer.");
-    }
 }
 
 // The input gradient as a forward correlation with the weights flipped,
