@@ -8,6 +8,7 @@
 #include <petra/layers/flatten.hpp>
 #include <petra/layers/layer.hpp>
 #include <petra/layers/pooling.hpp>
+#include <petra/layers/precision.hpp>
 #include <petra/layers/relu.hpp>
 #include <petra/layers/softmax_cross_entropy_loss.hpp>
 #include <petra/shape.hpp>

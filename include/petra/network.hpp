@@ -43,6 +43,7 @@
 #include <petra/kernels/simd.hpp>
 #include <petra/layers/chain.hpp>
 #include <petra/layers/layer.hpp>
+#include <petra/layers/precision.hpp>
 #include <petra/owned_batch.hpp>
 #include <petra/parameter_names.hpp>
 #include <petra/shape.hpp>
@@ -255,10 +256,10 @@ struct bound_network<binding<Output, Last, Bound...>> {
         return std::max({std::size_t{0}, Bound::workspace_size(batch)...});
     }
     template <class T>
-    static constexpr kernels::scratch_demand forward_scratch(std::size_t batch)
+    static constexpr kernels::scratch_demand forward_scratch(std::size_t batch, precision arithmetic = precision::fp32)
     {
         kernels::scratch_demand demand;
-        (demand.merge(forward_scratch_of<Bound, T>(batch)), ...);
+        (demand.merge(forward_scratch_of<Bound, T>(batch, arithmetic)), ...);
         return demand;
     }
     static constexpr std::array<std::size_t (*)(std::size_t), block_count> workspace_sizes{&Bound::workspace_size...};
@@ -352,9 +353,9 @@ public:
     // The kernel scratch of the blocks' forwards for a batch, one after
     // another (kernels/scratch.hpp).
     template <class T = float>
-    static constexpr kernels::scratch_demand forward_scratch(std::size_t batch)
+    static constexpr kernels::scratch_demand forward_scratch(std::size_t batch, precision arithmetic = precision::fp32)
     {
-        return bound::template forward_scratch<T>(batch);
+        return bound::template forward_scratch<T>(batch, arithmetic);
     }
 
     // Bytes of the caller's workspace predict needs for a batch of values
@@ -629,7 +630,8 @@ struct predict_workspace_tag {};
 // updated. Everything it needs (the activations between blocks, a block's
 // workspace, every kernel's scratch) is carved from `workspace`, which must
 // hold Network::inference_workspace_bytes<T>(batch) bytes, at any alignment
-// (static storage works): nothing is allocated. parameters: a
+// (static storage works): nothing is allocated; in fp32 whatever the
+// thread's precision (layers/precision.hpp). parameters: a
 // network_parameters or a network_parameters_view of the caller's arrays.
 // A workspace too small is an std::invalid_argument (error.hpp).
 template <network_parameters_like Parameters>
@@ -657,6 +659,10 @@ void predict(const Parameters& parameters,
     const std::span<T> block_workspace(reinterpret_cast<T*>(base + layout.workspace_offset), layout.workspace_values);
     const pass::inference_t inference{.kernel_scratch = workspace.subspan(skip + layout.scratch_offset)};
     const network_parameters_view<Network, const T> values(parameters);
+    // Inference is in fp32 whatever the thread's precision (which concerns
+    // training steps): the workspace is sized for it, and a network trained
+    // in bf16 is scored from its float parameters.
+    const precision_scope in_fp32(precision::fp32);
     // Block i reads buffer (i - 1) % 2 and writes buffer i % 2.
     Network::for_each_block([&](auto index) {
         constexpr std::size_t i = decltype(index)::value;

@@ -3,7 +3,8 @@
 // and every buffer configuration; the schedule's staleness, fill and drain;
 // with both buffers on, the gradients of delayed backprop with stashed
 // weights; a delay rate exponent scales each stage's rate as documented; a
-// failing stage stops the whole pipeline.
+// failing stage stops the whole pipeline; the same in bf16 where the CPU
+// computes in it (refused where not).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -32,19 +33,21 @@ namespace {
 
 template <std::size_t J>
 void check_threads_equal_simulation(std::size_t accumulation, bool input_buffer, bool parameter_buffer,
-                                    double delay_rate_exponent = 0)
+                                    double delay_rate_exponent = 0, precision arithmetic = precision::fp32)
 {
     CAPTURE(J);
     CAPTURE(accumulation);
     CAPTURE(input_buffer);
     CAPTURE(parameter_buffer);
     CAPTURE(delay_rate_exponent);
+    CAPTURE(precision_name(arithmetic));
     const test::micro_batches data(27, 4, 100 + J);
     const pipeline_options options{.batch = 4,
                                    .accumulation = accumulation,
                                    .input_buffer = input_buffer,
                                    .parameter_buffer = parameter_buffer,
-                                   .delay_rate_exponent = delay_rate_exponent};
+                                   .delay_rate_exponent = delay_rate_exponent,
+                                   .precision = arithmetic};
     auto simulated = pipeline_network::make_parameters<float>(3);
     auto threaded = simulated;
     std::vector<epoch_statistics> simulated_epochs, threaded_epochs;
@@ -118,6 +121,51 @@ TEST_CASE("pipeline: one stage is exact backprop with SGD, bit for bit")
     }
     CHECK(std::equal(pipelined.values().begin(), pipelined.values().end(), reference.values().begin()));
     CHECK(std::equal(pipelined.state().begin(), pipelined.state().end(), reference.state().begin()));
+}
+
+// bf16 is a stage's setting for every driver: threads equal the simulator,
+// one stage is exact backprop run under a bf16 scope, bit for bit, and the
+// numbers are not fp32's. Refused, naming the instruction, on a CPU without
+// AMX.
+TEST_CASE("pipeline: in bf16, threads equal the simulator and one stage is exact backprop in bf16, bit for bit")
+{
+    auto parameters = pipeline_network::make_parameters<float>(5);
+    const pipeline_options options{.batch = 4, .precision = precision::bf16};
+    if (!kernels::bf16_support().amx) {
+        CHECK_THROWS_AS((sequential_pipeline<pipeline_network, cuts_of<1>, sgd<float>>(parameters, plain_sgd,
+                                                                                       test::constant_rate, options)),
+                        std::invalid_argument);
+        CHECK_THROWS_AS((exact_backprop_method<pipeline_network>(parameters, plain_sgd, {.peak = 0.02}, options)),
+                        std::invalid_argument);
+        return;
+    }
+    check_threads_equal_simulation<2>(1, false, false, 0, precision::bf16);
+    check_threads_equal_simulation<4>(2, false, false, 0, precision::bf16);
+
+    const test::micro_batches data(12, 4, 1);
+    auto in_fp32 = parameters;
+    auto reference = parameters;
+    {
+        sequential_pipeline<pipeline_network, cuts_of<1>, sgd<float>> pipeline(parameters, plain_sgd,
+                                                                               test::constant_rate, options);
+        test::train_epochs(pipeline, data, 1);
+        sequential_pipeline<pipeline_network, cuts_of<1>, sgd<float>> fp32_pipeline(in_fp32, plain_sgd,
+                                                                                    test::constant_rate, {.batch = 4});
+        test::train_epochs(fp32_pipeline, data, 1);
+    }
+    sgd<float> optimizer(plain_sgd, pipeline_network::weight_mask<float>());
+    exact_backprop<pipeline_network, float> trainer(4);
+    std::vector<float> gradient(pipeline_network::parameter_count);
+    for (std::size_t m = 0; m < data.images.size(); ++m) {
+        std::fill(gradient.begin(), gradient.end(), 0.0f);
+        const precision_scope in_bf16(precision::bf16);
+        trainer.accumulate_gradient(reference, 4, data.images[m].data(), data.labels[m].data(), gradient);
+        optimizer.step(reference.values(), gradient, 1, test::constant_rate(m));
+    }
+    CHECK(std::equal(parameters.values().begin(), parameters.values().end(), reference.values().begin()));
+    CHECK(std::equal(parameters.state().begin(), parameters.state().end(), reference.state().begin()));
+    CHECK(!std::equal(parameters.values().begin(), parameters.values().end(), in_fp32.values().begin()));
+    CHECK(thread_precision() == precision::fp32);
 }
 
 TEST_CASE("pipeline: threads and the sequential simulator end with bit-identical parameters")

@@ -113,19 +113,21 @@ struct bound_chain : made_of<Bound...> {
     // Kernel scratch (layer.hpp): the layers' own, one after another, and
     // in backward the chain's two gradient buffers.
     template <class T>
-    static constexpr kernels::scratch_demand forward_scratch(std::size_t batch)
+    static constexpr kernels::scratch_demand forward_scratch(std::size_t batch, precision arithmetic = precision::fp32)
     {
         kernels::scratch_demand demand;
-        (demand.merge(forward_scratch_of<Bound, T>(batch)), ...);
+        (demand.merge(forward_scratch_of<Bound, T>(batch, arithmetic)), ...);
         return demand;
     }
     template <class T>
-    static constexpr kernels::scratch_demand backward_scratch(std::size_t batch, bool input_gradient)
+    static constexpr kernels::scratch_demand backward_scratch(std::size_t batch, bool input_gradient,
+                                                              precision arithmetic = precision::fp32)
     {
         kernels::scratch_demand demand;
         if constexpr (length > 1) demand.template ask<bound_chain, T>(gradient_buffers_size(batch));
-        for_each_index<length>(
-            [&](auto i) { demand.merge(backward_scratch_of<layer<i>, T>(batch, i > 0 || input_gradient)); });
+        for_each_index<length>([&](auto i) {
+            demand.merge(backward_scratch_of<layer<i>, T>(batch, i > 0 || input_gradient, arithmetic));
+        });
         return demand;
     }
 

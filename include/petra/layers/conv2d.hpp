@@ -2,16 +2,26 @@
 // follows supplies the shift): InChannels -> OutChannels, square Kernel of 1
 // or 3, Stride 1 or 2, zero Padding (default: Kernel / 2, which keeps the size
 // at stride 1). Weights are OutChannels x InChannels x Kernel x Kernel.
+//
+// In float, under a thread precision of bf16 (layers/precision.hpp), the
+// passes whose bf16 kernels (kernels/convolution_bf16.hpp) are faster than
+// the float ones take them: every pass of a kernel over more than one input
+// channel, except the 1x1 kernel's two gradients (bench/RESULTS.md, "bf16
+// products": on AMX the stem's one input channel ran 0.52-0.59x its float
+// forward, the 1x1 gradients 0.74-0.84x; every other pass 1.03-3.2x).
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <random>
 #include <span>
+#include <type_traits>
 
 #include <petra/kernels/convolution.hpp>
+#include <petra/kernels/convolution_bf16.hpp>
 #include <petra/layers/layer.hpp>
 #include <petra/layers/named_arrays.hpp>
+#include <petra/layers/precision.hpp>
 
 namespace petra {
 
@@ -63,17 +73,30 @@ struct conv2d {
             he_normal<T>(parameters, InChannels * Kernel * Kernel, generator);
         }
 
-        // The convolution kernels' scratch (layer.hpp).
+        // Which passes compute in bf16 under that precision (top of the file).
+        static constexpr bool bf16_forward = InChannels > 1;
+        static constexpr bool bf16_gradients = InChannels > 1 && Kernel == 3;
+
+        // The convolution kernels' scratch in `arithmetic` (layer.hpp).
         template <class T>
-        static constexpr kernels::scratch_demand forward_scratch(std::size_t batch)
+        static constexpr kernels::scratch_demand forward_scratch(std::size_t batch,
+                                                                 precision arithmetic = precision::fp32)
         {
+            if (in_bf16<T>(arithmetic, bf16_forward)) return kernels::convolution_forward_bf16_scratch(geometry(batch));
             return kernels::convolution_forward_scratch<T>(geometry(batch));
         }
         template <class T>
-        static constexpr kernels::scratch_demand backward_scratch(std::size_t batch, bool input_gradient)
+        static constexpr kernels::scratch_demand backward_scratch(std::size_t batch, bool input_gradient,
+                                                                  precision arithmetic = precision::fp32)
         {
-            kernels::scratch_demand demand = kernels::convolution_backward_weights_scratch<T>(geometry(batch));
-            if (input_gradient) demand.merge(kernels::convolution_backward_input_scratch<T>(geometry(batch)));
+            const auto shape = geometry(batch);
+            if (in_bf16<T>(arithmetic, bf16_gradients)) {
+                kernels::scratch_demand demand = kernels::convolution_backward_weights_bf16_scratch(shape);
+                if (input_gradient) demand.merge(kernels::convolution_backward_input_bf16_scratch(shape));
+                return demand;
+            }
+            kernels::scratch_demand demand = kernels::convolution_backward_weights_scratch<T>(shape);
+            if (input_gradient) demand.merge(kernels::convolution_backward_input_scratch<T>(shape));
             return demand;
         }
 
@@ -81,6 +104,13 @@ struct conv2d {
         static void forward(Pass mode, parameters_view<T, parameter_count> parameters, state_view<Pass, T, 0>,
                             const_batch<T, input> x, batch_view<T, output> y, std::span<T>)
         {
+            if constexpr (std::is_same_v<T, float> && bf16_forward) {
+                if (thread_precision() == precision::bf16) {
+                    kernels::convolution_forward_bf16(geometry(x.batch()), x.data(), parameters.data(), y.data(), 0.0f,
+                                                      mode.kernel_scratch);
+                    return;
+                }
+            }
             kernels::convolution_forward(geometry(x.batch()), x.data(), parameters.data(), y.data(),
                                          mode.kernel_scratch);
         }
@@ -91,8 +121,28 @@ struct conv2d {
                              std::span<T, parameter_count> grad_parameters, std::span<T>)
         {
             const auto shape = geometry(x.batch());
+            if constexpr (std::is_same_v<T, float> && bf16_gradients) {
+                if (thread_precision() == precision::bf16) {
+                    if (grad_x) {
+                        kernels::convolution_backward_input_bf16(shape, grad_y.data(), parameters.data(),
+                                                                 grad_x.data());
+                    }
+                    kernels::convolution_backward_weights_bf16(shape, x.data(), grad_y.data(), grad_parameters.data(),
+                                                               1.0f);
+                    return;
+                }
+            }
             if (grad_x) kernels::convolution_backward_input(shape, grad_y.data(), parameters.data(), grad_x.data());
             kernels::convolution_backward_weights(shape, x.data(), grad_y.data(), grad_parameters.data(), T(1));
+        }
+
+    private:
+        // Whether a pass that has bf16 kernels (`has_bf16`) computes in bf16
+        // in `arithmetic`: in float only.
+        template <class T>
+        static constexpr bool in_bf16(precision arithmetic, bool has_bf16)
+        {
+            return std::is_same_v<T, float> && has_bf16 && arithmetic == precision::bf16;
         }
     };
 };

@@ -24,6 +24,7 @@
 #include <petra/batch_view.hpp>
 #include <petra/kernels/elementwise.hpp>
 #include <petra/kernels/scratch.hpp>
+#include <petra/layers/precision.hpp>
 #include <petra/random.hpp>
 #include <petra/shape.hpp>
 
@@ -98,21 +99,27 @@ constexpr bool layer_accepts()
 }
 
 // The kernel scratch of Bound's forward, and of its backward, for a batch
-// (docs/layers-and-blocks.md, the layer contract): what it states, or nothing. Bound is a bound
-// layer or block.
+// computed in `arithmetic` (layers/precision.hpp; docs/layers-and-blocks.md,
+// the layer contract): what it states, in that precision where it takes one,
+// or nothing. Bound is a bound layer or block.
 template <class Bound, class T>
-constexpr kernels::scratch_demand forward_scratch_of(std::size_t batch)
+constexpr kernels::scratch_demand forward_scratch_of(std::size_t batch, precision arithmetic = precision::fp32)
 {
-    if constexpr (requires { Bound::template forward_scratch<T>(batch); }) {
+    if constexpr (requires { Bound::template forward_scratch<T>(batch, arithmetic); }) {
+        return Bound::template forward_scratch<T>(batch, arithmetic);
+    } else if constexpr (requires { Bound::template forward_scratch<T>(batch); }) {
         return Bound::template forward_scratch<T>(batch);
     } else {
         return {};
     }
 }
 template <class Bound, class T>
-constexpr kernels::scratch_demand backward_scratch_of(std::size_t batch, bool input_gradient)
+constexpr kernels::scratch_demand backward_scratch_of(std::size_t batch, bool input_gradient,
+                                                      precision arithmetic = precision::fp32)
 {
-    if constexpr (requires { Bound::template backward_scratch<T>(batch, input_gradient); }) {
+    if constexpr (requires { Bound::template backward_scratch<T>(batch, input_gradient, arithmetic); }) {
+        return Bound::template backward_scratch<T>(batch, input_gradient, arithmetic);
+    } else if constexpr (requires { Bound::template backward_scratch<T>(batch, input_gradient); }) {
         return Bound::template backward_scratch<T>(batch, input_gradient);
     } else {
         return {};

@@ -74,17 +74,18 @@ struct made_of {
     // input_gradient goes to each part's backward. A chain states its own
     // (its gradient buffers besides).
     template <class T>
-    static constexpr kernels::scratch_demand forward_scratch(std::size_t batch)
+    static constexpr kernels::scratch_demand forward_scratch(std::size_t batch, precision arithmetic = precision::fp32)
     {
         kernels::scratch_demand demand;
-        (demand.merge(forward_scratch_of<Functions, T>(batch)), ...);
+        (demand.merge(forward_scratch_of<Functions, T>(batch, arithmetic)), ...);
         return demand;
     }
     template <class T>
-    static constexpr kernels::scratch_demand backward_scratch(std::size_t batch, bool input_gradient)
+    static constexpr kernels::scratch_demand backward_scratch(std::size_t batch, bool input_gradient,
+                                                              precision arithmetic = precision::fp32)
     {
         kernels::scratch_demand demand;
-        (demand.merge(backward_scratch_of<Functions, T>(batch, input_gradient)), ...);
+        (demand.merge(backward_scratch_of<Functions, T>(batch, input_gradient, arithmetic)), ...);
         return demand;
     }
 };

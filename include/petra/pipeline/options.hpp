@@ -4,11 +4,14 @@
 // with the delay of its gradients. Both drivers, each stage and each stage's
 // worker take the same options. The stage refuses a batch of 0, the worker
 // an accumulation of 0 and a delay_rate_exponent that is negative or not
-// finite, and replicas of 0 (std::invalid_argument).
+// finite, and replicas of 0 (std::invalid_argument); the stage also refuses
+// a precision this CPU cannot compute in.
 #pragma once
 
 #include <cmath>
 #include <cstddef>
+
+#include <petra/layers/precision.hpp>
 
 namespace petra {
 
@@ -28,6 +31,13 @@ struct pipeline_options {
     // before each step (pipeline/replicas.hpp): the simulator and MPI ranks
     // run them; a thread_pipeline runs one (1, the default).
     std::size_t replicas = 1;
+    // What the stages' training steps compute their products in
+    // (layers/precision.hpp): fp32 (the default) or bf16, with float
+    // parameters, gradients and optimizer either way; inference is in fp32.
+    // A stage refuses bf16 on a CPU without its instructions
+    // (require_precision). Not saved in a checkpoint: a run may resume in
+    // the other precision.
+    petra::precision precision = petra::precision::fp32;
 };
 
 // Stage j of J's gradients are 2 (J - 1 - j) micro-batches old when it

@@ -158,8 +158,8 @@ public:
         for_each_index<block_count>([&](auto i) {
             using bound = block<i>;
             const bool input_gradient = !(is_first && i == 0 && input_gradient_optional<bound>());
-            demand.merge(forward_scratch_of<bound, T>(options.batch));
-            demand.merge(backward_scratch_of<bound, T>(options.batch, input_gradient));
+            demand.merge(forward_scratch_of<bound, T>(options.batch, options.precision));
+            demand.merge(backward_scratch_of<bound, T>(options.batch, input_gradient, options.precision));
         });
         return demand;
     }
@@ -179,6 +179,7 @@ public:
         if (options.batch == 0) {
             raise_error(error_kind::invalid_argument, "pipeline: the batch must hold at least one example.");
         }
+        require_precision(options.precision);
         const stage_buffers sizes = buffers(options);
         for (std::size_t i = first_block; i < end_block; ++i) {
             if (keeps_input(i)) {
@@ -222,12 +223,14 @@ public:
                         "the next.");
         }
         if (options_.parameter_buffer) std::copy_n(parameters_.data(), parameter_count, stashed_.push());
+        const precision_scope arithmetic(options_.precision);
         for_each_index<block_count>([&](auto i) { forward_block<i>(x, y); });
         ++in_flight_;
     }
 
     // Inference (evaluation): the blocks in order with their running
-    // statistics, nothing updated, nothing kept; a batch of any size.
+    // statistics, nothing updated, nothing kept; a batch of any size; in
+    // fp32 whatever options.precision, as predict.
     // Scratch is per thread (it grows once to its largest use), so that a
     // forward-only pass leaves the stage's training buffers alone.
     void infer(const_batch<T, input> x, batch_view<T, output> y) const
@@ -238,6 +241,7 @@ public:
                                                           " examples into " + std::to_string(y.batch()) + " outputs.");
         }
         if (batch == 0) return;
+        const precision_scope in_fp32(precision::fp32);
         struct inference_scratch;
         std::size_t activation = 0, workspace = 0;
         for (std::size_t i = first_block; i < end_block; ++i) {
@@ -291,6 +295,7 @@ public:
         // each block leaves there its own input and input gradient.
         const T* above = y.data();
         const T* grad_above = grad_y.data();
+        const precision_scope arithmetic(options_.precision);
         for_each_index_down<block_count>([&](auto i) {
             backward_block<i>(parameters, above, grad_above, x, grad_x);
             block_done(std::span<const T>(block_gradient<i>()));

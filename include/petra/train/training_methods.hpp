@@ -43,8 +43,9 @@
 namespace petra {
 
 // Trainer: exact_backprop<Net, float> or reversible_backprop<Net, float>.
-// options: its batch and accumulation (the buffers and the delay exponent
-// are PETRA's).
+// options: its batch, accumulation and precision (the buffers and the delay
+// exponent are PETRA's); a precision this CPU cannot compute in is refused
+// (std::invalid_argument).
 template <class Net, class Trainer>
 class backprop_method {
 public:
@@ -54,13 +55,16 @@ public:
                     const learning_rate_schedule& schedule, const pipeline_options& options)
         : parameters_(parameters), schedule_(schedule), batch_(options.batch), trainer_(options.batch),
           optimizer_(optimizer, Net::template weight_mask<float>()), gradient_(Net::parameter_count, 0.0f),
-          accumulation_(options.accumulation)
-    {}
+          accumulation_(options.accumulation), precision_(options.precision)
+    {
+        require_precision(precision_);
+    }
 
     bool reads_data() const { return true; }
 
     void train(const training_batch<typename Net::input>& batch, const training_position& position)
     {
+        const precision_scope arithmetic(precision_);
         const float loss = trainer_.accumulate_gradient(parameters_, batch.images, batch.labels, gradient_);
         const std::size_t correct =
             classification<Net>::loss::correct(batch_, trainer_.logits().data(), batch.labels.data());
@@ -110,6 +114,7 @@ private:
     std::vector<float> gradient_; // the sum of the gradients since the last step
     gradient_accumulation accumulation_;
     epoch_statistics statistics_;
+    precision precision_;
 };
 
 template <class Net>
