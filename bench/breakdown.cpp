@@ -46,7 +46,7 @@ namespace profile = petra::kernels::profile;
 using namespace petra::bench::reference;
 using clock_type = std::chrono::steady_clock;
 
-const char* const usage = R"(usage: bench_breakdown [--steps N] [--warmup N] [--network-flops]
+const char* const usage = R"(usage: bench_breakdown [--steps N] [--warmup N] [--precision=fp32|bf16] [--network-flops]
 
 Times every kernel call of exact-backprop steps and of PETRA ticks (J = 2)
 of the reference network, batch 64, on one thread, and prints markdown
@@ -56,6 +56,8 @@ the steps).
 
   --steps N         timed steps (and ticks) after the warm-up      (20)
   --warmup N        untimed steps first                            (3)
+  --precision=P     fp32 or bf16: what the steps' products are computed
+                    in (layers/precision.hpp; bf16 needs AMX)       (fp32)
   --network-flops   print the network's FLOPs per example as one JSON
                     line and exit (scripts/peer reads it)
   --help            this text
@@ -227,8 +229,14 @@ void print_geometries(const measurement& m, double peak_gflops)
 int main(int argc, char** argv)
 {
     std::size_t steps = 20, warmup = 3;
+    petra::precision arithmetic = petra::precision::fp32;
     petra::bench::read_command_line(argc, argv, "bench_breakdown", usage, {{"--steps", &steps}, {"--warmup", &warmup}},
-                                    [](const std::string& name) {
+                                    [&](const std::string& name) {
+                                        if (name.starts_with("--precision=")) {
+                                            arithmetic = petra::parse_precision(name.substr(12));
+                                            petra::require_precision(arithmetic);
+                                            return true;
+                                        }
                                         if (name != "--network-flops") return false;
                                         std::printf("{\"forward_flops\": %zu, \"backward_flops\": %zu}\n",
                                                     std::size_t(net::forward_flops), std::size_t(net::backward_flops));
@@ -238,8 +246,8 @@ int main(int argc, char** argv)
     // Everything interleaved, step by step, so that every figure (and the
     // FMA peak they are divided by) sees the same moments of a shared
     // machine: an FMA trial, an exact-backprop step, a tick of each stage.
-    auto exact_step = std::make_unique<exact_backprop_step>();
-    auto ticks = std::make_unique<petra_ticks>();
+    auto exact_step = std::make_unique<exact_backprop_step>(arithmetic);
+    auto ticks = std::make_unique<petra_ticks>(arithmetic);
     measurement exact("exact backprop step (gradient and optimizer)", exact_backprop_step::useful_flops());
     measurement first_tick(petra_ticks::name<petra_ticks::first>(), stage_tick_flops<petra_ticks::first>());
     measurement last_tick(petra_ticks::name<petra_ticks::last>(), stage_tick_flops<petra_ticks::last>());
@@ -266,10 +274,11 @@ int main(int argc, char** argv)
 
     std::printf("machine: %s, %u cores, %s; simd %s; FMA peak of one core %.1f GFLOP/s (median of %zu trials "
                 "interleaved with the steps, %.1f to %.1f; bench/fma_peak.hpp); reference network, batch %zu, one "
-                "thread; each figure is a total over %zu timed steps (after %zu warm-up) divided by the steps\n\n",
+                "thread, precision %s; each figure is a total over %zu timed steps (after %zu warm-up) divided by "
+                "the steps\n\n",
                 cpu_model().c_str(), std::thread::hardware_concurrency(), utc_now().c_str(),
-                xsimd::default_arch::name(), peak_gflops, peaks.size(), peaks.front(), peaks.back(), batch, steps,
-                warmup);
+                xsimd::default_arch::name(), peak_gflops, peaks.size(), peaks.front(), peaks.back(), batch,
+                petra::precision_name(arithmetic), steps, warmup);
     print_kinds(exact, peak_gflops);
     print_kinds(first_tick, peak_gflops);
     print_kinds(last_tick, peak_gflops);

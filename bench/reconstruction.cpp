@@ -1,4 +1,7 @@
-// Reconstruction error of the reference network's couplings, in float.
+// Reconstruction error of the reference network's couplings, in fp32 and,
+// where the CPU computes in it, in bf16 (layers/precision.hpp: the
+// convolutions' operands rounded to bf16, the blocks' values float), side
+// by side.
 //
 // A batch of random images goes forward through the network (batch
 // statistics); each coupling's output is then inverted and compared with the
@@ -8,7 +11,8 @@
 // not moved. Then the weights of each coupling are perturbed by a relative
 // amount s (each parameter p becomes p + s * |p| * N(0, 1)), as an optimizer
 // step between a forward and its backward would, and the error is measured
-// again: PETRA's approximation, as a function of the step.
+// again: PETRA's approximation, as a function of the step. Both precisions
+// start from the same parameters and images; each inverts its own forward.
 //
 // Usage: bench_reconstruction [batch, default 64] [seed, default 1]
 #include <algorithm>
@@ -19,6 +23,8 @@
 #include <limits>
 #include <random>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <petra/petra.hpp>
@@ -56,25 +62,25 @@ std::vector<double> relative_errors(const std::vector<float>& a, const std::vect
     return errors;
 }
 
-} // namespace
+// One precision's errors: per coupling (block index, errors over the
+// batch, in epsilons), and over all couplings for each perturbation step.
+struct precision_errors {
+    std::vector<std::pair<std::size_t, std::vector<double>>> couplings;
+    std::vector<double> all;
+    std::vector<std::vector<double>> perturbed;
+};
 
-int main(int argc, char** argv)
+precision_errors measure(petra::precision arithmetic, std::size_t batch, std::uint64_t seed,
+                         const std::vector<double>& steps)
 {
-    const std::size_t batch = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 64;
-    const std::uint64_t seed = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 1;
+    const petra::precision_scope scope(arithmetic);
     const double epsilon = std::numeric_limits<float>::epsilon();
-
     auto parameters = net::make_parameters<float>(seed);
     std::mt19937_64 generator(seed + 1);
     std::vector<float> x(batch * net::input::size);
     for (float& value : x) value = petra::uniform_float(generator);
-
-    const std::vector<double> steps{1e-4, 1e-3, 1e-2, 1e-1};
-    std::vector<double> all_errors;
-    std::vector<std::vector<double>> perturbed_errors(steps.size());
-    std::printf("reference network, batch %zu, seed %zu; errors per example in units of float epsilon (%.3g)\n\n",
-                batch, std::size_t(seed), epsilon);
-    std::printf("| block | median | 90th percentile | max |\n|---|---:|---:|---:|\n");
+    precision_errors result;
+    result.perturbed.resize(steps.size());
     net::for_each_block([&](auto index) {
         constexpr std::size_t i = decltype(index)::value;
         using block = net::block<i>;
@@ -90,9 +96,8 @@ int main(int argc, char** argv)
             block::inverse(values, state, output, rebuilt_input, std::span<float>(workspace));
             auto errors = relative_errors(rebuilt, x, batch, block::input::size);
             for (double& e : errors) e /= epsilon;
-            std::printf("| %zu (coupling) | %.2f | %.2f | %.2f |\n", i, quantile(errors, 0.5), quantile(errors, 0.9),
-                        *std::max_element(errors.begin(), errors.end()));
-            all_errors.insert(all_errors.end(), errors.begin(), errors.end());
+            result.all.insert(result.all.end(), errors.begin(), errors.end());
+            result.couplings.emplace_back(i, std::move(errors));
 
             const std::vector<float> original(values.begin(), values.end());
             for (std::size_t s = 0; s < steps.size(); ++s) {
@@ -102,22 +107,70 @@ int main(int argc, char** argv)
                 }
                 block::inverse(values, state, output, rebuilt_input, std::span<float>(workspace));
                 const auto moved = relative_errors(rebuilt, x, batch, block::input::size);
-                perturbed_errors[s].insert(perturbed_errors[s].end(), moved.begin(), moved.end());
+                result.perturbed[s].insert(result.perturbed[s].end(), moved.begin(), moved.end());
             }
             std::copy(original.begin(), original.end(), values.begin());
         }
         x = std::move(y);
     });
-    std::printf("| all couplings (%zu examples) | %.2f | %.2f | %.2f |\n\n", all_errors.size(),
-                quantile(all_errors, 0.5), quantile(all_errors, 0.9),
-                *std::max_element(all_errors.begin(), all_errors.end()));
+    return result;
+}
 
-    std::printf("| relative weight perturbation s | median relative error | 90th percentile |\n"
-                "|---:|---:|---:|\n");
-    std::printf("| 0 | %.2e | %.2e |\n", quantile(all_errors, 0.5) * epsilon, quantile(all_errors, 0.9) * epsilon);
+std::string quantiles(const std::vector<double>& errors, const char* format)
+{
+    char text[128];
+    std::snprintf(text, sizeof text, format, quantile(errors, 0.5), quantile(errors, 0.9),
+                  *std::max_element(errors.begin(), errors.end()));
+    return text;
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    const std::size_t batch = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 64;
+    const std::uint64_t seed = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 1;
+    const double epsilon = std::numeric_limits<float>::epsilon();
+    const std::vector<double> steps{1e-4, 1e-3, 1e-2, 1e-1};
+
+    std::vector<std::pair<petra::precision, precision_errors>> runs;
+    runs.emplace_back(petra::precision::fp32, measure(petra::precision::fp32, batch, seed, steps));
+    if (petra::kernels::bf16_support().amx) {
+        runs.emplace_back(petra::precision::bf16, measure(petra::precision::bf16, batch, seed, steps));
+    }
+    std::printf("reference network, batch %zu, seed %zu; errors per example in units of float epsilon (%.3g); "
+                "median, 90th percentile, max%s\n\n",
+                batch, std::size_t(seed), epsilon, runs.size() == 1 ? "; bf16 not measured (this CPU has no AMX)" : "");
+    std::printf("| block |");
+    for (const auto& run : runs) std::printf(" %s |", petra::precision_name(run.first));
+    std::printf("\n|---|");
+    for (std::size_t r = 0; r < runs.size(); ++r) std::printf("---:|");
+    std::printf("\n");
+    for (std::size_t c = 0; c < runs.front().second.couplings.size(); ++c) {
+        std::printf("| %zu (coupling) |", runs.front().second.couplings[c].first);
+        for (const auto& run : runs) {
+            std::printf(" %s |", quantiles(run.second.couplings[c].second, "%.2f, %.2f, %.2f").c_str());
+        }
+        std::printf("\n");
+    }
+    std::printf("| all couplings (%zu examples) |", runs.front().second.all.size());
+    for (const auto& run : runs) std::printf(" %s |", quantiles(run.second.all, "%.2f, %.2f, %.2f").c_str());
+    std::printf("\n\n| relative weight perturbation s |");
+    for (const auto& run : runs) std::printf(" %s: median, 90th percentile |", petra::precision_name(run.first));
+    std::printf("\n|---:|");
+    for (std::size_t r = 0; r < runs.size(); ++r) std::printf("---:|");
+    std::printf("\n| 0 |");
+    for (const auto& run : runs) {
+        std::printf(" %.2e, %.2e |", quantile(run.second.all, 0.5) * epsilon, quantile(run.second.all, 0.9) * epsilon);
+    }
+    std::printf("\n");
     for (std::size_t s = 0; s < steps.size(); ++s) {
-        std::printf("| %.0e | %.2e | %.2e |\n", steps[s], quantile(perturbed_errors[s], 0.5),
-                    quantile(perturbed_errors[s], 0.9));
+        std::printf("| %.0e |", steps[s]);
+        for (const auto& run : runs) {
+            std::printf(" %.2e, %.2e |", quantile(run.second.perturbed[s], 0.5),
+                        quantile(run.second.perturbed[s], 0.9));
+        }
+        std::printf("\n");
     }
     return 0;
 }

@@ -97,11 +97,14 @@ struct batch_data {
 };
 
 // Exact backprop as the job runs it: the gradient of a batch, then the
-// optimizer over all parameters.
+// optimizer over all parameters; in the precision asked.
 class exact_backprop_step {
 public:
+    explicit exact_backprop_step(petra::precision arithmetic = petra::precision::fp32) : precision_(arithmetic) {}
+
     void operator()()
     {
+        const petra::precision_scope scope(precision_);
         std::fill(gradient_.begin(), gradient_.end(), 0.0f);
         exact_backprop_gradient(trainer_, parameters_, data_.images.data(), data_.labels.data(), gradient_);
         optimizer_.step(parameters_.values(), gradient_, 1, 0.01);
@@ -115,6 +118,7 @@ private:
     petra::sgd<float> optimizer_{petra::sgd_options{}, net::weight_mask<float>()};
     std::vector<float> gradient_ = std::vector<float>(net::parameter_count);
     batch_data data_;
+    petra::precision precision_;
 };
 
 // PETRA at J = 2, both stages on this thread, one micro-batch at a time:
@@ -128,6 +132,12 @@ class petra_ticks {
 public:
     using first = petra::stage<net, cuts, 0, float>;
     using last = petra::stage<net, cuts, 1, float>;
+
+    explicit petra_ticks(petra::precision arithmetic = petra::precision::fp32)
+        : stage0_{parameters_, {.batch = batch, .precision = arithmetic}}, stage1_{parameters_,
+                                                                                   {.batch = batch,
+                                                                                    .precision = arithmetic}}
+    {}
 
     // Stage 0's tick, in two parts around stage 1's.
     void first_forward() { stage_forward(stage0_, data_.images.data(), between_.data()); }
@@ -162,8 +172,8 @@ private:
     }
 
     petra::network_parameters<net, float> parameters_ = net::make_parameters<float>(1);
-    first stage0_{parameters_, {.batch = batch}};
-    last stage1_{parameters_, {.batch = batch}};
+    first stage0_;
+    last stage1_;
     std::vector<float> mask_ = [] {
         const auto mask = net::weight_mask<float>();
         return std::vector<float>(mask.begin(), mask.end());

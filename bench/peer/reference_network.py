@@ -22,6 +22,11 @@ and deviation 0.3530, batches drawn from a shuffled order of the real
 training set. The learning rate is constant (0.05): a schedule changes no
 work per step.
 
+With --precision bf16, each step's forward and loss run under
+torch.autocast("cpu", dtype=torch.bfloat16) (the convolutions and the dense
+layer in bf16, the parameters and the optimizer in float), as petra's
+--precision bf16 keeps its parameters and optimizer in float.
+
 Timing: `--warmup` steps (20) first, untimed (the allocator and oneDNN's
 kernel selection settle), then `--steps` steps timed with a monotonic clock.
 Prints one JSON line: threads, steps, seconds, examples_per_second,
@@ -84,6 +89,8 @@ def main():
     parser.add_argument("--batch", type=int, default=64, help="examples per step (64)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                        help="bf16: forward and loss under CPU autocast to bfloat16 (fp32)")
     arguments = parser.parse_args()
 
     torch.set_num_threads(arguments.threads)
@@ -104,7 +111,8 @@ def main():
         start = (index * arguments.batch) % (len(order) - arguments.batch + 1)
         chosen = order[start:start + arguments.batch]
         optimizer.zero_grad(set_to_none=False)
-        loss = loss_function(model(images[chosen]), labels[chosen])
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=arguments.precision == "bf16"):
+            loss = loss_function(model(images[chosen]), labels[chosen])
         loss.backward()
         optimizer.step()
         return loss
@@ -121,7 +129,7 @@ def main():
         "batch": arguments.batch, "warmup_steps": arguments.warmup, "steps": arguments.steps,
         "seconds": round(seconds, 3), "examples_per_second": round(arguments.steps * arguments.batch / seconds, 1),
         "parameter_count": parameter_count, "last_loss": round(last_loss, 4),
-        "onednn": bool(torch.backends.mkldnn.is_available()),
+        "onednn": bool(torch.backends.mkldnn.is_available()), "precision": arguments.precision,
     }))
 
 

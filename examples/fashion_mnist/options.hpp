@@ -93,6 +93,11 @@ struct job_options {
     // (petra::pipeline_options::delay_rate_exponent); 0: the same rate for all.
     double delay_rate_exponent = 0;
     std::string schedule = "cosine"; // cosine | step | constant
+    // What the training steps' products are computed in: fp32 | bf16
+    // (petra::pipeline_options::precision; bf16 needs AMX). Evaluation is
+    // in fp32 either way. Not pinned by a checkpoint: a run may resume in
+    // the other precision (on a CPU without AMX, say).
+    std::string precision = "fp32";
     double momentum = 0.9;
     double weight_decay = 5e-4;
     bool augment = false;
@@ -150,6 +155,7 @@ struct training_recipe {
     double warmup_epochs = 0;
     double delay_rate_exponent = 0; // PETRA's; 0 for the sequential methods
     decay schedule = decay::cosine;
+    petra::precision precision = petra::precision::fp32;
     double momentum = 0;
     double weight_decay = 0;
     bool augment = false;
@@ -161,7 +167,8 @@ struct training_recipe {
         return {.batch = batch,
                 .accumulation = accumulation,
                 .delay_rate_exponent = delay_rate_exponent,
-                .replicas = replicas};
+                .replicas = replicas,
+                .precision = precision};
     }
 
     // Examples in one micro-batch of the data: every replica's shard.
@@ -257,6 +264,15 @@ inline training_recipe checked_recipe(const job_options& options)
     }
     const std::optional<decay> schedule = choice_named(schedule_names, options.schedule);
     if (!schedule) refuse_option("--schedule must be cosine, step or constant, not '" + options.schedule + "'.");
+    if (options.precision != "fp32" && options.precision != "bf16") {
+        refuse_option("--precision must be fp32 or bf16, not '" + options.precision + "'.");
+    }
+    const petra::precision arithmetic = petra::parse_precision(options.precision);
+    try {
+        petra::require_precision(arithmetic);
+    } catch (const std::invalid_argument& error) {
+        refuse_option("--precision " + options.precision + ": " + error.what());
+    }
     return {.network = *trained,
             .method = *chosen,
             .stages = *chosen == method::petra ? options.stages : 1,
@@ -270,6 +286,7 @@ inline training_recipe checked_recipe(const job_options& options)
             .warmup_epochs = options.warmup_epochs,
             .delay_rate_exponent = options.delay_rate_exponent,
             .schedule = *schedule,
+            .precision = arithmetic,
             .momentum = options.momentum,
             .weight_decay = options.weight_decay,
             .augment = options.augment,

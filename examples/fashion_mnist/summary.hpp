@@ -85,6 +85,7 @@ inline nlohmann::ordered_json summary_json(const job_summary& summary)
     json["learning_rate"] = recipe.learning_rate;
     json["warmup_epochs"] = recipe.warmup_epochs;
     json["delay_rate_exponent"] = recipe.delay_rate_exponent;
+    json["precision"] = petra::precision_name(recipe.precision);
     json["test_accuracy"] = rounded(summary.test_accuracy, 4);
     json["test_loss"] = rounded(summary.test_loss, 4);
     json["train_seconds"] = rounded(summary.train_seconds, 1);

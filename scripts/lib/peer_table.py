@@ -88,7 +88,8 @@ def main(directory):
     peaks = results.fma_peaks()
     peak = statistics.median(peaks) if peaks else None
 
-    print(f"| reference network, batch 64, Fashion-MNIST, {machine['steps']} steps | threads "
+    precision = machine.get("precision", "fp32")
+    print(f"| reference network, batch 64, Fashion-MNIST, {machine['steps']} steps, {precision} | threads "
           "| median examples/s | each round | petra / peer, each round | petra / peer, median "
           "| % of FMA peak (median) |")
     print("|---|---:|---:|---|---|---:|---:|")

@@ -282,6 +282,36 @@ TEST_CASE("fashion_mnist job: a delay rate exponent changes the numbers, the sam
     CHECK(csv_fields(row).back() == "0.5");
 }
 
+TEST_CASE("fashion_mnist job: --precision bf16 changes the numbers, the same on threads and the simulator")
+{
+    const generated_data data;
+    auto options = quick(data, "petra", 3);
+    options.precision = "fp16";
+    CHECK_THROWS_WITH_AS(fashion::run_job(options), doctest::Contains("--precision must be fp32 or bf16, not 'fp16'"),
+                         std::invalid_argument);
+    options.precision = "bf16";
+    if (!petra::kernels::bf16_support().amx) {
+        CHECK_THROWS_WITH_AS(fashion::run_job(options),
+                             doctest::Contains("--precision bf16: petra: precision bf16 needs"), std::invalid_argument);
+        return;
+    }
+    options.precision = "fp32";
+    const fashion::job_summary plain = fashion::run_job(options);
+    options.precision = "bf16";
+    options.summary_path = (data.dir / "bf16.json").string();
+    const auto [threads, simulator] = on_threads_and_simulator(options);
+    CHECK(simulator.parameter_digest == threads.parameter_digest);
+    CHECK(simulator.test_accuracy == threads.test_accuracy);
+    CHECK(threads.parameter_digest != plain.parameter_digest);
+    std::ifstream json(options.summary_path);
+    CHECK(nlohmann::json::parse(json).at("precision") == "bf16");
+    // Backprop too.
+    options = quick(data, "backprop", 1);
+    const fashion::job_summary backprop_fp32 = fashion::run_job(options);
+    options.precision = "bf16";
+    CHECK(fashion::run_job(options).parameter_digest != backprop_fp32.parameter_digest);
+}
+
 TEST_CASE("fashion_mnist job: every stage count up to the block count, the same numbers on threads and the simulator")
 {
     // J = 1 to the block count (one stage per block), one epoch of 20
