@@ -51,6 +51,8 @@ inline constexpr std::array<named<driver>, 3> driver_names{
     {{driver::threads, "threads"}, {driver::simulator, "simulator"}, {driver::mpi, "mpi"}}};
 inline constexpr std::array<named<decay>, 3> schedule_names{
     {{decay::cosine, "cosine"}, {decay::step, "step"}, {decay::constant, "constant"}}};
+inline constexpr std::array<named<petra::precision>, 2> precision_names{
+    {{petra::precision::fp32, "fp32"}, {petra::precision::bf16, "bf16"}}};
 
 template <class Choice, std::size_t N>
 std::optional<Choice> choice_named(const std::array<named<Choice>, N>& names, std::string_view text)
@@ -264,12 +266,10 @@ inline training_recipe checked_recipe(const job_options& options)
     }
     const std::optional<decay> schedule = choice_named(schedule_names, options.schedule);
     if (!schedule) refuse_option("--schedule must be cosine, step or constant, not '" + options.schedule + "'.");
-    if (options.precision != "fp32" && options.precision != "bf16") {
-        refuse_option("--precision must be fp32 or bf16, not '" + options.precision + "'.");
-    }
-    const petra::precision arithmetic = petra::parse_precision(options.precision);
+    const std::optional<petra::precision> arithmetic = choice_named(precision_names, options.precision);
+    if (!arithmetic) refuse_option("--precision must be fp32 or bf16, not '" + options.precision + "'.");
     try {
-        petra::require_precision(arithmetic);
+        petra::require_precision(*arithmetic);
     } catch (const std::invalid_argument& error) {
         refuse_option("--precision " + options.precision + ": " + error.what());
     }
@@ -286,7 +286,7 @@ inline training_recipe checked_recipe(const job_options& options)
             .warmup_epochs = options.warmup_epochs,
             .delay_rate_exponent = options.delay_rate_exponent,
             .schedule = *schedule,
-            .precision = arithmetic,
+            .precision = *arithmetic,
             .momentum = options.momentum,
             .weight_decay = options.weight_decay,
             .augment = options.augment,
