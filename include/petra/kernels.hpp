@@ -7,6 +7,7 @@
 #include <petra/kernels/convolution_bf16.hpp>
 #include <petra/kernels/elementwise.hpp>
 #include <petra/kernels/gemm.hpp>
+#include <petra/kernels/input_map.hpp>
 #include <petra/kernels/normalization.hpp>
 #include <petra/kernels/optimizer.hpp>
 #include <petra/kernels/profile.hpp>

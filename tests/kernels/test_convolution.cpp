@@ -2,8 +2,10 @@
 // kernel 1x1 and 3x3, stride 1 and 2, with and without padding, on shapes that
 // are not multiples of the vector width or of the GEMM tiles.
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <span>
 #include <stdexcept>
@@ -12,6 +14,7 @@
 #include <doctest/doctest.h>
 
 #include <petra/kernels/convolution.hpp>
+#include <petra/kernels/input_map.hpp>
 
 #include "reference/convolution.hpp"
 #include "support.hpp"
@@ -436,4 +439,86 @@ TEST_CASE_TEMPLATE("transpose_channels_to_rows puts every pixel where its row la
             }
         }
     }
+}
+
+namespace {
+
+// x mapped as an affine_relu_map maps it, value by value, and the map's
+// arrays: scales of both signs, so that the ReLU cuts values in every
+// channel.
+template <class T>
+struct mapped_input {
+    std::vector<T> scale, shift, mapped;
+
+    mapped_input(const convolution_shape& shape, const std::vector<T>& x, std::mt19937_64& generator)
+        : scale(petra::test::random_vector<T>(shape.in_channels, generator, T(-1.5), T(1.5))),
+          shift(petra::test::random_vector<T>(shape.in_channels, generator, T(-0.5), T(0.5))), mapped(x.size())
+    {
+        const auto apply = map();
+        const std::size_t pixels = shape.input_pixels();
+        for (std::size_t i = 0; i < x.size(); ++i) mapped[i] = apply(i / pixels % shape.in_channels, x[i]);
+    }
+    petra::kernels::affine_relu_map<T> map() const { return {scale.data(), shift.data()}; }
+};
+
+} // namespace
+
+TEST_CASE_TEMPLATE("an input map gives the forward and the weight gradient of the mapped input, to the bit", T, float,
+                   double)
+{
+    std::mt19937_64 generator(31);
+    namespace kernels = petra::kernels;
+    // 16 channels: whole 16 x 16 blocks of the transposition in float (and
+    // its scalar tail: 63 pixels); 9: the scalar path alone; 9 images of 8
+    // channels: more than one Winograd group.
+    for (const convolution_shape& shape :
+         {convolution_shape{3, 16, 7, 9, 16, 3, 1, 1}, convolution_shape{2, 9, 5, 6, 12, 3, 1, 1},
+          convolution_shape{9, 8, 7, 9, 12, 3, 1, 1}}) {
+        CAPTURE(shape.in_channels);
+        REQUIRE(kernels::convolution_takes_input_map(shape));
+        const auto x = petra::test::random_vector<T>(shape.input_count(), generator);
+        const auto weights = petra::test::random_vector<T>(shape.weight_count(), generator);
+        const auto grad_y = petra::test::random_vector<T>(shape.output_count(), generator);
+        const mapped_input<T> input(shape, x, generator);
+        const auto zeros = std::count(input.mapped.begin(), input.mapped.end(), T(0));
+        CHECK(zeros > 0);
+        CHECK(zeros < std::ptrdiff_t(x.size()));
+
+        auto expected = petra::test::nan_vector<T>(shape.output_count()), actual = expected;
+        kernels::convolution_forward(shape, input.mapped.data(), weights.data(), expected.data());
+        kernels::convolution_forward(shape, x.data(), weights.data(), actual.data(), {}, input.map());
+        CHECK(actual == expected);
+
+        auto expected_weights = petra::test::random_vector<T>(shape.weight_count(), generator),
+             actual_weights = expected_weights;
+        kernels::convolution_backward_weights(shape, input.mapped.data(), grad_y.data(), expected_weights.data(), T(1));
+        kernels::convolution_backward_weights(shape, x.data(), grad_y.data(), actual_weights.data(), T(1), {},
+                                              input.map());
+        CHECK(actual_weights == expected_weights);
+    }
+    // The direct form takes no map: refused in one sentence.
+    const convolution_shape direct{1, 4, 5, 5, 4, 3, 2, 1};
+    CHECK_FALSE(kernels::convolution_takes_input_map(direct));
+    const auto x = petra::test::random_vector<T>(direct.input_count(), generator);
+    const auto weights = petra::test::random_vector<T>(direct.weight_count(), generator);
+    const mapped_input<T> input(direct, x, generator);
+    std::vector<T> y(direct.output_count());
+    CHECK_THROWS_WITH_AS(kernels::convolution_forward(direct, x.data(), weights.data(), y.data(), {}, input.map()),
+                         doctest::Contains("an input map needs a 3x3 stride-1 shape"), std::invalid_argument);
+}
+
+TEST_CASE_TEMPLATE("affine_relu_map rounds as channel_affine_relu: one fused multiply-add, -0 and below to 0, NaN kept",
+                   T, float, double)
+{
+    const T scale[] = {T(3), T(-1), T(1)};
+    const T shift[] = {T(0.1), -T(0), T(0)};
+    const petra::kernels::affine_relu_map<T> map{scale, shift};
+    const T third = T(1) / T(3);
+    CHECK(map(0, third) == std::fma(T(3), third, T(0.1)));
+    CHECK(map(1, T(2)) == T(0));
+    const T zero = map(1, T(0)); // -1 * 0 - 0 = -0
+    CHECK(zero == T(0));
+    CHECK_FALSE(std::signbit(zero));
+    CHECK(std::isnan(map(2, std::numeric_limits<T>::quiet_NaN())));
+    CHECK_FALSE(petra::kernels::affine_relu_map<T>{});
 }

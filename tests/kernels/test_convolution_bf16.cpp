@@ -257,3 +257,39 @@ TEST_CASE("the bf16 convolutions refuse a CPU without AMX-BF16, naming the instr
     CHECK_THROWS_AS(petra::kernels::convolution_forward_bf16(bad, input.data(), weights.data(), output.data()),
                     std::invalid_argument);
 }
+
+TEST_CASE("with an input map, the bf16 forward and weight gradient give their numbers on the mapped input, to the bit")
+{
+    if (!petra::kernels::bf16_support().amx) return;
+    namespace kernels = petra::kernels;
+    std::mt19937_64 generator(37);
+    // Any shape: an odd channel count (a pair's odd half empty), stride 2,
+    // a 1x1 kernel, and the reference network's 16 channels at 28x28.
+    for (const convolution_shape& shape :
+         {convolution_shape{2, 16, 28, 28, 16, 3, 1, 1}, convolution_shape{3, 5, 9, 11, 7, 3, 1, 1},
+          convolution_shape{2, 5, 10, 7, 3, 3, 2, 1}, convolution_shape{2, 7, 8, 9, 33, 1, 1, 0}}) {
+        CAPTURE(shape.in_channels);
+        CAPTURE(shape.stride);
+        const auto x = petra::test::random_vector<float>(shape.input_count(), generator);
+        const auto weights = petra::test::random_vector<float>(shape.weight_count(), generator);
+        const auto grad_y = petra::test::random_vector<float>(shape.output_count(), generator);
+        const auto scale = petra::test::random_vector<float>(shape.in_channels, generator, -1.5f, 1.5f);
+        const auto shift = petra::test::random_vector<float>(shape.in_channels, generator, -0.5f, 0.5f);
+        const kernels::affine_relu_map<float> map{scale.data(), shift.data()};
+        std::vector<float> mapped(x.size());
+        for (std::size_t i = 0; i < x.size(); ++i) mapped[i] = map(i / shape.input_pixels() % shape.in_channels, x[i]);
+        CHECK(std::count(mapped.begin(), mapped.end(), 0.0f) > 0);
+
+        auto expected = petra::test::nan_vector<float>(shape.output_count()), actual = expected;
+        kernels::convolution_forward_bf16(shape, mapped.data(), weights.data(), expected.data());
+        kernels::convolution_forward_bf16(shape, x.data(), weights.data(), actual.data(), 0.0f, {}, map);
+        CHECK(actual == expected);
+
+        auto expected_weights = petra::test::random_vector<float>(shape.weight_count(), generator),
+             actual_weights = expected_weights;
+        kernels::convolution_backward_weights_bf16(shape, mapped.data(), grad_y.data(), expected_weights.data(), 1.0f);
+        kernels::convolution_backward_weights_bf16(shape, x.data(), grad_y.data(), actual_weights.data(), 1.0f, {},
+                                                   map);
+        CHECK(actual_weights == expected_weights);
+    }
+}

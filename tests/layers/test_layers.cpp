@@ -394,3 +394,104 @@ TEST_CASE_TEMPLATE("forward_onto: a block's addition in a layer's last pass chan
     check_forward_onto<layer_for<chain<batch_norm<4>, conv2d<4, 6, 3, 2>>, input>, T>(generator);
     check_forward_onto<layer_for<conv2d<4, 4, 3>, input>, T>(generator);
 }
+
+namespace {
+
+// A chain of a convolution, batch_norm_relu and a convolution that takes an
+// input map, against the same layers in two chains (the unfused reference:
+// no pair crosses the cut), bit for bit: forward in every pass (output and
+// running statistics), the input gradient and every parameter gradient.
+template <class T, std::size_t C, class Input>
+void check_mapped_chain(std::mt19937_64& generator)
+{
+    using fused = layer_for<chain<conv2d<C, C, 3>, batch_norm<C>, relu, conv2d<C, C, 3>, batch_norm<C>, relu>, Input>;
+    using first = layer_for<chain<conv2d<C, C, 3>, batch_norm<C>, relu>, Input>;
+    using second = layer_for<chain<conv2d<C, C, 3>, batch_norm<C>, relu>, Input>;
+    static_assert(!fused::mapped[0] && fused::mapped[1] && !fused::mapped[2] && !fused::mapped[3]);
+    // The batch_norm_relu output is neither written nor kept: the chain
+    // keeps the two convolutions' outputs, not three outputs.
+    static_assert(fused::intermediate_size == 2 * Input::size);
+    constexpr std::size_t P = fused::parameter_count, S = fused::state_count;
+    constexpr std::size_t P1 = first::parameter_count, S1 = first::state_count;
+    const std::size_t batch = 3;
+    const auto parameters = test::random_vector<T>(P, generator);
+    const auto x = test::random_vector<T>(batch * Input::size, generator);
+    const auto grad_y = test::random_vector<T>(batch * Input::size, generator);
+    const std::span<const T, P> values(parameters.data(), P);
+    const auto first_values = values.template first<P1>();
+    const auto second_values = values.template last<P - P1>();
+
+    const auto run = [&]<class Pass>(Pass mode) {
+        std::vector<T> state(S, T(1)), reference_state = state;
+        std::vector<T> y(x.size()), h(x.size()), expected(x.size());
+        std::vector<T> workspace(fused::workspace_size(batch)), first_workspace(first::workspace_size(batch)),
+            second_workspace(second::workspace_size(batch));
+        const std::span<T, S> all_state(state.data(), S), all_reference(reference_state.data(), S);
+        fused::forward(mode, values, all_state, test::batch_of<Input>(x, batch), test::batch_of<Input>(y, batch),
+                       std::span<T>(workspace));
+        first::forward(mode, first_values, all_reference.template first<S1>(), test::batch_of<Input>(x, batch),
+                       test::batch_of<Input>(h, batch), std::span<T>(first_workspace));
+        second::forward(mode, second_values, all_reference.template last<S - S1>(),
+                        test::batch_of<Input>(std::as_const(h), batch), test::batch_of<Input>(expected, batch),
+                        std::span<T>(second_workspace));
+        CHECK(y == expected);
+        CHECK(state == reference_state);
+        if constexpr (std::is_same_v<Pass, pass::training_t>) {
+            std::vector<T> grad_x(x.size()), grad_h(x.size()), expected_grad_x(x.size());
+            std::vector<T> grad_parameters(P, T(0.5)), expected_parameters = grad_parameters;
+            const std::span<T, P> all_expected(expected_parameters.data(), P);
+            fused::backward(values, test::batch_of<Input>(x, batch), test::batch_of<Input>(grad_y, batch),
+                            test::batch_of<Input>(grad_x, batch), test::span_of<P>(grad_parameters),
+                            std::span<T>(workspace));
+            second::backward(second_values, test::batch_of<Input>(std::as_const(h), batch),
+                             test::batch_of<Input>(grad_y, batch), test::batch_of<Input>(grad_h, batch),
+                             all_expected.template last<P - P1>(), std::span<T>(second_workspace));
+            first::backward(first_values, test::batch_of<Input>(x, batch),
+                            test::batch_of<Input>(std::as_const(grad_h), batch),
+                            test::batch_of<Input>(expected_grad_x, batch), all_expected.template first<P1>(),
+                            std::span<T>(first_workspace));
+            CHECK(grad_x == expected_grad_x);
+            CHECK(grad_parameters == expected_parameters);
+            // The ReLU between the convolutions cut some values.
+            CHECK(std::count(h.begin(), h.end(), T(0)) > 0);
+        }
+    };
+    run(pass::training);
+    run(pass::recomputation);
+    run(pass::inference);
+}
+
+} // namespace
+
+TEST_CASE_TEMPLATE("fusion: a convolution reads batch_norm_relu's input through its map, to the bit", T, float, double)
+{
+    std::mt19937_64 generator(47);
+    // 16 channels: the map in the transposition's 16 x 16 blocks (float);
+    // 9: its scalar path.
+    check_mapped_chain<T, 16, shape<16, 5, 7>>(generator);
+    check_mapped_chain<T, 9, shape<9, 6, 4>>(generator);
+    // Where the convolution takes no map (fewer than 8 channels: the direct
+    // form), the output is written as before.
+    static_assert(!layer_for<residual<4>, shape<4, 5, 5>>::mapped[1]);
+    // The map into a chain's last layer, and forward_onto there.
+    using into_last = layer_for<chain<batch_norm<8>, relu, conv2d<8, 8, 3>>, shape<8, 5, 6>>;
+    static_assert(into_last::mapped[0]);
+    check_forward_onto<into_last, T>(generator);
+}
+
+TEST_CASE("fusion: the mapped chain in bf16 equals the unfused layers in bf16, to the bit")
+{
+    if (!kernels::bf16_support().amx) return;
+    const precision_scope scope(precision::bf16);
+    std::mt19937_64 generator(53);
+    check_mapped_chain<float, 16, shape<16, 5, 7>>(generator);
+    check_mapped_chain<float, 9, shape<9, 6, 4>>(generator);
+}
+
+TEST_CASE("fusion: the mapped chain's gradients by finite differences")
+{
+    std::mt19937_64 generator(59);
+    using mapped = layer_for<chain<conv2d<8, 8, 3>, batch_norm<8>, relu, conv2d<8, 8, 3>>, shape<8, 4, 5>>;
+    static_assert(mapped::mapped[1]);
+    test::check_gradients<mapped>(generator);
+}

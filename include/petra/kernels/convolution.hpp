@@ -35,6 +35,7 @@
 #include <petra/error.hpp>
 #include <petra/kernels/cache_sizes.hpp>
 #include <petra/kernels/gemm.hpp>
+#include <petra/kernels/input_map.hpp>
 #include <petra/kernels/layout.hpp>
 #include <petra/kernels/profile.hpp>
 #include <petra/kernels/scratch.hpp>
@@ -1381,7 +1382,7 @@ constexpr std::size_t winograd_output_tile(const convolution_shape& shape)
 // form, for a shape winograd_applies to.
 template <class T>
 void winograd_forward(const convolution_shape& shape, const T* input, const T* weights, T* output, T beta,
-                      scratch_source& scratch)
+                      scratch_source& scratch, affine_relu_map<T> input_map = {})
 {
     const std::size_t in_channels = shape.in_channels;
     winograd_correlation(
@@ -1389,7 +1390,7 @@ void winograd_forward(const convolution_shape& shape, const T* input, const T* w
         [&](std::size_t co, std::size_t ci, std::size_t kh, std::size_t kw) {
             return weights[((co * in_channels + ci) * 3 + kh) * 3 + kw];
         },
-        output, beta, scratch);
+        output, beta, scratch, input_map);
 }
 
 // grad_x = input gradient + beta * grad_x through Winograd's form:
@@ -1413,6 +1414,26 @@ void winograd_backward_input(const convolution_shape& shape, const T* grad_y, co
 // Whether the three kernels of a shape run in Winograd's form
 // (detail::winograd_applies): what a layer reports to the cost model.
 constexpr bool convolution_uses_winograd(const convolution_shape& shape) { return detail::winograd_applies(shape); }
+
+// Whether convolution_forward and convolution_backward_weights take an
+// input map (input_map.hpp) for a shape: those in Winograd's form, which
+// map the input as they gather it (the direct form copies it with memcpy
+// and its stride-2 split; it takes none).
+constexpr bool convolution_takes_input_map(const convolution_shape& shape) { return detail::winograd_applies(shape); }
+
+namespace detail {
+
+template <class T>
+void require_input_map_shape(const convolution_shape& shape, affine_relu_map<T> input_map, const char* kernel)
+{
+    if (input_map && !convolution_takes_input_map(shape)) {
+        raise_error(error_kind::invalid_argument,
+                    std::string("petra::kernels ") + kernel +
+                        ": an input map needs a 3x3 stride-1 shape with padding 1 and at least 8 channels each way");
+    }
+}
+
+} // namespace detail
 
 // The scratch each convolution kernel takes for a shape (scratch.hpp), from
 // the counts the kernels take: nothing for an empty batch.
@@ -1517,18 +1538,24 @@ constexpr scratch_demand convolution_backward_weights_scratch(const convolution_
 // least convolution_forward_scratch<T>(shape).region_bytes() bytes (for this
 // kernel; the _backward_input_ and _backward_weights_ demands for the
 // others), and then allocates nothing.
+//
+// With an input map (input_map.hpp; for the shapes
+// convolution_takes_input_map accepts, std::invalid_argument otherwise),
+// forward and weight gradient read x as if every value were mapped first:
+// the same bits as the kernel on the mapped input, with no pass to map it.
 template <class T>
 void convolution_forward(const convolution_shape& shape, const T* x, const T* weights, T* y,
-                         std::span<std::byte> scratch = {})
+                         std::span<std::byte> scratch = {}, affine_relu_map<T> input_map = {})
 {
     PETRA_PROFILE_KERNEL(
         "convolution forward", detail::convolution_geometry, detail::convolution_sizes(shape), double(shape.flops()),
         detail::convolution_bytes(shape.input_count() + shape.weight_count(), shape.output_count(), T(0)));
     validate(shape);
+    detail::require_input_map_shape(shape, input_map, "convolution_forward");
     if (shape.batch == 0) return;
     scratch_source source(scratch);
     if (detail::winograd_applies(shape)) {
-        detail::winograd_forward(shape, x, weights, y, T(0), source);
+        detail::winograd_forward(shape, x, weights, y, T(0), source, input_map);
     } else {
         detail::forward_accumulate(shape, x, weights, y, T(0), source);
     }
@@ -1559,20 +1586,23 @@ void convolution_backward_input(const convolution_shape& shape, const T* grad_y,
 // grad_weights = (gradient of the forward pass with respect to its weights,
 // applied to grad_y, summed over the batch) + beta * grad_weights. With
 // beta == 0, grad_weights is not read on entry; beta == 1 accumulates.
+// x is mapped by input_map where it is given, as in convolution_forward.
 template <class T>
 void convolution_backward_weights(const convolution_shape& shape, const T* x, const T* grad_y, T* grad_weights,
-                                  T beta = T(0), std::span<std::byte> scratch = {})
+                                  T beta = T(0), std::span<std::byte> scratch = {}, affine_relu_map<T> input_map = {})
 {
     PETRA_PROFILE_KERNEL(
         "convolution weight gradient", detail::convolution_geometry, detail::convolution_sizes(shape),
         double(shape.flops()),
         detail::convolution_bytes(shape.input_count() + shape.output_count(), shape.weight_count(), beta));
     validate(shape);
+    detail::require_input_map_shape(shape, input_map, "convolution_backward_weights");
     detail::scale_in_place(grad_weights, shape.weight_count(), beta);
     if (shape.batch == 0) return;
     scratch_source source(scratch);
     if (detail::winograd_applies(shape)) {
-        detail::winograd_weight_gradient(detail::forward_winograd_geometry<T>(shape), x, grad_y, grad_weights, source);
+        detail::winograd_weight_gradient(detail::forward_winograd_geometry<T>(shape), x, grad_y, grad_weights, source,
+                                         input_map);
         return;
     }
     if (detail::uses_dot_product_gradient<T>(shape)) {

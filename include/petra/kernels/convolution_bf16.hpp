@@ -5,7 +5,7 @@
 // the input gradient is the forward correlation of the output gradient
 // (dilated for stride 2) with flipped weights.
 // The second piece of the opt-in bf16 precision (bf16.hpp has the first);
-// no layer takes it yet.
+// conv2d takes it under precision::bf16 (layers/conv2d.hpp).
 //
 // No im2col matrix, as in the float direct form (convolution.hpp): each
 // image is copied once, rounded, into phase planes in which the two values
@@ -32,6 +32,7 @@
 #include <petra/error.hpp>
 #include <petra/kernels/bf16.hpp>
 #include <petra/kernels/convolution.hpp>
+#include <petra/kernels/input_map.hpp>
 #include <petra/kernels/layout.hpp>
 #include <petra/kernels/profile.hpp>
 #include <petra/kernels/scratch.hpp>
@@ -153,15 +154,38 @@ struct bf16_weight_gradient_geometry {
 
 #if defined(PETRA_BF16_X86)
 
+// The bf16 bits of the lanes of mask at values, each mapped by
+// max(scale * v + shift, 0) first (affine_relu_map's rounding), zero
+// elsewhere: bf16_row_bits of the mapped values.
+PETRA_TARGET_AVX512_BF16 inline __m512i bf16_mapped_row_bits(const float* values, __mmask16 mask, float scale,
+                                                             float shift)
+{
+    const __m512 affine =
+        _mm512_fmadd_ps(_mm512_set1_ps(scale), _mm512_maskz_loadu_ps(mask, values), _mm512_set1_ps(shift));
+    const __m512 mapped =
+        _mm512_maskz_mov_ps(_mm512_mask_cmp_ps_mask(mask, affine, _mm512_setzero_ps(), _CMP_NLE_UQ), affine);
+    const __m256bh rounded = _mm512_cvtneps_pbh(mapped);
+    __m256i bits;
+    std::memcpy(&bits, &rounded, sizeof(bits));
+    return _mm512_maskz_cvtepu16_epi32(__mmask16(0xffff), bits);
+}
+
 // out[x] = the bf16 bits of even[x] and, above them, of odd[x] (zero where
-// odd is null), for x < count.
+// odd is null), for x < count; with a map, of the values mapped as channels
+// `channel` (even) and `channel + 1` (odd).
 PETRA_TARGET_AVX512_BF16 inline void bf16_pair_row(const float* even, const float* odd, std::size_t count,
-                                                   std::uint32_t* out)
+                                                   std::uint32_t* out, affine_relu_map<float> map = {},
+                                                   std::size_t channel = 0)
 {
     for (std::size_t x = 0; x < count; x += 16) {
         const __mmask16 mask = bf16_first_lanes(count - x);
-        const __m512i low = bf16_row_bits(even + x, mask);
-        const __m512i high = bf16_row_bits(odd ? odd + x : even, odd ? mask : __mmask16(0));
+        const __mmask16 odd_mask = odd ? mask : __mmask16(0);
+        const __m512i low = map ? bf16_mapped_row_bits(even + x, mask, map.scale[channel], map.shift[channel])
+                                : bf16_row_bits(even + x, mask);
+        const __m512i high =
+            !odd  ? _mm512_setzero_si512()
+            : map ? bf16_mapped_row_bits(odd + x, odd_mask, map.scale[channel + 1], map.shift[channel + 1])
+                  : bf16_row_bits(odd + x, odd_mask);
         _mm512_mask_storeu_epi32(out + x, mask, _mm512_or_si512(low, _mm512_maskz_slli_epi32(mask, high, 16)));
     }
 }
@@ -184,10 +208,12 @@ PETRA_TARGET_AVX512_BF16 inline void split_pair_columns(__m512i values, std::siz
 }
 
 // One image's paired phase planes (see the top of this file): every input
-// row's pairs at their phase, row and column, the borders zero.
+// row's pairs at their phase, row and column, the borders zero; the values
+// mapped by map where it is given.
 PETRA_TARGET_AVX512_BF16 inline void prepare_bf16_image(const convolution_shape& shape,
                                                         const bf16_convolution_geometry& g, const float* image,
-                                                        std::uint32_t* phased, std::uint32_t* row_pairs)
+                                                        std::uint32_t* phased, std::uint32_t* row_pairs,
+                                                        affine_relu_map<float> map)
 {
     std::fill(phased, phased + g.image_pairs, 0u);
     const std::size_t pixels = shape.input_pixels(), stride = shape.stride, padding = shape.padding;
@@ -202,10 +228,10 @@ PETRA_TARGET_AVX512_BF16 inline void prepare_bf16_image(const convolution_shape&
             const float* even_row = even + y * shape.in_width;
             const float* odd_row = odd ? odd + y * shape.in_width : nullptr;
             if (stride == 1) {
-                bf16_pair_row(even_row, odd_row, shape.in_width, target + padding);
+                bf16_pair_row(even_row, odd_row, shape.in_width, target + padding, map, 2 * p);
                 continue;
             }
-            bf16_pair_row(even_row, odd_row, shape.in_width, row_pairs);
+            bf16_pair_row(even_row, odd_row, shape.in_width, row_pairs, map, 2 * p);
             std::uint32_t* const phase_rows[2] = {target, g.phases > 1 ? target + g.plane : target};
             for (std::size_t x = 0; x < shape.in_width; x += 16) {
                 const __m512i values = _mm512_maskz_loadu_epi32(bf16_first_lanes(shape.in_width - x), row_pairs + x);
@@ -250,7 +276,8 @@ PETRA_TARGET_AVX512_BF16 inline void store_bf16_block_row(const float* values, f
 PETRA_TARGET_AMX inline void bf16_convolution_images(const convolution_shape& shape, const bf16_convolution_geometry& g,
                                                      const float* input, const std::uint16_t* weights,
                                                      const std::size_t* origins, float* output, float beta,
-                                                     std::uint32_t* phased, std::uint32_t* row_pairs)
+                                                     std::uint32_t* phased, std::uint32_t* row_pairs,
+                                                     affine_relu_map<float> input_map)
 {
     constexpr std::size_t block = 32;
     const std::size_t weight_row_bytes = 4 * g.chunk_pairs, pixel_row_bytes = 4 * g.pair_stride;
@@ -262,7 +289,8 @@ PETRA_TARGET_AMX inline void bf16_convolution_images(const convolution_shape& sh
     const std::size_t block_weights = g.tile_channels * 2 * g.chunk_pairs;
     const auto* pairs = reinterpret_cast<const std::uint16_t*>(phased);
     for (std::size_t image = 0; image < shape.batch; ++image) {
-        prepare_bf16_image(shape, g, input + image * shape.in_channels * shape.input_pixels(), phased, row_pairs);
+        prepare_bf16_image(shape, g, input + image * shape.in_channels * shape.input_pixels(), phased, row_pairs,
+                           input_map);
         float* out_image = output + image * shape.out_channels * out_pixels;
         for (std::size_t b = 0; b < g.out_blocks; b += 2) {
             const bool two_blocks = b + 1 < g.out_blocks;
@@ -384,7 +412,8 @@ PETRA_TARGET_AMX inline void bf16_weight_gradient_images(const convolution_shape
                                                          const bf16_weight_gradient_geometry& g, const float* input,
                                                          const float* grad_y, const std::size_t* origins, float* sums,
                                                          std::uint32_t* phased, std::uint32_t* row_pairs,
-                                                         std::uint16_t* rows, std::uint32_t* pairs)
+                                                         std::uint16_t* rows, std::uint32_t* pairs,
+                                                         affine_relu_map<float> input_map)
 {
     const amx_tile_shapes shapes = amx_tile_shapes{}.set(0, 8, 16, 64);
     _tile_loadconfig(&shapes);
@@ -392,8 +421,8 @@ PETRA_TARGET_AMX inline void bf16_weight_gradient_images(const convolution_shape
     const std::size_t sum_row_bytes = columns * sizeof(float), row_bytes = g.depth * sizeof(std::uint16_t);
     const std::size_t pair_row_bytes = columns * sizeof(std::uint32_t);
     for (std::size_t image = 0; image < shape.batch; ++image) {
-        prepare_bf16_image(shape, g.planes, input + image * shape.in_channels * shape.input_pixels(), phased,
-                           row_pairs);
+        prepare_bf16_image(shape, g.planes, input + image * shape.in_channels * shape.input_pixels(), phased, row_pairs,
+                           input_map);
         prepare_bf16_gradient_rows(shape, g, grad_y + image * shape.out_channels * shape.output_pixels(), rows);
         prepare_bf16_pixel_pairs(shape, g, phased, pairs);
         for (std::size_t t = 0; t < g.planes.taps; ++t) {
@@ -439,11 +468,12 @@ PETRA_TARGET_AMX inline void bf16_weight_gradient_images(const convolution_shape
 
 #endif // PETRA_BF16_X86
 
-// output = the correlation of shape (input, weight(co, ci, t)) + beta *
-// output, for a validated shape with a non-empty batch, on a CPU with AMX.
+// output = the correlation of shape (input, mapped by input_map where it is
+// given; weight(co, ci, t)) + beta * output, for a validated shape with a
+// non-empty batch, on a CPU with AMX.
 template <class Weight>
 void bf16_correlation(const convolution_shape& shape, const float* input, Weight&& weight, float* output, float beta,
-                      scratch_source& source)
+                      scratch_source& source, affine_relu_map<float> input_map = {})
 {
 #if defined(PETRA_BF16_X86)
     const bf16_convolution_geometry g(shape);
@@ -453,9 +483,9 @@ void bf16_correlation(const convolution_shape& shape, const float* input, Weight
     auto* origins = source.take<bf16_tap_origins_tag, std::size_t>(g.taps);
     pack_bf16_convolution_weights(shape, g, weight, packed);
     bf16_tap_origins(shape, g, origins);
-    bf16_convolution_images(shape, g, input, packed, origins, output, beta, phased, row_pairs);
+    bf16_convolution_images(shape, g, input, packed, origins, output, beta, phased, row_pairs, input_map);
 #else
-    (void)shape, (void)input, (void)weight, (void)output, (void)beta, (void)source;
+    (void)shape, (void)input, (void)weight, (void)output, (void)beta, (void)source, (void)input_map;
 #endif
 }
 
@@ -541,9 +571,12 @@ constexpr scratch_demand convolution_backward_input_bf16_scratch(const convoluti
 // summed in float, on AMX tiles. Throws std::invalid_argument for a shape
 // the kernels do not take (validate) and, naming the instruction, on a CPU
 // without AMX-BF16. Scratch as convolution_forward's, of
-// convolution_forward_bf16_scratch(shape).region_bytes().
+// convolution_forward_bf16_scratch(shape).region_bytes(). With an input map
+// (input_map.hpp; any shape), the input is read as if mapped first, and
+// the mapped values rounded.
 inline void convolution_forward_bf16(const convolution_shape& shape, const float* input, const float* weights,
-                                     float* output, float beta = 0.0f, std::span<std::byte> scratch = {})
+                                     float* output, float beta = 0.0f, std::span<std::byte> scratch = {},
+                                     affine_relu_map<float> input_map = {})
 {
     PETRA_PROFILE_KERNEL(
         "convolution forward bf16", detail::convolution_geometry, detail::convolution_sizes(shape),
@@ -559,7 +592,7 @@ inline void convolution_forward_bf16(const convolution_shape& shape, const float
         [&](std::size_t co, std::size_t ci, std::size_t t) {
             return weights[(co * shape.in_channels + ci) * taps + t];
         },
-        output, beta, source);
+        output, beta, source, input_map);
 }
 
 // grad_x = (gradient of the forward pass with respect to its input, applied
@@ -643,9 +676,11 @@ constexpr scratch_demand convolution_backward_weights_bf16_scratch(const convolu
 // tiles: per image, the gradient's rows (out channels by wide pixels) times
 // the input's pixel pairs at each tap's origin (pixels by input channels).
 // Throws as convolution_forward_bf16; scratch of
-// convolution_backward_weights_bf16_scratch(shape).
+// convolution_backward_weights_bf16_scratch(shape); the input mapped by
+// input_map where it is given, as in convolution_forward_bf16.
 inline void convolution_backward_weights_bf16(const convolution_shape& shape, const float* input, const float* grad_y,
-                                              float* grad_weights, float beta = 0.0f, std::span<std::byte> scratch = {})
+                                              float* grad_weights, float beta = 0.0f, std::span<std::byte> scratch = {},
+                                              affine_relu_map<float> input_map = {})
 {
     PETRA_PROFILE_KERNEL(
         "convolution weight gradient bf16", detail::convolution_geometry, detail::convolution_sizes(shape),
@@ -669,7 +704,8 @@ inline void convolution_backward_weights_bf16(const convolution_shape& shape, co
     auto* origins = source.take<detail::bf16_tap_origins_tag, std::size_t>(taps);
     std::fill(sums, sums + g.sums_count(), 0.0f);
     detail::bf16_tap_origins(shape, g.planes, origins);
-    detail::bf16_weight_gradient_images(shape, g, input, grad_y, origins, sums, phased, row_pairs, rows, pairs);
+    detail::bf16_weight_gradient_images(shape, g, input, grad_y, origins, sums, phased, row_pairs, rows, pairs,
+                                        input_map);
     const std::size_t columns = g.in_blocks * 16;
     for (std::size_t co = 0; co < shape.out_channels; ++co) {
         for (std::size_t ci = 0; ci < shape.in_channels; ++ci) {
@@ -681,7 +717,7 @@ inline void convolution_backward_weights_bf16(const convolution_shape& shape, co
         }
     }
 #else
-    (void)input, (void)grad_y, (void)scratch;
+    (void)input, (void)grad_y, (void)scratch, (void)input_map;
 #endif
 }
 

@@ -11,6 +11,7 @@
 #include <immintrin.h>
 #endif
 
+#include <petra/kernels/input_map.hpp>
 #include <petra/kernels/simd.hpp>
 
 namespace petra::kernels::detail {
@@ -83,9 +84,11 @@ struct pixel_rows {
 // by value. Putting each pixel in its place here, rather than transposing
 // to a compact temporary and copying its rows out, saves a pass over every
 // value (the Winograd kernels alone ran 2 to 10% faster; bench/RESULTS.md).
+// With a map (input_map.hpp), to[place(p) + c] = map(c, from[c * from_stride
+// + p]) instead, the map applied while the values are in registers.
 template <class T>
 void transpose_channels_to_rows(const T* from, std::size_t from_stride, std::size_t channels, std::size_t pixels, T* to,
-                                const pixel_rows& rows)
+                                const pixel_rows& rows, affine_relu_map<T> map = {})
 {
     std::size_t full_channels = 0, full_pixels = 0;
 #if defined(__AVX512F__)
@@ -103,6 +106,16 @@ void transpose_channels_to_rows(const T* from, std::size_t from_stride, std::siz
             for (std::size_t c0 = 0; c0 < full_channels; c0 += 16) {
                 __m512 r[16];
                 for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(from + (c0 + i) * from_stride + p0);
+                if (map) {
+                    // The map's multiply-add, then the lanes not above zero
+                    // zeroed (NaN kept), as affine_relu_map rounds it.
+                    for (int i = 0; i < 16; ++i) {
+                        const __m512 affine =
+                            _mm512_fmadd_ps(_mm512_set1_ps(map.scale[c0 + i]), r[i], _mm512_set1_ps(map.shift[c0 + i]));
+                        r[i] = _mm512_maskz_mov_ps(
+                            _mm512_mask_cmp_ps_mask(0xFFFF, affine, _mm512_setzero_ps(), _CMP_NLE_UQ), affine);
+                    }
+                }
                 transpose_16x16(r);
                 for (int k = 0; k < 16; ++k) _mm512_storeu_ps(to + offsets[k] + c0, r[k]);
             }
@@ -113,7 +126,8 @@ void transpose_channels_to_rows(const T* from, std::size_t from_stride, std::siz
         const std::size_t first_pixel = c < full_channels ? full_pixels : 0;
         std::size_t row = first_pixel / rows.row_width, column = first_pixel % rows.row_width;
         for (std::size_t p = first_pixel; p < pixels; ++p) {
-            to[row * rows.row_pitch + column * rows.stride + c] = from[c * from_stride + p];
+            const T value = from[c * from_stride + p];
+            to[row * rows.row_pitch + column * rows.stride + c] = map ? map(c, value) : value;
             if (++column == rows.row_width) column = 0, ++row;
         }
     }

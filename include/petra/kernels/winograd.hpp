@@ -44,6 +44,7 @@
 
 #include <petra/kernels/cache_sizes.hpp>
 #include <petra/kernels/gemm.hpp>
+#include <petra/kernels/input_map.hpp>
 #include <petra/kernels/layout.hpp>
 #include <petra/kernels/scratch.hpp>
 #include <petra/kernels/simd.hpp>
@@ -319,16 +320,17 @@ void transform_weights(const winograd_geometry<T>& geometry, Tap&& tap, T* trans
 // pixel-major buffer of their group: image i's pixel (y, x) at bordered pixel
 // (y + 1) * bordered_width + x + 1, its channels contiguous. The border and
 // the padding channels are zero from the call's start and never written.
+// With a map, each value goes in mapped (input_map.hpp).
 template <class T>
 void gather_images(const winograd_geometry<T>& geometry, const T* source, std::size_t first, std::size_t count,
-                   T* bordered)
+                   T* bordered, affine_relu_map<T> map)
 {
     const std::size_t stride = geometry.source_stride, pixels = geometry.pixels();
     for (std::size_t i = 0; i < count; ++i) {
         T* image = bordered + i * geometry.bordered_pixels * stride;
         transpose_channels_to_rows(source + (first + i) * geometry.source_channels * pixels, pixels,
                                    geometry.source_channels, pixels, image + (geometry.bordered_width + 1) * stride,
-                                   pixel_rows{geometry.width, geometry.bordered_width * stride, stride});
+                                   pixel_rows{geometry.width, geometry.bordered_width * stride, stride}, map);
     }
 }
 
@@ -673,11 +675,12 @@ void zero_unwritten(const winograd_geometry<T>& geometry, T* bordered, T* patche
 // image:
 //   result[n][r][y][x] = sum over source channels s and kh, kw < 3 of
 //       tap(r, s, kh, kw) * source[n][s][y + kh - 1][x + kw - 1]  (+ beta * result)
-// reading zero outside the image (3x3, stride 1, padding 1). result is not
-// read when beta == 0.
+// reading zero outside the image (3x3, stride 1, padding 1), source's
+// values mapped by source_map where it is given. result is not read when
+// beta == 0.
 template <class T, class Tap>
 void winograd_correlation(const winograd_geometry<T>& geometry, const T* source, Tap&& tap, T* result, T beta,
-                          scratch_source& scratch)
+                          scratch_source& scratch, affine_relu_map<T> source_map = {})
 {
     T* bordered = scratch.take<winograd_bordered_tag, T>(geometry.bordered_count());
     T* patches = scratch.take<winograd_patches_tag, T>(geometry.patches_count());
@@ -691,7 +694,7 @@ void winograd_correlation(const winograd_geometry<T>& geometry, const T* source,
     const std::size_t image_values = geometry.source_channels * pixels;
     for (std::size_t first = 0; first < geometry.batch; first += geometry.group_images) {
         const std::size_t count = std::min(geometry.group_images, geometry.batch - first);
-        gather_images(geometry, source, first, count, bordered);
+        gather_images(geometry, source, first, count, bordered, source_map);
         transform_patches(geometry, bordered, count, patches);
         const std::size_t next_count = std::min(geometry.group_images, geometry.batch - first - count);
         multiply_transformed(geometry, patches, weights, products,
@@ -823,14 +826,15 @@ void winograd_vector_group_gradient(const winograd_geometry<T>& geometry, const 
 
 // grad_weights[r][s][kh][kw] += (G^T dU G)[kh][kw] for the weights of result
 // channel r and source channel s (the forward pass's output and input
-// channels), summed over every image of source and result_gradient.
+// channels), summed over every image of source (mapped by source_map where
+// it is given) and result_gradient.
 //
 // In F(2x2, 3x3) only (geometry.output_tile 2): written for F(4x4, 3x3), it
 // measured as fast (0.99 to 1.03 times on the reference network's shapes,
 // Zen 4) with five times the rounding error, and was left out.
 template <class T>
 void winograd_weight_gradient(const winograd_geometry<T>& geometry, const T* source, const T* result_gradient,
-                              T* grad_weights, scratch_source& scratch)
+                              T* grad_weights, scratch_source& scratch, affine_relu_map<T> source_map = {})
 {
     using sizes = winograd_gradient_sizes<T>;
     T* bordered = scratch.take<winograd_bordered_tag, T>(geometry.bordered_count());
@@ -848,7 +852,7 @@ void winograd_weight_gradient(const winograd_geometry<T>& geometry, const T* sou
     const std::size_t vectors = stride / simd_width<T>;
     for (std::size_t first = 0; first < geometry.batch; first += geometry.group_images) {
         const std::size_t count = std::min(geometry.group_images, geometry.batch - first);
-        gather_images(geometry, source, first, count, bordered);
+        gather_images(geometry, source, first, count, bordered, source_map);
         transform_patches(geometry, bordered, count, patches);
         for (std::size_t i = 0; i < count; ++i) {
             // The result gradient pixel-major, each row into its tile row

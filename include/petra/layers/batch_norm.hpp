@@ -11,7 +11,11 @@
 // parameters and state, the normalised values never stored, one pass over
 // the activation fewer each way, and the same numbers to the bit. A chain
 // uses it wherever batch_norm<C> is followed by relu (fusion.hpp); users
-// need not name it.
+// need not name it. Where a convolution that takes an input map follows it,
+// the chain does not even write its output: it computes the statistics
+// (forward_statistics) and the convolution reads the input through the
+// layer's output_map (kernels/input_map.hpp), in forward and in its weight
+// gradient, to the same bits.
 #pragma once
 
 #include <algorithm>
@@ -23,6 +27,7 @@
 #include <type_traits>
 
 #include <petra/error.hpp>
+#include <petra/kernels/input_map.hpp>
 #include <petra/kernels/normalization.hpp>
 #include <petra/kernels/reduction.hpp>
 #include <petra/layers/fusion.hpp>
@@ -83,6 +88,38 @@ struct bound_normalization {
                         std::span<T> workspace)
     {
         normalize(mode, parameters, state, x, y, workspace, static_cast<const T*>(nullptr), false);
+    }
+
+    // A chain may leave this layer's output unwritten and have the next
+    // layer read its input through output_map (chain.hpp): with the ReLU,
+    // the map is one a convolution kernel applies as it reads.
+    static constexpr bool maps_output = WithRelu;
+
+    // The part of forward that output_map needs: the batch statistics (or
+    // the running ones) into the workspace, the running statistics updated
+    // by a training pass, and no output written.
+    template <forward_pass Pass, class T>
+    static void forward_statistics(Pass, parameters_view<T, parameter_count> /*parameters*/,
+                                   state_view<Pass, T, state_count> state, const_batch<T, input> x,
+                                   std::span<T> workspace)
+    {
+        statistics<Pass>(state, x, workspace);
+    }
+
+    // What forward writes, as the map of its input: y = output_map(...)(c,
+    // x) for every value x of channel c, to the bit (forward_statistics or
+    // forward having filled the workspace). The map points into the
+    // returned value.
+    template <class T>
+    struct output_map_values {
+        std::array<T, Channels> scale, shift;
+        kernels::affine_relu_map<T> map() const { return {scale.data(), shift.data()}; }
+    };
+    template <class T>
+    static output_map_values<T> output_map(parameters_view<T, parameter_count> parameters, std::span<T> workspace)
+    {
+        const affine<T> map(parameters, workspace);
+        return {map.scale, map.shift};
     }
 
     // forward's values combined with the addend in its last pass (layer.hpp).
@@ -184,6 +221,27 @@ private:
                           const_batch<T, input> x, batch_view<T, output> y, std::span<T> workspace, const T* addend,
                           bool subtract_from_addend)
     {
+        statistics<Pass>(state, x, workspace);
+        const affine<T> map(parameters, workspace);
+        const kernels::channel_affine_arguments<T> arguments{.batch = x.batch(),
+                                                             .channels = Channels,
+                                                             .positions = pixels,
+                                                             .x = x.data(),
+                                                             .scale = map.scale.data(),
+                                                             .shift = map.shift.data(),
+                                                             .y = y.data(),
+                                                             .addend = addend,
+                                                             .subtract_from_addend = subtract_from_addend};
+        if constexpr (WithRelu) kernels::channel_affine_relu<T>(arguments);
+        else kernels::channel_affine<T>(arguments);
+    }
+
+    // The mean and inverse deviation of each channel into the workspace:
+    // the batch's (and the running statistics updated by a training pass),
+    // or the running ones.
+    template <forward_pass Pass, class T>
+    static void statistics(state_view<Pass, T, state_count> state, const_batch<T, input> x, std::span<T> workspace)
+    {
         const std::size_t batch = x.batch();
         T* mean = workspace.data();
         T* inverse_deviation = workspace.data() + Channels;
@@ -209,18 +267,6 @@ private:
             for (std::size_t c = 0; c < Channels; ++c)
                 inverse_deviation[c] = T(1) / std::sqrt(variance[c] + T(epsilon));
         }
-        const affine<T> map(parameters, workspace);
-        const kernels::channel_affine_arguments<T> arguments{.batch = batch,
-                                                             .channels = Channels,
-                                                             .positions = pixels,
-                                                             .x = x.data(),
-                                                             .scale = map.scale.data(),
-                                                             .shift = map.shift.data(),
-                                                             .y = y.data(),
-                                                             .addend = addend,
-                                                             .subtract_from_addend = subtract_from_addend};
-        if constexpr (WithRelu) kernels::channel_affine_relu<T>(arguments);
-        else kernels::channel_affine<T>(arguments);
     }
 
     // The per-channel map y = scale x + shift of a pass, from gamma, beta and

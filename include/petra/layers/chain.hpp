@@ -5,10 +5,15 @@
 //   chain<conv2d<16, 16>, batch_norm<16>, relu, conv2d<16, 16>, batch_norm<16>>
 //
 // Neighbouring layers that fuse (fusion.hpp: batch_norm then relu) run as
-// one layer. Its counts and FLOPs are sums over the pack, its parameters and
-// state are its layers' arrays placed end to end, and forward and backward are visits
-// of its layers' indices; nothing is written per network. The bound layers
-// form a type list (type_list.hpp), bound by one left fold.
+// one layer. Where a layer that maps its output (batch_norm_relu:
+// maps_output) is followed by one that takes an input map (conv2d where its
+// kernels do: takes_input_map), the first only computes its statistics and
+// the second reads the first's input through the first's output map, in
+// forward and backward: the output between them is never written nor kept,
+// and every number is the same to the bit (the chain decides this at
+// compile time; the unfused layers are what tests compare it with). Its counts and FLOPs are sums over the pack, its
+// parameters and state are its layers' arrays placed end to end, and forward and backward are visits of its layers'
+// indices; nothing is written per network. The bound layers form a type list (type_list.hpp), bound by one left fold.
 //
 // Cache of a bound chain for a batch (the memory forward leaves to backward):
 // the outputs of every layer but the last, then each layer's own workspace: what
@@ -24,10 +29,12 @@
 #include <random>
 #include <span>
 #include <type_traits>
+#include <utility>
 
 #include <boost/hana/fold_left.hpp>
 
 #include <petra/batch_view.hpp>
+#include <petra/kernels/elementwise.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/layers/contract.hpp>
 #include <petra/layers/fusion.hpp>
@@ -73,6 +80,22 @@ struct bind_fused<Input, fused_sequence<Layers...>> {
     using type = bind_chain<Input, Layers...>;
 };
 
+// Whether Producer's output is left unwritten and Consumer reads
+// Producer's input through Producer's output map (top of the file).
+template <class Producer, class Consumer>
+constexpr bool fuses_through_map()
+{
+    if constexpr (requires {
+                      Producer::maps_output;
+                      Consumer::takes_input_map;
+                  }) {
+        return Producer::maps_output && Consumer::takes_input_map &&
+               std::is_same_v<typename Producer::input, typename Producer::output>;
+    } else {
+        return false;
+    }
+}
+
 template <class... Bound>
 struct bound_chain : made_of<Bound...> {
     using parts = made_of<Bound...>;
@@ -97,10 +120,26 @@ struct bound_chain : made_of<Bound...> {
     static constexpr std::size_t backward_flops = (Bound::backward_flops + ...);
     static constexpr std::size_t winograd_forward_flops = (winograd_forward_flops_of<Bound>() + ...);
 
+    // mapped[i]: layer i's output is never written, layer i + 1 reads layer
+    // i's input through layer i's output map (top of the file).
+    static constexpr std::array<bool, length> mapped = []<std::size_t... I>(std::index_sequence<I...>)
+    {
+        return std::array<bool, length>{[]<std::size_t K>(std::integral_constant<std::size_t, K>) {
+            if constexpr (K + 1 < length) return fuses_through_map<layer<K>, layer<K + 1>>();
+            else return false;
+        }(std::integral_constant<std::size_t, I>{})...};
+    }
+    (std::make_index_sequence<length>{});
+
     // Offsets, per example, of the outputs kept between layers (layer i's
-    // output at intermediate_offsets[i], for i < length - 1).
+    // output at intermediate_offsets[i], for i < length - 1; none for a
+    // mapped one).
     static constexpr std::array<std::size_t, length> output_sizes{Bound::output::size...};
-    static constexpr auto intermediate_offsets = prefix_sums<length>(output_sizes);
+    static constexpr auto intermediate_offsets = prefix_sums<length>([] {
+        std::array<std::size_t, length> kept = output_sizes;
+        for (std::size_t i = 0; i < length; ++i) kept[i] = mapped[i] ? 0 : kept[i];
+        return kept;
+    }());
     static constexpr std::size_t intermediate_size = intermediate_offsets[length - 1];
     static constexpr std::size_t largest_intermediate =
         length == 1 ? 0 : *std::max_element(output_sizes.begin(), output_sizes.end() - 1);
@@ -148,11 +187,20 @@ struct bound_chain : made_of<Bound...> {
                              const_batch<T, output> addend, batch_view<T, output> y, std::span<T> workspace)
     {
         const workspace_layout<T> at{workspace.data(), x.batch(), nullptr};
-        forward_layers<length - 1, Pass, T>(mode, parameters, state, at, x, y);
         constexpr std::size_t last = length - 1;
-        forward_onto_of<layer<last>>(mode, how, parts::template parameters_of<last>(parameters),
-                                     parts::template state_of<last>(state), at.template input_of<last>(x), addend, y,
-                                     at.template layer_workspace<last>());
+        if constexpr (length > 1 && mapped[length - 2]) {
+            forward_layers<length, Pass, T>(mode, parameters, state, at, x, y);
+            if (how == combination::add) {
+                kernels::add(y.size(), y.data(), addend.data(), y.data());
+            } else {
+                kernels::subtract(y.size(), addend.data(), y.data(), y.data());
+            }
+        } else {
+            forward_layers<length - 1, Pass, T>(mode, parameters, state, at, x, y);
+            forward_onto_of<layer<last>>(mode, how, parts::template parameters_of<last>(parameters),
+                                         parts::template state_of<last>(state), at.template input_of<last>(x), addend,
+                                         y, at.template layer_workspace<last>());
+        }
     }
 
     // Layers in reverse order; layer i writes the gradient of its input to
@@ -166,9 +214,19 @@ struct bound_chain : made_of<Bound...> {
         T* gradients = length == 1 ? nullptr : kernels::thread_scratch<bound_chain, T>(gradient_buffers_size(batch));
         const workspace_layout<T> at{workspace.data(), batch, gradients};
         for_each_index_down<length>([&](auto i) {
-            layer<i>::backward(parts::template parameters_of<i>(parameters), at.template input_of<i>(x),
-                               at.template output_gradient_of<i>(grad_y), at.template input_gradient_of<i>(grad_x),
-                               parts::template parameters_of<i>(grad_parameters), at.template layer_workspace<i>());
+            if constexpr (i > 0 && mapped[i - 1]) {
+                constexpr std::size_t producer = i - 1;
+                const auto map = layer<producer>::template output_map<T>(
+                    parts::template parameters_of<producer>(parameters), at.template layer_workspace<producer>());
+                layer<i>::backward(parts::template parameters_of<i>(parameters), at.template input_of<producer>(x),
+                                   at.template output_gradient_of<i>(grad_y), at.template input_gradient_of<i>(grad_x),
+                                   parts::template parameters_of<i>(grad_parameters), at.template layer_workspace<i>(),
+                                   map.map());
+            } else {
+                layer<i>::backward(parts::template parameters_of<i>(parameters), at.template input_of<i>(x),
+                                   at.template output_gradient_of<i>(grad_y), at.template input_gradient_of<i>(grad_x),
+                                   parts::template parameters_of<i>(grad_parameters), at.template layer_workspace<i>());
+            }
         });
     }
 
@@ -181,9 +239,22 @@ private:
                                batch_view<T, output> y)
     {
         for_each_index<Count>([&](auto i) {
-            layer<i>::forward(mode, parts::template parameters_of<i>(parameters), parts::template state_of<i>(state),
-                              at.template input_of<i>(x), at.template output_of<i>(y),
-                              at.template layer_workspace<i>());
+            if constexpr (mapped[i]) {
+                layer<i>::forward_statistics(mode, parts::template parameters_of<i>(parameters),
+                                             parts::template state_of<i>(state), at.template input_of<i>(x),
+                                             at.template layer_workspace<i>());
+            } else if constexpr (i > 0 && mapped[i - 1]) {
+                constexpr std::size_t producer = i - 1;
+                const auto map = layer<producer>::template output_map<T>(
+                    parts::template parameters_of<producer>(parameters), at.template layer_workspace<producer>());
+                layer<i>::forward(mode, parts::template parameters_of<i>(parameters),
+                                  parts::template state_of<i>(state), at.template input_of<producer>(x),
+                                  at.template output_of<i>(y), at.template layer_workspace<i>(), map.map());
+            } else {
+                layer<i>::forward(mode, parts::template parameters_of<i>(parameters),
+                                  parts::template state_of<i>(state), at.template input_of<i>(x),
+                                  at.template output_of<i>(y), at.template layer_workspace<i>());
+            }
         });
     }
 

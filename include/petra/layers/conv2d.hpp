@@ -100,25 +100,36 @@ struct conv2d {
             return demand;
         }
 
+        // Whether forward and backward can read their input through an
+        // input map (kernels/input_map.hpp), so that a chain fuses the
+        // batch_norm_relu before them (chain.hpp): where the float kernels
+        // take one (the bf16 kernels take one for every shape).
+        static constexpr bool takes_input_map = kernels::convolution_takes_input_map(geometry(1));
+
+        // With an input map (takes_input_map), x is read as if mapped first:
+        // forward and the weight gradient compute, to the bit, what they
+        // compute on the mapped x; grad_x is the gradient of the mapped x.
         template <forward_pass Pass, class T>
         static void forward(Pass mode, parameters_view<T, parameter_count> parameters, state_view<Pass, T, 0>,
-                            const_batch<T, input> x, batch_view<T, output> y, std::span<T>)
+                            const_batch<T, input> x, batch_view<T, output> y, std::span<T>,
+                            kernels::affine_relu_map<T> input_map = {})
         {
             if constexpr (std::is_same_v<T, float> && bf16_forward) {
                 if (thread_precision() == precision::bf16) {
                     kernels::convolution_forward_bf16(geometry(x.batch()), x.data(), parameters.data(), y.data(), 0.0f,
-                                                      mode.kernel_scratch);
+                                                      mode.kernel_scratch, input_map);
                     return;
                 }
             }
             kernels::convolution_forward(geometry(x.batch()), x.data(), parameters.data(), y.data(),
-                                         mode.kernel_scratch);
+                                         mode.kernel_scratch, input_map);
         }
 
         template <class T>
         static void backward(parameters_view<T, parameter_count> parameters, const_batch<T, input> x,
                              const_batch<T, output> grad_y, batch_view<T, input> grad_x,
-                             std::span<T, parameter_count> grad_parameters, std::span<T>)
+                             std::span<T, parameter_count> grad_parameters, std::span<T>,
+                             kernels::affine_relu_map<T> input_map = {})
         {
             const auto shape = geometry(x.batch());
             if constexpr (std::is_same_v<T, float> && bf16_gradients) {
@@ -128,12 +139,13 @@ struct conv2d {
                                                                  grad_x.data());
                     }
                     kernels::convolution_backward_weights_bf16(shape, x.data(), grad_y.data(), grad_parameters.data(),
-                                                               1.0f);
+                                                               1.0f, {}, input_map);
                     return;
                 }
             }
             if (grad_x) kernels::convolution_backward_input(shape, grad_y.data(), parameters.data(), grad_x.data());
-            kernels::convolution_backward_weights(shape, x.data(), grad_y.data(), grad_parameters.data(), T(1));
+            kernels::convolution_backward_weights(shape, x.data(), grad_y.data(), grad_parameters.data(), T(1), {},
+                                                  input_map);
         }
 
     private:
