@@ -522,31 +522,3 @@ TEST_CASE_TEMPLATE("affine_relu_map rounds as channel_affine_relu: one fused mul
     CHECK(std::isnan(map(2, std::numeric_limits<T>::quiet_NaN())));
     CHECK_FALSE(petra::kernels::affine_relu_map<T>{});
 }
-
-TEST_CASE_TEMPLATE("an addend comes out of the input gradient as kernels::add would add it, to the bit", T, float,
-                   double)
-{
-    std::mt19937_64 generator(41);
-    namespace kernels = petra::kernels;
-    // Winograd's form (added as each image is stored; two groups of images)
-    // and the direct form (added after it).
-    for (const convolution_shape& shape :
-         {convolution_shape{3, 16, 7, 9, 16, 3, 1, 1}, convolution_shape{9, 8, 7, 9, 12, 3, 1, 1},
-          convolution_shape{2, 5, 9, 8, 6, 3, 2, 1}}) {
-        CAPTURE(shape.in_channels);
-        const auto grad_y = petra::test::random_vector<T>(shape.output_count(), generator);
-        const auto weights = petra::test::random_vector<T>(shape.weight_count(), generator);
-        const auto addend = petra::test::random_vector<T>(shape.input_count(), generator);
-        auto expected = petra::test::nan_vector<T>(shape.input_count()), actual = expected;
-        kernels::convolution_backward_input(shape, grad_y.data(), weights.data(), expected.data());
-        for (std::size_t i = 0; i < expected.size(); ++i) expected[i] = expected[i] + addend[i];
-        kernels::convolution_backward_input(shape, grad_y.data(), weights.data(), actual.data(), T(0), {},
-                                            addend.data());
-        CHECK(actual == expected);
-    }
-    const convolution_shape shape{1, 8, 4, 4, 8, 3, 1, 1};
-    std::vector<T> values(shape.input_count(), T(1)), weights(shape.weight_count(), T(1));
-    CHECK_THROWS_WITH_AS(kernels::convolution_backward_input(shape, values.data(), weights.data(), values.data(), T(1),
-                                                             {}, weights.data()),
-                         doctest::Contains("an addend needs beta 0"), std::invalid_argument);
-}

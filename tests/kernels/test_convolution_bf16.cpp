@@ -293,25 +293,3 @@ TEST_CASE("with an input map, the bf16 forward and weight gradient give their nu
         CHECK(actual_weights == expected_weights);
     }
 }
-
-TEST_CASE("with an addend, the bf16 input gradient adds it as the float additions do, to the bit")
-{
-    if (!petra::kernels::bf16_support().amx) return;
-    namespace kernels = petra::kernels;
-    std::mt19937_64 generator(43);
-    // Stride 1, and stride 2 (its chunks of dilated images).
-    for (const convolution_shape& shape :
-         {convolution_shape{2, 16, 28, 28, 16, 3, 1, 1}, convolution_shape{9, 2, 30, 30, 64, 3, 2, 1},
-          convolution_shape{2, 5, 10, 7, 3, 3, 2, 1}}) {
-        CAPTURE(shape.stride);
-        const auto grad_y = petra::test::random_vector<float>(shape.output_count(), generator);
-        const auto weights = petra::test::random_vector<float>(shape.weight_count(), generator);
-        const auto addend = petra::test::random_vector<float>(shape.input_count(), generator);
-        auto expected = petra::test::nan_vector<float>(shape.input_count()), actual = expected;
-        kernels::convolution_backward_input_bf16(shape, grad_y.data(), weights.data(), expected.data());
-        for (std::size_t i = 0; i < expected.size(); ++i) expected[i] = expected[i] + addend[i];
-        kernels::convolution_backward_input_bf16(shape, grad_y.data(), weights.data(), actual.data(), 0.0f, {},
-                                                 addend.data());
-        CHECK(actual == expected);
-    }
-}

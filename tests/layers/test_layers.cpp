@@ -377,54 +377,7 @@ void check_forward_onto(std::mt19937_64& generator)
     }
 }
 
-// backward_onto_of (layer.hpp) against backward and then kernels::add, bit
-// for bit: the input gradient, the parameter gradients and the workspace.
-template <class Layer, class T>
-void check_backward_onto(std::mt19937_64& generator)
-{
-    using input = typename Layer::input;
-    using output = typename Layer::output;
-    const std::size_t batch = 3;
-    const auto parameters = test::random_vector<T>(Layer::parameter_count, generator);
-    const auto values = test::span_of<Layer::parameter_count>(std::as_const(parameters));
-    const auto x = test::random_vector<T>(batch * input::size, generator);
-    const auto grad_y = test::random_vector<T>(batch * output::size, generator);
-    const auto addend = test::random_vector<T>(batch * input::size, generator);
-    std::vector<T> state(Layer::state_count, T(1)), y(grad_y.size()), workspace(Layer::workspace_size(batch));
-    Layer::forward(pass::training, values, test::span_of<Layer::state_count>(state), test::batch_of<input>(x, batch),
-                   test::batch_of<output>(y, batch), std::span<T>(workspace));
-    const std::vector<T> cache = workspace;
-    std::vector<T> expected(x.size()), actual(x.size());
-    std::vector<T> expected_parameters(Layer::parameter_count, T(0.25)), actual_parameters = expected_parameters;
-    Layer::backward(values, test::batch_of<input>(x, batch), test::batch_of<output>(grad_y, batch),
-                    test::batch_of<input>(expected, batch), test::span_of<Layer::parameter_count>(expected_parameters),
-                    std::span<T>(workspace));
-    kernels::add(expected.size(), expected.data(), addend.data(), expected.data());
-    std::vector<T> onto_workspace = cache;
-    backward_onto_of<Layer>(values, test::batch_of<input>(x, batch), test::batch_of<output>(grad_y, batch),
-                            test::batch_of<input>(addend, batch), test::batch_of<input>(actual, batch),
-                            test::span_of<Layer::parameter_count>(actual_parameters), std::span<T>(onto_workspace));
-    CHECK(actual == expected);
-    CHECK(actual_parameters == expected_parameters);
-    CHECK(onto_workspace == workspace);
-}
-
 } // namespace
-
-TEST_CASE_TEMPLATE("backward_onto: a block's addition in the input gradient's pass changes no bit", T, float, double)
-{
-    std::mt19937_64 generator(61);
-    // conv2d's own (Winograd's form, and the direct one), a chain's through
-    // its first layer, and the fallback (batch_norm: backward, then add).
-    check_backward_onto<layer_for<conv2d<16, 16, 3>, shape<16, 5, 7>>, T>(generator);
-    check_backward_onto<layer_for<conv2d<4, 4, 3>, shape<4, 5, 7>>, T>(generator);
-    check_backward_onto<
-        layer_for<chain<conv2d<16, 16, 3>, batch_norm<16>, relu, conv2d<16, 16, 3>, batch_norm<16>, relu>,
-                  shape<16, 5, 7>>,
-        T>(generator);
-    check_backward_onto<layer_for<batch_norm<4>, shape<4, 5, 7>>, T>(generator);
-    static_assert(requires { &layer_for<conv2d<4, 4, 3>, shape<4, 5, 7>>::template backward_onto<T>; });
-}
 
 TEST_CASE_TEMPLATE("forward_onto: a block's addition in a layer's last pass changes no bit", T, float, double)
 {
@@ -533,7 +486,6 @@ TEST_CASE("fusion: the mapped chain in bf16 equals the unfused layers in bf16, t
     std::mt19937_64 generator(53);
     check_mapped_chain<float, 16, shape<16, 5, 7>>(generator);
     check_mapped_chain<float, 9, shape<9, 6, 4>>(generator);
-    check_backward_onto<layer_for<residual<16>, shape<16, 5, 7>>, float>(generator);
 }
 
 TEST_CASE("fusion: the mapped chain's gradients by finite differences")

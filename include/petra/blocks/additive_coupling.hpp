@@ -77,9 +77,10 @@ struct additive_coupling : block_kind {
                              const_batch<T, output> grad_y, batch_view<T, input> grad_x,
                              std::span<T, parameter_count> grad_parameters, std::span<T> workspace)
         {
-            // dL/dy~ added in F's input-gradient pass where F can.
-            backward_onto_of<function>(parameters, x.first_half(), grad_y.first_half(), grad_y.second_half(),
-                                       grad_x.first_half(), grad_parameters, workspace);
+            function::backward(parameters, x.first_half(), grad_y.first_half(), grad_x.first_half(), grad_parameters,
+                               workspace);
+            kernels::add(grad_x.first_half().size(), grad_x.first_half().data(), grad_y.second_half().data(),
+                         grad_x.first_half().data());
             copy_batch<T>(grad_y.first_half(), grad_x.second_half());
         }
     };

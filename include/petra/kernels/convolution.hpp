@@ -1398,7 +1398,7 @@ void winograd_forward(const convolution_shape& shape, const T* input, const T* w
 // channel roles exchanged, for a shape winograd_applies to.
 template <class T>
 void winograd_backward_input(const convolution_shape& shape, const T* grad_y, const T* weights, T* grad_x, T beta,
-                             scratch_source& scratch, const T* addend = nullptr)
+                             scratch_source& scratch)
 {
     const std::size_t in_channels = shape.in_channels;
     winograd_correlation(
@@ -1406,7 +1406,7 @@ void winograd_backward_input(const convolution_shape& shape, const T* grad_y, co
         [&](std::size_t ci, std::size_t co, std::size_t kh, std::size_t kw) {
             return weights[((co * in_channels + ci) * 3 + 2 - kh) * 3 + 2 - kw];
         },
-        grad_x, beta, scratch, {}, addend);
+        grad_x, beta, scratch);
 }
 
 } // namespace detail
@@ -1422,15 +1422,6 @@ constexpr bool convolution_uses_winograd(const convolution_shape& shape) { retur
 constexpr bool convolution_takes_input_map(const convolution_shape& shape) { return detail::winograd_applies(shape); }
 
 namespace detail {
-
-template <class T>
-void require_addend_without_beta(const T* addend, T beta, const char* kernel)
-{
-    if (addend && beta != T(0)) {
-        raise_error(error_kind::invalid_argument,
-                    std::string("petra::kernels ") + kernel + ": an addend needs beta 0 (the kernel adds it instead)");
-    }
-}
 
 template <class T>
 void require_input_map_shape(const convolution_shape& shape, affine_relu_map<T> input_map, const char* kernel)
@@ -1574,31 +1565,21 @@ void convolution_forward(const convolution_shape& shape, const T* x, const T* we
 // applied to grad_y) + beta * grad_x. With beta == 0, grad_x is
 // not read on entry. Computed phase by phase as stride-1 correlations of
 // grad_y (see detail::backward_input_by_phases).
-//
-// With an addend (beta 0; std::invalid_argument otherwise), grad_x = that
-// gradient + addend, each value as kernels::add(gradient, addend) rounds
-// it: a block's addition to the input gradient (a coupling's dL/dx =
-// dL/dy~ + J^T dL/dy) made where each image is stored (Winograd's form), or
-// in a pass of its own after the direct form. addend may be grad_x's
-// memory only if it is exactly grad_x.
 template <class T>
 void convolution_backward_input(const convolution_shape& shape, const T* grad_y, const T* weights, T* grad_x,
-                                T beta = T(0), std::span<std::byte> scratch = {}, const T* addend = nullptr)
+                                T beta = T(0), std::span<std::byte> scratch = {})
 {
     PETRA_PROFILE_KERNEL(
         "convolution input gradient", detail::convolution_geometry, detail::convolution_sizes(shape),
         double(shape.flops()),
-        detail::convolution_bytes(shape.output_count() + shape.weight_count() + (addend ? shape.input_count() : 0),
-                                  shape.input_count(), beta));
+        detail::convolution_bytes(shape.output_count() + shape.weight_count(), shape.input_count(), beta));
     validate(shape);
-    detail::require_addend_without_beta(addend, beta, "convolution_backward_input");
     if (shape.batch == 0) return;
     scratch_source source(scratch);
     if (detail::winograd_applies(shape)) {
-        detail::winograd_backward_input(shape, grad_y, weights, grad_x, beta, source, addend);
+        detail::winograd_backward_input(shape, grad_y, weights, grad_x, beta, source);
     } else {
         detail::backward_input_by_phases(shape, grad_y, weights, grad_x, beta, source);
-        if (addend) detail::add_row(shape.input_count(), grad_x, addend, grad_x);
     }
 }
 

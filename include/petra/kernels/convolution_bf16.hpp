@@ -250,9 +250,9 @@ struct bf16_row_piece {
 
 // out[piece.to + i] = values[piece.offset + i] + beta * out[...] for every
 // piece and i < its length (out not read when beta == 0), a masked vector
-// at a time; with an addend (beta 0), values + addend[piece.to + i].
+// at a time.
 PETRA_TARGET_AVX512_BF16 inline void store_bf16_block_row(const float* values, float* out, const bf16_row_piece* pieces,
-                                                          std::size_t count, float beta, const float* addend)
+                                                          std::size_t count, float beta)
 {
     for (std::size_t k = 0; k < count; ++k) {
         const bf16_row_piece& piece = pieces[k];
@@ -263,7 +263,6 @@ PETRA_TARGET_AVX512_BF16 inline void store_bf16_block_row(const float* values, f
             if (beta != 0.0f) {
                 result = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(mask, target), result);
             }
-            if (addend) result = _mm512_add_ps(result, _mm512_maskz_loadu_ps(mask, addend + piece.to + i));
             _mm512_mask_storeu_ps(target, mask, result);
         }
     }
@@ -278,7 +277,7 @@ PETRA_TARGET_AMX inline void bf16_convolution_images(const convolution_shape& sh
                                                      const float* input, const std::uint16_t* weights,
                                                      const std::size_t* origins, float* output, float beta,
                                                      std::uint32_t* phased, std::uint32_t* row_pairs,
-                                                     affine_relu_map<float> input_map, const float* addend)
+                                                     affine_relu_map<float> input_map)
 {
     constexpr std::size_t block = 32;
     const std::size_t weight_row_bytes = 4 * g.chunk_pairs, pixel_row_bytes = 4 * g.pair_stride;
@@ -293,7 +292,6 @@ PETRA_TARGET_AMX inline void bf16_convolution_images(const convolution_shape& sh
         prepare_bf16_image(shape, g, input + image * shape.in_channels * shape.input_pixels(), phased, row_pairs,
                            input_map);
         float* out_image = output + image * shape.out_channels * out_pixels;
-        const float* addend_image = addend ? addend + image * shape.out_channels * out_pixels : nullptr;
         for (std::size_t b = 0; b < g.out_blocks; b += 2) {
             const bool two_blocks = b + 1 < g.out_blocks;
             for (std::size_t j = 0; j < g.wide_pixels; j += block) {
@@ -329,9 +327,8 @@ PETRA_TARGET_AMX inline void bf16_convolution_images(const convolution_shape& sh
                                                                std::min(length, out_width - column)};
                                   });
                 for (std::size_t r = 0; r < channels; ++r) {
-                    const std::size_t row = (b * g.tile_channels + r) * out_pixels;
-                    store_bf16_block_row(results + r * block, out_image + row, pieces, piece_count, beta,
-                                         addend_image ? addend_image + row : nullptr);
+                    store_bf16_block_row(results + r * block, out_image + (b * g.tile_channels + r) * out_pixels,
+                                         pieces, piece_count, beta);
                 }
             }
         }
@@ -472,12 +469,11 @@ PETRA_TARGET_AMX inline void bf16_weight_gradient_images(const convolution_shape
 #endif // PETRA_BF16_X86
 
 // output = the correlation of shape (input, mapped by input_map where it is
-// given; weight(co, ci, t)) + beta * output (+ addend where it is given,
-// with beta 0), for a validated shape with a non-empty batch, on a CPU with
-// AMX.
+// given; weight(co, ci, t)) + beta * output, for a validated shape with a
+// non-empty batch, on a CPU with AMX.
 template <class Weight>
 void bf16_correlation(const convolution_shape& shape, const float* input, Weight&& weight, float* output, float beta,
-                      scratch_source& source, affine_relu_map<float> input_map = {}, const float* addend = nullptr)
+                      scratch_source& source, affine_relu_map<float> input_map = {})
 {
 #if defined(PETRA_BF16_X86)
     const bf16_convolution_geometry g(shape);
@@ -487,9 +483,9 @@ void bf16_correlation(const convolution_shape& shape, const float* input, Weight
     auto* origins = source.take<bf16_tap_origins_tag, std::size_t>(g.taps);
     pack_bf16_convolution_weights(shape, g, weight, packed);
     bf16_tap_origins(shape, g, origins);
-    bf16_convolution_images(shape, g, input, packed, origins, output, beta, phased, row_pairs, input_map, addend);
+    bf16_convolution_images(shape, g, input, packed, origins, output, beta, phased, row_pairs, input_map);
 #else
-    (void)shape, (void)input, (void)weight, (void)output, (void)beta, (void)source, (void)input_map, (void)addend;
+    (void)shape, (void)input, (void)weight, (void)output, (void)beta, (void)source, (void)input_map;
 #endif
 }
 
@@ -607,20 +603,15 @@ inline void convolution_forward_bf16(const convolution_shape& shape, const float
 // stride 2, of grad_y dilated, a few images at a time
 // (transposed_for_input_gradient: three quarters of its products are of
 // zeros, which AMX's rate affords). Otherwise as convolution_forward_bf16,
-// with convolution_backward_input_bf16_scratch(shape). With an addend (beta
-// 0), grad_x = that gradient + addend, as convolution_backward_input adds
-// it, where each row of results is stored.
+// with convolution_backward_input_bf16_scratch(shape).
 inline void convolution_backward_input_bf16(const convolution_shape& shape, const float* grad_y, const float* weights,
-                                            float* grad_x, float beta = 0.0f, std::span<std::byte> scratch = {},
-                                            const float* addend = nullptr)
+                                            float* grad_x, float beta = 0.0f, std::span<std::byte> scratch = {})
 {
     PETRA_PROFILE_KERNEL(
         "convolution input gradient bf16", detail::convolution_geometry, detail::convolution_sizes(shape),
         double(shape.flops()),
-        detail::convolution_bytes(shape.output_count() + shape.weight_count() + (addend ? shape.input_count() : 0),
-                                  shape.input_count(), beta));
+        detail::convolution_bytes(shape.output_count() + shape.weight_count(), shape.input_count(), beta));
     validate(shape);
-    detail::require_addend_without_beta(addend, beta, "convolution_backward_input_bf16");
     detail::require_amx("convolution_backward_input_bf16");
     if (shape.batch == 0) return;
     const std::size_t taps = shape.kernel * shape.kernel;
@@ -632,7 +623,7 @@ inline void convolution_backward_input_bf16(const convolution_shape& shape, cons
     scratch_source source(scratch);
     if (shape.stride == 1) {
         detail::bf16_correlation(detail::transposed_for_input_gradient(shape, shape.batch), grad_y, flipped, grad_x,
-                                 beta, source, {}, addend);
+                                 beta, source);
         return;
     }
     const std::size_t images = detail::dilated_chunk_images(shape);
@@ -655,9 +646,8 @@ inline void convolution_backward_input_bf16(const convolution_shape& shape, cons
         // Each chunk's correlation takes the same memory after the dilated
         // gradient again.
         scratch_source chunk_source = source;
-        const std::size_t offset_values = first * shape.in_channels * shape.input_pixels();
-        detail::bf16_correlation(part, dilated, flipped, grad_x + offset_values, beta, chunk_source, {},
-                                 addend ? addend + offset_values : nullptr);
+        detail::bf16_correlation(part, dilated, flipped, grad_x + first * shape.in_channels * shape.input_pixels(),
+                                 beta, chunk_source);
     }
 }
 

@@ -176,20 +176,6 @@ inline void store_row(std::size_t count, const T* in, T* out, T beta)
     }
 }
 
-// out[t] = a[t] + b[t] for t < count, rounded as kernels::add rounds it (out
-// may be a): an addend added where a kernel has just stored its values.
-template <class T>
-inline void add_row(std::size_t count, const T* a, const T* b, T* out)
-{
-    using vector = simd<T>;
-    const std::size_t vector_end = count - count % vector::size;
-    std::size_t t = 0;
-    for (; t < vector_end; t += vector::size) {
-        (vector::load_unaligned(a + t) + vector::load_unaligned(b + t)).store_unaligned(out + t);
-    }
-    for (; t < count; ++t) out[t] = a[t] + b[t];
-}
-
 // out[2 t] = in[t] + beta * out[2 t] for t < count (not read when beta ==
 // 0), the odd positions left as they are: a phase row of a stride-2 input
 // gradient stored into its image row. On AVX-512, float values go 16 at a

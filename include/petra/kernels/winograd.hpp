@@ -677,11 +677,10 @@ void zero_unwritten(const winograd_geometry<T>& geometry, T* bordered, T* patche
 //       tap(r, s, kh, kw) * source[n][s][y + kh - 1][x + kw - 1]  (+ beta * result)
 // reading zero outside the image (3x3, stride 1, padding 1), source's
 // values mapped by source_map where it is given. result is not read when
-// beta == 0. With an addend (and beta 0), result = the sums + addend, each
-// image's added as soon as it is stored.
+// beta == 0.
 template <class T, class Tap>
 void winograd_correlation(const winograd_geometry<T>& geometry, const T* source, Tap&& tap, T* result, T beta,
-                          scratch_source& scratch, affine_relu_map<T> source_map = {}, const T* addend = nullptr)
+                          scratch_source& scratch, affine_relu_map<T> source_map = {})
 {
     T* bordered = scratch.take<winograd_bordered_tag, T>(geometry.bordered_count());
     T* patches = scratch.take<winograd_patches_tag, T>(geometry.patches_count());
@@ -705,7 +704,6 @@ void winograd_correlation(const winograd_geometry<T>& geometry, const T* source,
             T* image = result + (first + i) * channels * pixels;
             if (beta == T(0)) {
                 transpose_channels(results, geometry.result_stride, pixels, channels, image, pixels);
-                if (addend) add_row(channels * pixels, image, addend + (first + i) * channels * pixels, image);
             } else {
                 transpose_channels(results, geometry.result_stride, pixels, channels, staged, pixels);
                 store_row(channels * pixels, staged, image, beta);

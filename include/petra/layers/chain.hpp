@@ -210,27 +210,6 @@ struct bound_chain : made_of<Bound...> {
                          const_batch<T, output> grad_y, batch_view<T, input> grad_x,
                          std::span<T, parameter_count> grad_parameters, std::span<T> workspace)
     {
-        backward_layers(parameters, x, grad_y, static_cast<const T*>(nullptr), grad_x, grad_parameters, workspace);
-    }
-
-    // backward with the addend added to the input gradient in the first
-    // layer's pass where it can (layer.hpp, backward_onto_of).
-    template <class T>
-    static void backward_onto(parameters_view<T, parameter_count> parameters, const_batch<T, input> x,
-                              const_batch<T, output> grad_y, const_batch<T, input> addend, batch_view<T, input> grad_x,
-                              std::span<T, parameter_count> grad_parameters, std::span<T> workspace)
-    {
-        backward_layers(parameters, x, grad_y, addend.data(), grad_x, grad_parameters, workspace);
-    }
-
-private:
-    // backward, with the addend (where it is not null) added to the input
-    // gradient by the first layer's backward_onto_of.
-    template <class T>
-    static void backward_layers(parameters_view<T, parameter_count> parameters, const_batch<T, input> x,
-                                const_batch<T, output> grad_y, const T* addend, batch_view<T, input> grad_x,
-                                std::span<T, parameter_count> grad_parameters, std::span<T> workspace)
-    {
         const std::size_t batch = x.batch();
         T* gradients = length == 1 ? nullptr : kernels::thread_scratch<bound_chain, T>(gradient_buffers_size(batch));
         const workspace_layout<T> at{workspace.data(), batch, gradients};
@@ -243,14 +222,6 @@ private:
                                    at.template output_gradient_of<i>(grad_y), at.template input_gradient_of<i>(grad_x),
                                    parts::template parameters_of<i>(grad_parameters), at.template layer_workspace<i>(),
                                    map.map());
-            } else if (i == 0 && addend != nullptr) {
-                // (i == 0 at compile time too: layer 0's input is the chain's.)
-                if constexpr (i == 0) {
-                    backward_onto_of<layer<0>>(
-                        parts::template parameters_of<0>(parameters), x, at.template output_gradient_of<0>(grad_y),
-                        const_batch<T, input>{addend, batch}, grad_x, parts::template parameters_of<0>(grad_parameters),
-                        at.template layer_workspace<0>());
-                }
             } else {
                 layer<i>::backward(parts::template parameters_of<i>(parameters), at.template input_of<i>(x),
                                    at.template output_gradient_of<i>(grad_y), at.template input_gradient_of<i>(grad_x),
@@ -259,6 +230,7 @@ private:
         });
     }
 
+private:
     // The forward of layers 0 to Count - 1, each from its input into its
     // output (an intermediate in the workspace, or y for the last layer).
     template <std::size_t Count, forward_pass Pass, class T, class Layout>

@@ -131,47 +131,24 @@ struct conv2d {
                              std::span<T, parameter_count> grad_parameters, std::span<T>,
                              kernels::affine_relu_map<T> input_map = {})
         {
-            gradients(parameters, x, grad_y, static_cast<const T*>(nullptr), grad_x, grad_parameters, input_map);
-        }
-
-        // backward with the addend added to the input gradient as the
-        // kernel stores it (layer.hpp, backward_onto_of).
-        template <class T>
-        static void backward_onto(parameters_view<T, parameter_count> parameters, const_batch<T, input> x,
-                                  const_batch<T, output> grad_y, const_batch<T, input> addend,
-                                  batch_view<T, input> grad_x, std::span<T, parameter_count> grad_parameters,
-                                  std::span<T>)
-        {
-            gradients(parameters, x, grad_y, addend.data(), grad_x, grad_parameters, {});
-        }
-
-    private:
-        // backward, the input gradient plus addend where it is given.
-        template <class T>
-        static void gradients(parameters_view<T, parameter_count> parameters, const_batch<T, input> x,
-                              const_batch<T, output> grad_y, const T* addend, batch_view<T, input> grad_x,
-                              std::span<T, parameter_count> grad_parameters, kernels::affine_relu_map<T> input_map)
-        {
             const auto shape = geometry(x.batch());
             if constexpr (std::is_same_v<T, float> && bf16_gradients) {
                 if (thread_precision() == precision::bf16) {
                     if (grad_x) {
-                        kernels::convolution_backward_input_bf16(shape, grad_y.data(), parameters.data(), grad_x.data(),
-                                                                 0.0f, {}, addend);
+                        kernels::convolution_backward_input_bf16(shape, grad_y.data(), parameters.data(),
+                                                                 grad_x.data());
                     }
                     kernels::convolution_backward_weights_bf16(shape, x.data(), grad_y.data(), grad_parameters.data(),
                                                                1.0f, {}, input_map);
                     return;
                 }
             }
-            if (grad_x) {
-                kernels::convolution_backward_input(shape, grad_y.data(), parameters.data(), grad_x.data(), T(0), {},
-                                                    addend);
-            }
+            if (grad_x) kernels::convolution_backward_input(shape, grad_y.data(), parameters.data(), grad_x.data());
             kernels::convolution_backward_weights(shape, x.data(), grad_y.data(), grad_parameters.data(), T(1), {},
                                                   input_map);
         }
 
+    private:
         // Whether a pass that has bf16 kernels (`has_bf16`) computes in bf16
         // in `arithmetic`: in float only.
         template <class T>

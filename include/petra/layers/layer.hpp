@@ -11,7 +11,7 @@
 // layers/contract.hpp checks it at every door a layer enters by and names,
 // in one sentence, the first requirement a layer fails. This file holds the
 // words it is written in: passes, parameter and state views, layer_for,
-// combination, forward_onto_of and backward_onto_of.
+// combination and forward_onto_of.
 #pragma once
 
 #include <cmath>
@@ -181,28 +181,6 @@ void forward_onto_of(Pass mode, combination how, parameters_view<T, Bound::param
         } else {
             kernels::subtract(y.size(), addend.data(), y.data(), y.data());
         }
-    }
-}
-
-// Bound's backward with the addend added to its input gradient: grad_x =
-// J^T grad_y + addend, every element as backward followed by kernels::add
-// (grad_x, addend) gives it (a coupling's dL/dx = dL/dy~ + J_F^T dL/dy):
-// Bound's backward_onto where it has one (the addition made where the
-// input gradient is stored), or backward and then kernels::add. grad_x
-// overlaps neither grad_y nor the addend.
-template <class Bound, class T>
-void backward_onto_of(parameters_view<T, Bound::parameter_count> parameters, const_batch<T, typename Bound::input> x,
-                      const_batch<T, typename Bound::output> grad_y, const_batch<T, typename Bound::input> addend,
-                      batch_view<T, typename Bound::input> grad_x, std::span<T, Bound::parameter_count> grad_parameters,
-                      std::span<T> workspace)
-{
-    if constexpr (requires {
-                      Bound::backward_onto(parameters, x, grad_y, addend, grad_x, grad_parameters, workspace);
-                  }) {
-        Bound::backward_onto(parameters, x, grad_y, addend, grad_x, grad_parameters, workspace);
-    } else {
-        Bound::backward(parameters, x, grad_y, grad_x, grad_parameters, workspace);
-        kernels::add(grad_x.size(), grad_x.data(), addend.data(), grad_x.data());
     }
 }
 
