@@ -106,17 +106,19 @@ void transpose_channels_to_rows(const T* from, std::size_t from_stride, std::siz
             for (std::size_t c0 = 0; c0 < full_channels; c0 += 16) {
                 __m512 r[16];
                 for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(from + (c0 + i) * from_stride + p0);
+                transpose_16x16(r);
                 if (map) {
-                    // The map's multiply-add, then the lanes not above zero
-                    // zeroed (NaN kept), as affine_relu_map rounds it.
-                    for (int i = 0; i < 16; ++i) {
-                        const __m512 affine =
-                            _mm512_fmadd_ps(_mm512_set1_ps(map.scale[c0 + i]), r[i], _mm512_set1_ps(map.shift[c0 + i]));
-                        r[i] = _mm512_maskz_mov_ps(
+                    // Each pixel's 16 channels: the map's multiply-add with
+                    // the channels' scales and shifts as vectors, then the
+                    // lanes not above zero zeroed (NaN kept), as
+                    // affine_relu_map rounds it.
+                    const __m512 scale = _mm512_loadu_ps(map.scale + c0), shift = _mm512_loadu_ps(map.shift + c0);
+                    for (int k = 0; k < 16; ++k) {
+                        const __m512 affine = _mm512_fmadd_ps(scale, r[k], shift);
+                        r[k] = _mm512_maskz_mov_ps(
                             _mm512_mask_cmp_ps_mask(0xFFFF, affine, _mm512_setzero_ps(), _CMP_NLE_UQ), affine);
                     }
                 }
-                transpose_16x16(r);
                 for (int k = 0; k < 16; ++k) _mm512_storeu_ps(to + offsets[k] + c0, r[k]);
             }
         }
