@@ -11,13 +11,16 @@
 // the second reads the first's input through the first's output map, in
 // forward and backward: the output between them is never written nor kept,
 // and every number is the same to the bit (the chain decides this at
-// compile time; the unfused layers are what tests compare it with). Its counts and FLOPs are sums over the pack, its
-// parameters and state are its layers' arrays placed end to end, and forward and backward are visits of its layers'
-// indices; nothing is written per network. The bound layers form a type list (type_list.hpp), bound by one left fold.
+// compile time; the unfused layers are what tests compare it with). Its
+// counts and FLOPs are sums over the pack, its parameters and state are its
+// layers' arrays placed end to end, and forward and backward are visits of
+// its layers' indices; nothing is written per network. The bound layers form
+// a type list (type_list.hpp), bound by one left fold.
 //
 // Cache of a bound chain for a batch (the memory forward leaves to backward):
-// the outputs of every layer but the last, then each layer's own workspace: what
-// exact backprop must store, nothing more. The gradients between layers live
+// the outputs of every layer but the last (and but those read through a
+// map), then each layer's own workspace: what exact backprop must store,
+// nothing more. The gradients between layers live
 // only during backward, in two buffers of per-thread scratch (one pair per
 // chain type, grown once to the largest batch, so a steady state allocates
 // nothing).
@@ -89,8 +92,22 @@ constexpr bool fuses_through_map()
                       Producer::maps_output;
                       Consumer::takes_input_map;
                   }) {
-        return Producer::maps_output && Consumer::takes_input_map &&
-               std::is_same_v<typename Producer::input, typename Producer::output>;
+        if constexpr (Producer::maps_output && Consumer::takes_input_map) {
+            // One sentence per mistake: the second is not asked after the first.
+            if constexpr (!std::is_same_v<typename Producer::input, typename Producer::output>) {
+                static_assert(std::is_same_v<typename Producer::input, typename Producer::output>,
+                              "A layer that maps its output (maps_output) must keep its input's shape.");
+                return false;
+            } else {
+                static_assert(
+                    requires { &Producer::template output_map<float>; },
+                    "A layer that maps its output (maps_output) must provide output_map and "
+                    "forward_statistics (docs/layers-and-blocks.md).");
+                return true;
+            }
+        } else {
+            return false;
+        }
     } else {
         return false;
     }
