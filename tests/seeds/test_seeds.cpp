@@ -9,9 +9,10 @@
 // The run digests also depend on the floating-point code the compiler makes
 // of the kernels: g++ 12 and clang++ 14 fuse other multiply-adds into fma
 // instructions (floating-point contraction, where the source writes a * b +
-// c), so each compiler gets its own pair of run digests; built with
-// -ffp-contract=off both give the same pair (3382815875098886084 and
-// 17254166963425455902, measured, not pinned). The pairs are pinned for
+// c), so each compiler gets its own pair of run digests (the batch
+// normalisation's maps round their multiply-add once with either compiler,
+// kernels::fused_multiply_add, since the clang++ pair was re-pinned). The
+// pairs are pinned for
 // g++ 12 and clang++ 14 on x86-64 with AVX-512 and FMA (-march=native on the
 // CI machines) and only reported elsewhere. The samplers and the initial
 // parameters use exact operations only (random.hpp) and are compared on
@@ -32,7 +33,7 @@
 #include <petra/petra.hpp>
 
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__FMA__) && defined(__clang__) && __clang_major__ == 14
-#define PETRA_SEEDS_RUN_DIGESTS 11385149209347925180ull, 631233819649737466ull
+#define PETRA_SEEDS_RUN_DIGESTS 8891752042511563757ull, 13514370767855535877ull
 #elif defined(__x86_64__) && defined(__AVX512F__) && defined(__FMA__) && !defined(__clang__) && defined(__GNUC__) &&   \
     __GNUC__ == 12
 #define PETRA_SEEDS_RUN_DIGESTS 2602797665513296379ull, 6928155551989575594ull

@@ -126,7 +126,7 @@ void channel_affine(const channel_affine_arguments<T>& arguments)
     detail::channel_map_onto(arguments, [scale, shift](std::size_t c) {
         return [a = scale[c], b = shift[c]](auto value) {
             using V = decltype(value);
-            return xsimd::fma(V(a), value, V(b));
+            return fused_multiply_add(V(a), value, V(b));
         };
     });
 }
@@ -283,7 +283,7 @@ struct relu_gate {
         template <class V>
         V operator()(V gradient, V x) const
         {
-            return choose(xsimd::fma(V(scale), x, V(shift)) > V(T(0)), gradient, V(T(0)));
+            return choose(fused_multiply_add(V(scale), x, V(shift)) > V(T(0)), gradient, V(T(0)));
         }
     };
 
@@ -334,7 +334,8 @@ void channel_affine_relu(const channel_affine_arguments<T>& arguments)
     detail::channel_map_onto(arguments, [scale, shift](std::size_t c) {
         return [a = scale[c], b = shift[c]](auto value) {
             using V = decltype(value);
-            const V affine = xsimd::fma(V(a), value, V(b));
+            // Rounded once, as affine_relu_map (input_map.hpp) rounds it.
+            const V affine = fused_multiply_add(V(a), value, V(b));
             return detail::choose(affine <= V(T(0)), V(T(0)), affine);
         };
     });

@@ -2,6 +2,7 @@
 // instruction set, aligned storage, and per-thread scratch that grows once.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <new>
 #include <type_traits>
@@ -18,6 +19,32 @@ using simd = xsimd::batch<T>;
 
 template <class T>
 inline constexpr std::size_t simd_width = simd<T>::size;
+
+// a * b + c rounded once, on vectors or scalars, wherever the CPU has a fused
+// multiply-add: xsimd 8.1 writes its AVX-512 fma as a multiply and an add,
+// which g++ fuses (floating-point contraction) and clang++ does not, so the
+// two compilers rounded the vectors of a kernel differently from each other
+// and from its scalar tail (std::fma). Elsewhere xsimd's fma (fused with FMA3
+// and on aarch64; a multiply and an add on SSE2 alone).
+template <class V>
+inline V fused_multiply_add(const V& a, const V& b, const V& c)
+{
+    if constexpr (std::is_arithmetic_v<V>) {
+        return std::fma(a, b, c);
+    } else {
+#if defined(__AVX512F__)
+        if constexpr (sizeof(V) == 64 && std::is_same_v<typename V::value_type, float>) {
+            return V(_mm512_fmadd_ps(a, b, c));
+        } else if constexpr (sizeof(V) == 64 && std::is_same_v<typename V::value_type, double>) {
+            return V(_mm512_fmadd_pd(a, b, c));
+        } else {
+            return xsimd::fma(a, b, c);
+        }
+#else
+        return xsimd::fma(a, b, c);
+#endif
+    }
+}
 
 // Alignment of every buffer the kernels allocate: one cache line, which is
 // also the widest vector.
