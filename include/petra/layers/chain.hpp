@@ -37,7 +37,6 @@
 #include <boost/hana/fold_left.hpp>
 
 #include <petra/batch_view.hpp>
-#include <petra/kernels/elementwise.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/layers/contract.hpp>
 #include <petra/layers/fusion.hpp>
@@ -207,11 +206,7 @@ struct bound_chain : made_of<Bound...> {
         constexpr std::size_t last = length - 1;
         if constexpr (length > 1 && mapped[length - 2]) {
             forward_layers<length, Pass, T>(mode, parameters, state, at, x, y);
-            if (how == combination::add) {
-                kernels::add(y.size(), y.data(), addend.data(), y.data());
-            } else {
-                kernels::subtract(y.size(), addend.data(), y.data(), y.data());
-            }
+            combine_with_addend(how, addend, y);
         } else {
             forward_layers<length - 1, Pass, T>(mode, parameters, state, at, x, y);
             forward_onto_of<layer<last>>(mode, how, parts::template parameters_of<last>(parameters),
@@ -232,10 +227,8 @@ struct bound_chain : made_of<Bound...> {
         const workspace_layout<T> at{workspace.data(), batch, gradients};
         for_each_index_down<length>([&](auto i) {
             if constexpr (i > 0 && mapped[i - 1]) {
-                constexpr std::size_t producer = i - 1;
-                const auto map = layer<producer>::template output_map<T>(
-                    parts::template parameters_of<producer>(parameters), at.template layer_workspace<producer>());
-                layer<i>::backward(parts::template parameters_of<i>(parameters), at.template input_of<producer>(x),
+                const auto map = producer_map<i - 1, T>(parameters, at);
+                layer<i>::backward(parts::template parameters_of<i>(parameters), at.template input_of<i - 1>(x),
                                    at.template output_gradient_of<i>(grad_y), at.template input_gradient_of<i>(grad_x),
                                    parts::template parameters_of<i>(grad_parameters), at.template layer_workspace<i>(),
                                    map.map());
@@ -261,11 +254,9 @@ private:
                                              parts::template state_of<i>(state), at.template input_of<i>(x),
                                              at.template layer_workspace<i>());
             } else if constexpr (i > 0 && mapped[i - 1]) {
-                constexpr std::size_t producer = i - 1;
-                const auto map = layer<producer>::template output_map<T>(
-                    parts::template parameters_of<producer>(parameters), at.template layer_workspace<producer>());
+                const auto map = producer_map<i - 1, T>(parameters, at);
                 layer<i>::forward(mode, parts::template parameters_of<i>(parameters),
-                                  parts::template state_of<i>(state), at.template input_of<producer>(x),
+                                  parts::template state_of<i>(state), at.template input_of<i - 1>(x),
                                   at.template output_of<i>(y), at.template layer_workspace<i>(), map.map());
             } else {
                 layer<i>::forward(mode, parts::template parameters_of<i>(parameters),
@@ -273,6 +264,15 @@ private:
                                   at.template output_of<i>(y), at.template layer_workspace<i>());
             }
         });
+    }
+
+    // The output map of mapped layer I (the next layer reads I's input
+    // through it), from I's parameters and the statistics in its workspace.
+    template <std::size_t I, class T, class Layout>
+    static auto producer_map(parameters_view<T, parameter_count> parameters, const Layout& at)
+    {
+        return layer<I>::template output_map<T>(parts::template parameters_of<I>(parameters),
+                                                at.template layer_workspace<I>());
     }
 
     // Values of the two buffers backward passes the gradients between

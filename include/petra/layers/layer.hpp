@@ -163,9 +163,21 @@ enum class combination {
     subtract_from, // y = addend - forward(x)
 };
 
+// y = y + addend (combination::add) or addend - y (subtract_from), in place:
+// what forward_onto folds into a layer's last pass, as a pass of its own.
+template <class T, class Shape>
+void combine_with_addend(combination how, const_batch<T, Shape> addend, batch_view<T, Shape> y)
+{
+    if (how == combination::add) {
+        kernels::add(y.size(), y.data(), addend.data(), y.data());
+    } else {
+        kernels::subtract(y.size(), addend.data(), y.data(), y.data());
+    }
+}
+
 // Bound's forward(x) combined with addend into y (see forward_onto at the
-// top of the file): its forward_onto, or its forward and then kernels::add or
-// kernels::subtract. y may overlap neither x nor the addend.
+// top of the file): its forward_onto, or its forward and then
+// combine_with_addend. y may overlap neither x nor the addend.
 template <class Bound, forward_pass Pass, class T>
 void forward_onto_of(Pass mode, combination how, parameters_view<T, Bound::parameter_count> parameters,
                      state_view<Pass, T, Bound::state_count> state, const_batch<T, typename Bound::input> x,
@@ -176,11 +188,7 @@ void forward_onto_of(Pass mode, combination how, parameters_view<T, Bound::param
         Bound::forward_onto(mode, how, parameters, state, x, addend, y, workspace);
     } else {
         Bound::forward(mode, parameters, state, x, y, workspace);
-        if (how == combination::add) {
-            kernels::add(y.size(), y.data(), addend.data(), y.data());
-        } else {
-            kernels::subtract(y.size(), addend.data(), y.data(), y.data());
-        }
+        combine_with_addend(how, addend, y);
     }
 }
 
