@@ -15,7 +15,7 @@
 //
 // Layout: the channels run along the vectors. An image is transposed once to
 // pixel-major order (each pixel's channels contiguous, padded with zeros to
-// whole vectors) inside a zero border; the transformed patches then form 16
+// whole vectors) inside a zero border, one image at a time; the transformed patches then form 16
 // matrices V_e (tiles x source channels) and the transformed weights 16
 // matrices U_e (source channels x result channels), and the products M_e =
 // V_e U_e are 16 small GEMMs whose micro-kernel broadcasts one element of V_e
@@ -156,7 +156,7 @@ struct winograd_geometry {
         return best;
     }
     std::size_t pixels() const { return height * width; }
-    constexpr std::size_t bordered_count() const { return group_images * bordered_pixels * source_stride; }
+    constexpr std::size_t bordered_count() const { return bordered_pixels * source_stride; }
     // The 16 planes of V (and of the weight gradient's dM) lie plane_slack values further apart
     // than their rows need: planes a multiple of 4 KiB apart would map the 16
     // stores of a tile's transform to one set of the L1 cache. The slack is
@@ -316,29 +316,32 @@ void transform_weights(const winograd_geometry<T>& geometry, Tap&& tap, T* trans
     }
 }
 
-// The images [first, first + count) of source (NCHW) into the bordered,
-// pixel-major buffer of their group: image i's pixel (y, x) at bordered pixel
-// (y + 1) * bordered_width + x + 1, its channels contiguous. The border and
-// the padding channels are zero from the call's start and never written.
-// With a map, each value goes in mapped (input_map.hpp).
+// Image `image` of source (NCHW) into the bordered, pixel-major buffer of
+// one image: its pixel (y, x) at bordered pixel (y + 1) * bordered_width + x
+// + 1, its channels contiguous. The border and the padding channels are
+// zero from the call's start and never written. With a map, each value goes
+// in mapped (input_map.hpp). The kernels gather and transform one image at
+// a time, so that one image's buffer (57 KiB at 16 channels, 28x28) is
+// written and read again while it is in the core's caches, and the
+// scratch holds one image instead of a group (a group's buffer, filled
+// whole before its transform, measured as fast or 1-2% slower in a
+// training step on an Intel Xeon, model 167).
 template <class T>
-void gather_images(const winograd_geometry<T>& geometry, const T* source, std::size_t first, std::size_t count,
-                   T* bordered, affine_relu_map<T> map)
+void gather_image(const winograd_geometry<T>& geometry, const T* source, std::size_t image, T* bordered,
+                  affine_relu_map<T> map)
 {
     const std::size_t stride = geometry.source_stride, pixels = geometry.pixels();
-    for (std::size_t i = 0; i < count; ++i) {
-        T* image = bordered + i * geometry.bordered_pixels * stride;
-        transpose_channels_to_rows(source + (first + i) * geometry.source_channels * pixels, pixels,
-                                   geometry.source_channels, pixels, image + (geometry.bordered_width + 1) * stride,
-                                   pixel_rows{geometry.width, geometry.bordered_width * stride, stride}, map);
-    }
+    transpose_channels_to_rows(source + image * geometry.source_channels * pixels, pixels, geometry.source_channels,
+                               pixels, bordered + (geometry.bordered_width + 1) * stride,
+                               pixel_rows{geometry.width, geometry.bordered_width * stride, stride}, map);
 }
 
-// V[e][t][s] = (B^T d B)[e / 4][e % 4] for every tile t of the group's
-// `count` images (tile t of image i is t = i * tiles + ty * tile_columns + tx,
-// its patch the bordered pixels from (2 ty, 2 tx) to (2 ty + 3, 2 tx + 3)).
+// V[e][t][s] = (B^T d B)[e / 4][e % 4] for every tile t of image i of the
+// group, whose bordered pixels (gather_image) are at bordered (tile t = i *
+// tiles + ty * tile_columns + tx, its patch the bordered pixels from (2 ty,
+// 2 tx) to (2 ty + 3, 2 tx + 3)).
 template <class T>
-void transform_patches(const winograd_geometry<T>& geometry, const T* bordered, std::size_t count, T* patches)
+void transform_patches(const winograd_geometry<T>& geometry, const T* bordered, std::size_t i, T* patches)
 {
     using vector = simd<T>;
     const std::size_t stride = geometry.source_stride, plane = geometry.patch_plane();
@@ -346,58 +349,53 @@ void transform_patches(const winograd_geometry<T>& geometry, const T* bordered, 
     if (geometry.output_tile == 4) {
         // V[e][t][s] = (B^T d B)[e / 6][e % 6], the patch of tile (ty, tx) the
         // bordered pixels from (4 ty, 4 tx) to (4 ty + 5, 4 tx + 5).
-        for (std::size_t i = 0; i < count; ++i) {
-            for (std::size_t ty = 0; ty < geometry.tile_rows; ++ty) {
-                for (std::size_t tx = 0; tx < geometry.tile_columns; ++tx) {
-                    const std::size_t t = (i * geometry.tile_rows + ty) * geometry.tile_columns + tx;
-                    const T* patch = bordered + i * geometry.bordered_pixels * stride + 4 * ty * row + 4 * tx * stride;
-                    T* out = patches + t * stride;
-                    for (std::size_t c = 0; c < stride; c += vector::size) {
-                        vector columns[6][6]; // B^T d, column by column
-                        for (std::size_t k = 0; k < 6; ++k) {
-                            vector d[6];
-                            for (std::size_t r = 0; r < 6; ++r)
-                                d[r] = vector::load_aligned(patch + r * row + k * stride + c);
-                            patch_column_f4(d, columns[k]);
-                        }
-                        for (std::size_t r = 0; r < 6; ++r) { // (B^T d) B, row by row
-                            const vector row_values[6] = {columns[0][r], columns[1][r], columns[2][r],
-                                                          columns[3][r], columns[4][r], columns[5][r]};
-                            vector transformed[6];
-                            patch_column_f4(row_values, transformed);
-                            for (std::size_t k = 0; k < 6; ++k)
-                                transformed[k].store_aligned(out + (r * 6 + k) * plane + c);
-                        }
+        for (std::size_t ty = 0; ty < geometry.tile_rows; ++ty) {
+            for (std::size_t tx = 0; tx < geometry.tile_columns; ++tx) {
+                const std::size_t t = (i * geometry.tile_rows + ty) * geometry.tile_columns + tx;
+                const T* patch = bordered + 4 * ty * row + 4 * tx * stride;
+                T* out = patches + t * stride;
+                for (std::size_t c = 0; c < stride; c += vector::size) {
+                    vector columns[6][6]; // B^T d, column by column
+                    for (std::size_t k = 0; k < 6; ++k) {
+                        vector d[6];
+                        for (std::size_t r = 0; r < 6; ++r)
+                            d[r] = vector::load_aligned(patch + r * row + k * stride + c);
+                        patch_column_f4(d, columns[k]);
+                    }
+                    for (std::size_t r = 0; r < 6; ++r) { // (B^T d) B, row by row
+                        const vector row_values[6] = {columns[0][r], columns[1][r], columns[2][r],
+                                                      columns[3][r], columns[4][r], columns[5][r]};
+                        vector transformed[6];
+                        patch_column_f4(row_values, transformed);
+                        for (std::size_t k = 0; k < 6; ++k) transformed[k].store_aligned(out + (r * 6 + k) * plane + c);
                     }
                 }
             }
         }
         return;
     }
-    for (std::size_t i = 0; i < count; ++i) {
-        for (std::size_t ty = 0; ty < geometry.tile_rows; ++ty) {
-            for (std::size_t tx = 0; tx < geometry.tile_columns; ++tx) {
-                const std::size_t t = (i * geometry.tile_rows + ty) * geometry.tile_columns + tx;
-                const T* patch = bordered + i * geometry.bordered_pixels * stride + 2 * ty * row + 2 * tx * stride;
-                T* out = patches + t * stride;
-                for (std::size_t c = 0; c < stride; c += vector::size) {
-                    vector d[4][4];
-                    for (std::size_t r = 0; r < 4; ++r)
-                        for (std::size_t k = 0; k < 4; ++k)
-                            d[r][k] = vector::load_aligned(patch + r * row + k * stride + c);
-                    vector b[4][4]; // B^T d
-                    for (std::size_t k = 0; k < 4; ++k) {
-                        b[0][k] = d[0][k] - d[2][k];
-                        b[1][k] = d[1][k] + d[2][k];
-                        b[2][k] = d[2][k] - d[1][k];
-                        b[3][k] = d[1][k] - d[3][k];
-                    }
-                    for (std::size_t r = 0; r < 4; ++r) { // (B^T d) B
-                        (b[r][0] - b[r][2]).store_aligned(out + (r * 4 + 0) * plane + c);
-                        (b[r][1] + b[r][2]).store_aligned(out + (r * 4 + 1) * plane + c);
-                        (b[r][2] - b[r][1]).store_aligned(out + (r * 4 + 2) * plane + c);
-                        (b[r][1] - b[r][3]).store_aligned(out + (r * 4 + 3) * plane + c);
-                    }
+    for (std::size_t ty = 0; ty < geometry.tile_rows; ++ty) {
+        for (std::size_t tx = 0; tx < geometry.tile_columns; ++tx) {
+            const std::size_t t = (i * geometry.tile_rows + ty) * geometry.tile_columns + tx;
+            const T* patch = bordered + 2 * ty * row + 2 * tx * stride;
+            T* out = patches + t * stride;
+            for (std::size_t c = 0; c < stride; c += vector::size) {
+                vector d[4][4];
+                for (std::size_t r = 0; r < 4; ++r)
+                    for (std::size_t k = 0; k < 4; ++k)
+                        d[r][k] = vector::load_aligned(patch + r * row + k * stride + c);
+                vector b[4][4]; // B^T d
+                for (std::size_t k = 0; k < 4; ++k) {
+                    b[0][k] = d[0][k] - d[2][k];
+                    b[1][k] = d[1][k] + d[2][k];
+                    b[2][k] = d[2][k] - d[1][k];
+                    b[3][k] = d[1][k] - d[3][k];
+                }
+                for (std::size_t r = 0; r < 4; ++r) { // (B^T d) B
+                    (b[r][0] - b[r][2]).store_aligned(out + (r * 4 + 0) * plane + c);
+                    (b[r][1] + b[r][2]).store_aligned(out + (r * 4 + 1) * plane + c);
+                    (b[r][2] - b[r][1]).store_aligned(out + (r * 4 + 2) * plane + c);
+                    (b[r][1] - b[r][3]).store_aligned(out + (r * 4 + 3) * plane + c);
                 }
             }
         }
@@ -432,6 +430,17 @@ inline void broadcast_block(std::size_t depth, const T* __restrict a, std::size_
         }
     }
     for (std::size_t k = 0; k < depth; ++k) {
+        if constexpr (RowsAdjacent) {
+            // The weight gradient's rows eight tiles ahead, to L1: each row
+            // of V and dM serves one pass and comes from L2, where the loop
+            // waited for it. On an Intel Xeon (model 167) the weight
+            // gradients at 16 and 32 channels ran 1.05-1.08 times faster
+            // in a training step (4 to 16 rows ahead measured alike; the
+            // same for the products' rows slowed the input gradients).
+            // Prefetches past the end do not fault.
+            __builtin_prefetch(a + (k + 8) * a_stride, 0, 3);
+            __builtin_prefetch(b + (k + 8) * b_stride, 0, 3);
+        }
         vector w[Vectors];
 #pragma GCC unroll 4
         for (std::size_t v = 0; v < Vectors; ++v) w[v] = vector::load_aligned(b + k * b_stride + v * vector::size);
@@ -634,37 +643,32 @@ void transform_products(const winograd_geometry<T>& geometry, const T* products,
     });
 }
 
-// The zeros of the bordered buffer and of V that no group overwrites, set
-// at a call's start (the buffers are shared with calls of other shapes):
-// in each image's slot of the bordered buffer the border, and the padding
-// channels (where the channels do not fill their vectors: then the whole
-// slot); in each plane of V the rows past those a full group writes (rows
-// of the last block, whose products the correlation never reads and the
-// weight gradient meets with zero rows of dM: zero keeps NaN out of both;
-// a partial group leaves the previous group's values there, as zeroing
-// whole at the call's start did) and the slack. Zeroing both buffers whole
-// instead, up to 700 KB per call, made an exact training step 1.03 times
-// slower on an Intel Xeon core (medians of 7 alternated pairs; same results
-// to the bit).
+// The zeros of the bordered buffer and of V that no image or group
+// overwrites, set at a call's start (the buffers are shared with calls of
+// other shapes): in the bordered image the border, and the padding channels
+// (where the channels do not fill their vectors: then the whole image); in
+// each plane of V the rows past those a full group writes (rows of the last
+// block, whose products the correlation never reads and the weight gradient
+// meets with zero rows of dM: zero keeps NaN out of both; a partial group
+// leaves the previous group's values there, as zeroing whole at the call's
+// start did) and the slack. Zeroing both buffers whole instead, up to 700 KB
+// per call, made an exact training step 1.03 times slower on an Intel Xeon
+// core (medians of 7 alternated pairs; same results to the bit).
 template <class T>
 void zero_unwritten(const winograd_geometry<T>& geometry, T* bordered, T* patches)
 {
     const std::size_t stride = geometry.source_stride, row = geometry.bordered_width * stride;
-    const std::size_t slot = geometry.bordered_pixels * stride;
     const std::size_t rows = geometry.bordered_pixels / geometry.bordered_width;
-    for (std::size_t i = 0; i < geometry.group_images; ++i) {
-        T* image = bordered + i * slot;
-        if (stride != geometry.source_channels) {
-            std::fill(image, image + slot, T(0));
-            continue;
-        }
-        std::fill(image, image + row, T(0)); // row 0
+    if (stride != geometry.source_channels) {
+        std::fill(bordered, bordered + geometry.bordered_count(), T(0));
+    } else {
+        std::fill(bordered, bordered + row, T(0)); // row 0
         for (std::size_t y = 1; y <= geometry.height; ++y) {
-            T* line = image + y * row;
+            T* line = bordered + y * row;
             std::fill(line, line + stride, T(0));                              // pixel 0
             std::fill(line + (geometry.width + 1) * stride, line + row, T(0)); // past the edge
         }
-        std::fill(image + (geometry.height + 1) * row, image + rows * row, T(0)); // the rows below
+        std::fill(bordered + (geometry.height + 1) * row, bordered + rows * row, T(0)); // the rows below
     }
     const std::size_t written = geometry.group_images * geometry.tiles * stride, plane = geometry.patch_plane();
     for (std::size_t e = 0; e < geometry.products_per_tile; ++e)
@@ -694,8 +698,10 @@ void winograd_correlation(const winograd_geometry<T>& geometry, const T* source,
     const std::size_t image_values = geometry.source_channels * pixels;
     for (std::size_t first = 0; first < geometry.batch; first += geometry.group_images) {
         const std::size_t count = std::min(geometry.group_images, geometry.batch - first);
-        gather_images(geometry, source, first, count, bordered, source_map);
-        transform_patches(geometry, bordered, count, patches);
+        for (std::size_t i = 0; i < count; ++i) {
+            gather_image(geometry, source, first + i, bordered, source_map);
+            transform_patches(geometry, bordered, i, patches);
+        }
         const std::size_t next_count = std::min(geometry.group_images, geometry.batch - first - count);
         multiply_transformed(geometry, patches, weights, products,
                              images_bytes(source, image_values, first + count, next_count));
@@ -852,9 +858,9 @@ void winograd_weight_gradient(const winograd_geometry<T>& geometry, const T* sou
     const std::size_t vectors = stride / simd_width<T>;
     for (std::size_t first = 0; first < geometry.batch; first += geometry.group_images) {
         const std::size_t count = std::min(geometry.group_images, geometry.batch - first);
-        gather_images(geometry, source, first, count, bordered, source_map);
-        transform_patches(geometry, bordered, count, patches);
         for (std::size_t i = 0; i < count; ++i) {
+            gather_image(geometry, source, first + i, bordered, source_map);
+            transform_patches(geometry, bordered, i, patches);
             // The result gradient pixel-major, each row into its tile row
             // (the padding channels and the pixels past the edge stay zero).
             transpose_channels_to_rows(result_gradient + (first + i) * results * pixels, pixels, results, pixels, tiles,
