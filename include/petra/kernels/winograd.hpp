@@ -15,15 +15,15 @@
 //
 // Layout: the channels run along the vectors. An image is transposed once to
 // pixel-major order (each pixel's channels contiguous, padded with zeros to
-// whole vectors) inside a zero border, one image at a time; the transformed patches then form 16
-// matrices V_e (tiles x source channels) and the transformed weights 16
-// matrices U_e (source channels x result channels), and the products M_e =
-// V_e U_e are 16 small GEMMs whose micro-kernel broadcasts one element of V_e
-// against whole vectors of U_e's row. M is stored tile by tile (a tile's 16
-// products one after another, each a row of result channels), so that the
-// output transform reads each tile from consecutive cache lines rather than
-// from 16 (36 for F(4x4, 3x3)) planes, more streams than the prefetchers
-// follow. The output transform turns M's 16
+// whole vectors) inside a zero border, one image at a time; the transformed
+// patches then form 16 matrices V_e (tiles x source channels) and the
+// transformed weights 16 matrices U_e (source channels x result channels),
+// and the products M_e = V_e U_e are 16 small GEMMs whose micro-kernel
+// broadcasts one element of V_e against whole vectors of U_e's row. M is
+// stored tile by tile (a tile's 16 products one after another, each a row of
+// result channels), so that the output transform reads each tile from
+// consecutive cache lines rather than from 16 (36 for F(4x4, 3x3)) planes,
+// more streams than the prefetchers follow. The output transform turns M's 16
 // values of a tile into its 2x2 results, still pixel-major, and one more
 // transposition returns them to NCHW. Images are taken a few at a time so
 // that V and M of a group stay within half of the core's L2 cache (U, the
@@ -323,9 +323,9 @@ void transform_weights(const winograd_geometry<T>& geometry, Tap&& tap, T* trans
 // in mapped (input_map.hpp). The kernels gather and transform one image at
 // a time, so that one image's buffer (57 KiB at 16 channels, 28x28) is
 // written and read again while it is in the core's caches, and the
-// scratch holds one image instead of a group (a group's buffer, filled
-// whole before its transform, measured as fast or 1-2% slower in a
-// training step on an Intel Xeon, model 167).
+// scratch holds one image instead of a group (against a group's buffer,
+// filled whole before its transform, the forwards and input gradients of a
+// training step moved within 2% either way on an Intel Xeon, model 167).
 template <class T>
 void gather_image(const winograd_geometry<T>& geometry, const T* source, std::size_t image, T* bordered,
                   affine_relu_map<T> map)
