@@ -9,12 +9,11 @@
 // The run digests also depend on the floating-point code the compiler makes
 // of the kernels: g++ 12 and clang++ 14 fuse other multiply-adds into fma
 // instructions (floating-point contraction, where the source writes a * b +
-// c), so each compiler gets its own pair of run digests (the batch
-// normalisation's maps round their multiply-add once with either compiler,
-// kernels::fused_multiply_add, since the clang++ pair was re-pinned). The
-// pairs are pinned for
-// g++ 12 and clang++ 14 on x86-64 with AVX-512 and FMA (-march=native on the
-// CI machines) and only reported elsewhere. The samplers and the initial
+// c), so each compiler gets its own pair of run digests. (Batch
+// normalisation's maps round their multiply-add once under either compiler,
+// kernels::fused_multiply_add; the clang++ pair was re-pinned when they began
+// to.) The pairs are pinned for g++ 12 and clang++ 14 on x86-64 with AVX-512
+// and FMA (-march=native on the CI machines) and only reported elsewhere. The samplers and the initial
 // parameters use exact operations only (random.hpp) and are compared on
 // every compiler and CPU.
 #include <algorithm>
