@@ -15,6 +15,7 @@
 
 #include <petra/kernels/convolution.hpp>
 #include <petra/kernels/input_map.hpp>
+#include <petra/kernels/reduction.hpp>
 
 #include "reference/convolution.hpp"
 #include "support.hpp"
@@ -218,6 +219,73 @@ TEST_CASE_TEMPLATE("Winograd's two tiles agree with the direct correlation, tile
     CHECK(detail::winograd_output_tile({64, 64, 2, 2, 64, 3, 1, 1}) == 2);
 }
 
+// The batch statistics a forward gives (convolution_forward's
+// output_statistics) against channel_mean_variance of the output it wrote:
+// the same bits in the direct form, which calls it; within a few units of
+// rounding of the variance in Winograd's form, which gathers them image by
+// image (winograd.hpp, result_statistics), for both tiles, more images than
+// one group holds, channels that are not whole vectors, and outputs whose
+// mean is large against their spread (inputs of 100 +- 1, where a sum of
+// squares less the squared mean would lose the variance's digits).
+TEST_CASE_TEMPLATE("a forward's output statistics are channel_mean_variance's of its output", T, float, double)
+{
+    using namespace petra::kernels;
+    std::mt19937_64 generator(8);
+    const auto check_statistics = [](const convolution_shape& shape, const std::vector<T>& output,
+                                     const std::vector<T>& mean, const std::vector<T>& variance, bool same_bits) {
+        const std::size_t pixels = shape.out_height() * shape.out_width();
+        std::vector<T> expected_mean(shape.out_channels), expected_variance(shape.out_channels);
+        channel_mean_variance(shape.batch, shape.out_channels, pixels, output.data(), expected_mean.data(),
+                              expected_variance.data());
+        for (std::size_t c = 0; c < shape.out_channels; ++c) {
+            INFO("channel " << c << ": mean " << mean[c] << " against " << expected_mean[c] << ", variance "
+                            << variance[c] << " against " << expected_variance[c]);
+            if (same_bits) {
+                CHECK(mean[c] == expected_mean[c]);
+                CHECK(variance[c] == expected_variance[c]);
+                continue;
+            }
+            const T spread = std::sqrt(expected_variance[c]);
+            const T tolerance = petra::test::accumulation_tolerance<T>(64);
+            CHECK(std::abs(mean[c] - expected_mean[c]) <= tolerance * (std::abs(expected_mean[c]) + spread));
+            CHECK(std::abs(variance[c] - expected_variance[c]) <= tolerance * expected_variance[c]);
+        }
+    };
+    for_each_shape([&](const convolution_shape& shape) {
+        if (shape.batch * shape.out_height() * shape.out_width() < 2) return;
+        const auto input = petra::test::random_vector<T>(shape.input_count(), generator);
+        const auto weights = petra::test::random_vector<T>(shape.weight_count(), generator);
+        auto output = petra::test::nan_vector<T>(shape.output_count());
+        std::vector<T> mean(shape.out_channels), variance(shape.out_channels);
+        convolution_forward(shape, input.data(), weights.data(), output.data(), {}, {},
+                            channel_statistics<T>{mean.data(), variance.data()});
+        check_statistics(shape, output, mean, variance, !detail::winograd_applies(shape));
+    });
+    for (const convolution_shape shape :
+         {convolution_shape{3, 16, 28, 28, 16, 3, 1, 1}, convolution_shape{40, 9, 6, 10, 20, 3, 1, 1},
+          convolution_shape{5, 64, 7, 7, 64, 3, 1, 1}, convolution_shape{2, 8, 1, 3, 8, 3, 1, 1}}) {
+        REQUIRE(detail::winograd_applies(shape));
+        auto input = petra::test::random_vector<T>(shape.input_count(), generator);
+        for (T& value : input) value += T(100);
+        const auto weights = petra::test::random_vector<T>(shape.weight_count(), generator);
+        const std::size_t in_channels = shape.in_channels;
+        const auto tap = [&](std::size_t co, std::size_t ci, std::size_t kh, std::size_t kw) {
+            return weights[((co * in_channels + ci) * 3 + kh) * 3 + kw];
+        };
+        scratch_source scratch;
+        for (const std::size_t tile : {2, 4}) {
+            INFO("F(" << tile << "x" << tile << ", 3x3), batch " << shape.batch << ", channels " << shape.in_channels
+                      << " -> " << shape.out_channels << ", input " << shape.in_height << "x" << shape.in_width);
+            auto output = petra::test::nan_vector<T>(shape.output_count());
+            std::vector<T> mean(shape.out_channels), variance(shape.out_channels);
+            detail::winograd_correlation(detail::forward_winograd_geometry<T>(shape, tile), input.data(), tap,
+                                         output.data(), T(0), scratch, {},
+                                         channel_statistics<T>{mean.data(), variance.data()});
+            check_statistics(shape, output, mean, variance, false);
+        }
+    }
+}
+
 // The direct kernels take a batch a chunk of images at a time (chunk_images
 // in convolution.hpp), as many as keep their buffers within a budget of at
 // most winograd_max_group_bytes. Shapes that need over 400 KB per image, more
@@ -373,14 +441,15 @@ TEST_CASE("a convolution's scratch demand is a compile-time figure, merged per b
     static_assert(detail::forward_chunk_images<float>(shape) == 18);
     static_assert(forward.thread_bytes() >= 18 * 16 * 30 * 30 * sizeof(float));
     static_assert(forward.thread_bytes() < 2 * detail::winograd_max_group_bytes);
-    // Winograd's form: five buffers (the input transposed into its border,
-    // the transformed patches, weights and products, one image's results), of
-    // one group of images at most (its patches and products within
-    // winograd_max_group_bytes, the ceiling of any core's budget); the input
-    // gradient, which may accumulate, also stages one image's results.
+    // Winograd's form: six buffers (the input transposed into its border,
+    // the transformed patches, weights and products, one image's results, the
+    // output statistics' running sums), of one group of images at most (its
+    // patches and products within winograd_max_group_bytes, the ceiling of
+    // any core's budget); the input gradient, which may accumulate, also
+    // stages one image's results.
     constexpr scratch_demand winograd = convolution_forward_scratch<float>({64, 16, 28, 28, 16, 3, 1, 1});
-    static_assert(winograd.buffer_count() == 5);
-    static_assert(convolution_backward_input_scratch<float>({64, 16, 28, 28, 16, 3, 1, 1}).buffer_count() == 6);
+    static_assert(winograd.buffer_count() == 6);
+    static_assert(convolution_backward_input_scratch<float>({64, 16, 28, 28, 16, 3, 1, 1}).buffer_count() == 7);
     static_assert(winograd.thread_bytes() < 2 * detail::winograd_max_group_bytes);
     static_assert(forward.region_bytes() >= forward.thread_bytes());
     // The weight gradient reads the same phased input: one buffer, the larger

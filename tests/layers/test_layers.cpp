@@ -388,7 +388,10 @@ TEST_CASE_TEMPLATE("forward_onto: a block's addition in a layer's last pass chan
     // A chain: its last layer's forward_onto (batch_norm_relu after fusion,
     // batch_norm), or forward and the kernel where the layer has none (conv2d).
     using residual = chain<conv2d<4, 4, 3>, batch_norm<4>, relu, conv2d<4, 4, 3>, batch_norm<4>, relu>;
-    static_assert(requires { &layer_for<batch_norm_relu<4>, input>::template forward_onto<pass::training_t, T>; });
+    using normalization = layer_for<batch_norm_relu<4>, input>;
+    static_assert(requires(std::span<T, 8> values, batch_view<T, input> y, std::span<T> workspace) {
+        normalization::forward_onto(pass::training, combination::add, values, values, y, y, y, workspace);
+    });
     check_forward_onto<layer_for<residual, input>, T>(generator);
     check_forward_onto<layer_for<chain<conv2d<4, 4, 1>, batch_norm<4>>, input>, T>(generator);
     check_forward_onto<layer_for<chain<batch_norm<4>, conv2d<4, 6, 3, 2>>, input>, T>(generator);
@@ -477,6 +480,78 @@ TEST_CASE_TEMPLATE("fusion: a convolution reads batch_norm_relu's input through 
     using into_last = layer_for<chain<batch_norm<8>, relu, conv2d<8, 8, 3>>, shape<8, 5, 6>>;
     static_assert(into_last::mapped[0]);
     check_forward_onto<into_last, T>(generator);
+}
+
+namespace {
+
+// A chain of a convolution and a batch normalisation, whose convolution
+// gives the batch statistics of its output (gives_statistics), against the
+// two layers run one after the other (the unfused reference, where the
+// normalisation reads the convolution's output for them): output,
+// statistics in the workspace and running statistics the same to the bit
+// where the convolution is direct (it calls channel_mean_variance), within
+// a few units of rounding where it takes Winograd's form (it gathers them
+// image by image); in inference, which normalises with the running
+// statistics, the same to the bit.
+template <class T, std::size_t C, class Input, class Normalization>
+void check_statistics_chain(std::mt19937_64& generator, bool same_bits)
+{
+    using fused = layer_for<chain<conv2d<C, C, 3>, Normalization>, Input>;
+    using convolution = layer_for<conv2d<C, C, 3>, Input>;
+    using normalization = layer_for<Normalization, Input>;
+    static_assert(fused::gives_statistics[0] && !fused::gives_statistics[1]);
+    constexpr std::size_t P = fused::parameter_count, S = fused::state_count, P1 = convolution::parameter_count;
+    const std::size_t batch = 5;
+    auto parameters = test::random_vector<T>(P, generator);
+    const auto x = test::random_vector<T>(batch * Input::size, generator, T(2), T(3));
+    const std::span<const T, P> values(parameters.data(), P);
+    const auto run = [&]<class Pass>(Pass mode) {
+        std::vector<T> state(S), reference_state(S);
+        for (std::size_t i = 0; i < S; ++i) state[i] = reference_state[i] = T(1) + T(i % 3);
+        std::vector<T> y(x.size()), h(x.size()), expected(x.size());
+        std::vector<T> workspace(fused::workspace_size(batch)), normalization_workspace(2 * C);
+        fused::forward(mode, values, std::span<T, S>(state), test::batch_of<Input>(x, batch),
+                       test::batch_of<Input>(y, batch), std::span<T>(workspace));
+        convolution::forward(mode, values.template first<P1>(), std::span<T, 0>(), test::batch_of<Input>(x, batch),
+                             test::batch_of<Input>(h, batch), std::span<T>());
+        normalization::forward(mode, values.template last<P - P1>(), std::span<T, S>(reference_state),
+                               test::batch_of<Input>(std::as_const(h), batch), test::batch_of<Input>(expected, batch),
+                               std::span<T>(normalization_workspace));
+        // The chain keeps the convolution's output, then the normalisation's workspace.
+        const std::vector<T> kept(workspace.begin(), workspace.begin() + h.size());
+        const std::vector<T> statistics(workspace.begin() + h.size(), workspace.end());
+        CHECK(kept == h);
+        if (same_bits || Pass::uses_running_statistics) {
+            CHECK(y == expected);
+            CHECK(statistics == normalization_workspace);
+            CHECK(state == reference_state);
+        } else {
+            test::check_close(y, expected, test::accumulation_tolerance<T>(256));
+            test::check_close(statistics, normalization_workspace, test::accumulation_tolerance<T>(256));
+            test::check_close(state, reference_state, test::accumulation_tolerance<T>(256));
+            if constexpr (Pass::updates_running_statistics) CHECK(state != std::vector<T>(S, T(1)));
+        }
+    };
+    run(pass::training);
+    run(pass::recomputation);
+    run(pass::inference);
+}
+
+} // namespace
+
+TEST_CASE_TEMPLATE("fusion: a convolution gives the batch normalisation after it its batch statistics", T, float,
+                   double)
+{
+    std::mt19937_64 generator(61);
+    // Winograd's form (at least 8 channels each side): both tiles' sizes.
+    check_statistics_chain<T, 16, shape<16, 12, 10>, batch_norm<16>>(generator, false);
+    check_statistics_chain<T, 9, shape<9, 5, 3>, batch_norm_relu<9>>(generator, false);
+    // The direct form: channel_mean_variance over the output, the same bits.
+    check_statistics_chain<T, 4, shape<4, 6, 5>, batch_norm<4>>(generator, true);
+    // In a residual function both normalisations take them, the first also
+    // mapping the second convolution's input.
+    using function = layer_for<residual<16>, shape<16, 5, 5>>;
+    static_assert(function::gives_statistics[0] && function::mapped[1] && function::gives_statistics[2]);
 }
 
 TEST_CASE("fusion: the mapped chain in bf16 equals the unfused layers in bf16, to the bit")

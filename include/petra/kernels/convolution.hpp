@@ -38,6 +38,7 @@
 #include <petra/kernels/input_map.hpp>
 #include <petra/kernels/layout.hpp>
 #include <petra/kernels/profile.hpp>
+#include <petra/kernels/reduction.hpp>
 #include <petra/kernels/scratch.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/kernels/winograd.hpp>
@@ -1382,7 +1383,8 @@ constexpr std::size_t winograd_output_tile(const convolution_shape& shape)
 // form, for a shape winograd_applies to.
 template <class T>
 void winograd_forward(const convolution_shape& shape, const T* input, const T* weights, T* output, T beta,
-                      scratch_source& scratch, affine_relu_map<T> input_map = {})
+                      scratch_source& scratch, affine_relu_map<T> input_map = {},
+                      channel_statistics<T> output_statistics = {})
 {
     const std::size_t in_channels = shape.in_channels;
     winograd_correlation(
@@ -1390,7 +1392,7 @@ void winograd_forward(const convolution_shape& shape, const T* input, const T* w
         [&](std::size_t co, std::size_t ci, std::size_t kh, std::size_t kw) {
             return weights[((co * in_channels + ci) * 3 + kh) * 3 + kw];
         },
-        output, beta, scratch, input_map);
+        output, beta, scratch, input_map, output_statistics);
 }
 
 // grad_x = input gradient + beta * grad_x through Winograd's form:
@@ -1543,9 +1545,17 @@ constexpr scratch_demand convolution_backward_weights_scratch(const convolution_
 // convolution_takes_input_map accepts, std::invalid_argument otherwise),
 // forward and weight gradient read x as if every value were mapped first:
 // the same bits as the kernel on the mapped input, with no pass to map it.
+//
+// Where output_statistics is given (reduction.hpp), forward also writes the
+// batch mean and variance of each output channel, what a batch
+// normalisation after the convolution needs: in Winograd's form from each
+// image's results while they are in the core's caches (winograd.hpp,
+// result_statistics; equal to channel_mean_variance's up to rounding), in
+// the direct form by channel_mean_variance over y (the same bits).
 template <class T>
 void convolution_forward(const convolution_shape& shape, const T* x, const T* weights, T* y,
-                         std::span<std::byte> scratch = {}, affine_relu_map<T> input_map = {})
+                         std::span<std::byte> scratch = {}, affine_relu_map<T> input_map = {},
+                         channel_statistics<T> output_statistics = {})
 {
     PETRA_PROFILE_KERNEL(
         "convolution forward", detail::convolution_geometry, detail::convolution_sizes(shape), double(shape.flops()),
@@ -1555,9 +1565,13 @@ void convolution_forward(const convolution_shape& shape, const T* x, const T* we
     if (shape.batch == 0) return;
     scratch_source source(scratch);
     if (detail::winograd_applies(shape)) {
-        detail::winograd_forward(shape, x, weights, y, T(0), source, input_map);
+        detail::winograd_forward(shape, x, weights, y, T(0), source, input_map, output_statistics);
     } else {
         detail::forward_accumulate(shape, x, weights, y, T(0), source);
+        if (output_statistics) {
+            channel_mean_variance(shape.batch, shape.out_channels, shape.out_height() * shape.out_width(), y,
+                                  output_statistics.mean, output_statistics.variance);
+        }
     }
 }
 

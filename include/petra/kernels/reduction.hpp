@@ -26,6 +26,18 @@
 
 namespace petra::kernels {
 
+// Where a kernel that can compute the batch statistics of its output (the
+// convolutions' forward, convolution.hpp) writes them: mean[c] and the biased
+// variance[c] of each output channel c over the batch and the positions, as
+// channel_mean_variance defines them. A default-constructed value asks for
+// none and converts to false.
+template <class T>
+struct channel_statistics {
+    T* mean = nullptr;
+    T* variance = nullptr;
+    constexpr explicit operator bool() const noexcept { return mean != nullptr; }
+};
+
 namespace detail {
 
 // How the profile records of the per-channel kernels (here and in

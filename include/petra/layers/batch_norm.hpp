@@ -15,7 +15,9 @@
 // the chain does not even write its output: it computes the statistics
 // (forward_statistics) and the convolution reads the input through the
 // layer's output_map (kernels/input_map.hpp), in forward and in its weight
-// gradient, to the same bits.
+// gradient, to the same bits. Where a convolution precedes it, the chain has
+// the convolution compute the batch statistics as it writes its output
+// (takes_input_statistics), and the layer does not read its input for them.
 #pragma once
 
 #include <algorithm>
@@ -87,7 +89,30 @@ struct bound_normalization {
                         state_view<Pass, T, state_count> state, const_batch<T, input> x, batch_view<T, output> y,
                         std::span<T> workspace)
     {
-        normalize(mode, parameters, state, x, y, workspace, static_cast<const T*>(nullptr), false);
+        normalize<false>(mode, parameters, state, x, y, workspace, static_cast<const T*>(nullptr), false);
+    }
+
+    // Whether the layer can take the batch statistics of its input from the
+    // layer that produced it (a convolution: gives_output_statistics), so
+    // that a chain spares it a pass over its input (chain.hpp). The
+    // producer writes them where input_statistics says, in this layer's
+    // workspace, and the forward then takes input_statistics_given
+    // (layer.hpp): only in passes that compute batch statistics.
+    static constexpr bool takes_input_statistics = true;
+    template <class T>
+    static kernels::channel_statistics<T> input_statistics(std::span<T> workspace)
+    {
+        // The inverse deviation's place holds the variance until statistics() turns it into one.
+        return {workspace.data(), workspace.data() + Channels};
+    }
+    template <forward_pass Pass, class T>
+    static void forward(Pass mode, parameters_view<T, parameter_count> parameters,
+                        state_view<Pass, T, state_count> state, const_batch<T, input> x, batch_view<T, output> y,
+                        std::span<T> workspace, input_statistics_given_t)
+    {
+        static_assert(!Pass::uses_running_statistics, "batch_norm: a pass that normalises with the running "
+                                                      "statistics takes no batch statistics.");
+        normalize<true>(mode, parameters, state, x, y, workspace, static_cast<const T*>(nullptr), false);
     }
 
     // A chain may leave this layer's output unwritten and have the next
@@ -103,7 +128,18 @@ struct bound_normalization {
                                    state_view<Pass, T, state_count> state, const_batch<T, input> x,
                                    std::span<T> workspace)
     {
-        statistics<Pass>(state, x, workspace);
+        statistics<Pass, false>(state, x, workspace);
+    }
+    // The same with the batch statistics given (takes_input_statistics):
+    // only the running statistics' update and the inverse deviations.
+    template <forward_pass Pass, class T>
+    static void forward_statistics(Pass, parameters_view<T, parameter_count> /*parameters*/,
+                                   state_view<Pass, T, state_count> state, const_batch<T, input> x,
+                                   std::span<T> workspace, input_statistics_given_t)
+    {
+        static_assert(!Pass::uses_running_statistics, "batch_norm: a pass that normalises with the running "
+                                                      "statistics takes no batch statistics.");
+        statistics<Pass, true>(state, x, workspace);
     }
 
     // What forward writes, as the map of its input: y = output_map(...)(c,
@@ -128,7 +164,17 @@ struct bound_normalization {
                              state_view<Pass, T, state_count> state, const_batch<T, input> x,
                              const_batch<T, output> addend, batch_view<T, output> y, std::span<T> workspace)
     {
-        normalize(mode, parameters, state, x, y, workspace, addend.data(), how == combination::subtract_from);
+        normalize<false>(mode, parameters, state, x, y, workspace, addend.data(), how == combination::subtract_from);
+    }
+    template <forward_pass Pass, class T>
+    static void forward_onto(Pass mode, combination how, parameters_view<T, parameter_count> parameters,
+                             state_view<Pass, T, state_count> state, const_batch<T, input> x,
+                             const_batch<T, output> addend, batch_view<T, output> y, std::span<T> workspace,
+                             input_statistics_given_t)
+    {
+        static_assert(!Pass::uses_running_statistics, "batch_norm: a pass that normalises with the running "
+                                                      "statistics takes no batch statistics.");
+        normalize<true>(mode, parameters, state, x, y, workspace, addend.data(), how == combination::subtract_from);
     }
 
     // The gradient of a training (or recomputation) pass, where mean and
@@ -215,13 +261,14 @@ struct bound_normalization {
 
 private:
     // forward, with the map's values combined with addend where it is not
-    // null (kernels::channel_affine_arguments).
-    template <forward_pass Pass, class T>
+    // null (kernels::channel_affine_arguments); Given: the batch statistics
+    // are in the workspace already (takes_input_statistics).
+    template <bool Given, forward_pass Pass, class T>
     static void normalize(Pass, parameters_view<T, parameter_count> parameters, state_view<Pass, T, state_count> state,
                           const_batch<T, input> x, batch_view<T, output> y, std::span<T> workspace, const T* addend,
                           bool subtract_from_addend)
     {
-        statistics<Pass>(state, x, workspace);
+        statistics<Pass, Given>(state, x, workspace);
         const affine<T> map(parameters, workspace);
         const kernels::channel_affine_arguments<T> arguments{.batch = x.batch(),
                                                              .channels = Channels,
@@ -238,8 +285,9 @@ private:
 
     // The mean and inverse deviation of each channel into the workspace:
     // the batch's (and the running statistics updated by a training pass),
-    // or the running ones.
-    template <forward_pass Pass, class T>
+    // or the running ones. Given: the batch's mean and variance are in the
+    // workspace already (input_statistics), x is not read.
+    template <forward_pass Pass, bool Given, class T>
     static void statistics(state_view<Pass, T, state_count> state, const_batch<T, input> x, std::span<T> workspace)
     {
         const std::size_t batch = x.batch();
@@ -256,7 +304,7 @@ private:
                             "batch_norm: training needs at least two values per channel in a batch");
             }
             T* variance = inverse_deviation;
-            kernels::channel_mean_variance(batch, Channels, pixels, x.data(), mean, variance);
+            if constexpr (!Given) kernels::channel_mean_variance(batch, Channels, pixels, x.data(), mean, variance);
             if constexpr (Pass::updates_running_statistics) {
                 const T unbiased = T(batch * pixels) / T(batch * pixels - 1);
                 for (std::size_t c = 0; c < Channels; ++c) {

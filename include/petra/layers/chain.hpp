@@ -11,7 +11,15 @@
 // the second reads the first's input through the first's output map, in
 // forward and backward: the output between them is never written nor kept,
 // and every number is the same to the bit (the chain decides this at
-// compile time; the unfused layers are what tests compare it with). Its
+// compile time; the unfused layers are what tests compare it with). Where
+// a layer that can give the batch statistics of its output (conv2d:
+// gives_output_statistics) is followed by one that normalises with them
+// (batch_norm: takes_input_statistics), the first computes them as it
+// writes its output, in the passes that compute batch statistics, and the
+// second does not read its input for them: one pass over the activation
+// fewer, at the price of their rounding (a convolution in Winograd's form
+// gathers them image by image; tests hold the chain to the unfused layers
+// within a few units of rounding). Its
 // counts and FLOPs are sums over the pack, its parameters and state are its
 // layers' arrays placed end to end, and forward and backward are visits of
 // its layers' indices; nothing is written per network. The bound layers form
@@ -31,12 +39,15 @@
 #include <cstddef>
 #include <random>
 #include <span>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
 #include <boost/hana/fold_left.hpp>
 
 #include <petra/batch_view.hpp>
+#include <petra/kernels/input_map.hpp>
+#include <petra/kernels/reduction.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/layers/contract.hpp>
 #include <petra/layers/fusion.hpp>
@@ -112,6 +123,48 @@ constexpr bool fuses_through_map()
     }
 }
 
+// Whether Producer's forward gives the batch statistics of its output
+// (gives_output_statistics) that Consumer, a batch normalisation, takes
+// instead of reading that output for them (takes_input_statistics).
+template <class Producer, class Consumer>
+constexpr bool fuses_statistics()
+{
+    if constexpr (requires {
+                      Producer::gives_output_statistics;
+                      Consumer::takes_input_statistics;
+                  }) {
+        if constexpr (Producer::gives_output_statistics && Consumer::takes_input_statistics) {
+            // One sentence per mistake, as in fuses_through_map.
+            static_assert(
+                requires(std::span<const float, Producer::parameter_count> parameters,
+                         std::span<float, Producer::state_count> state,
+                         batch_view<const float, typename Producer::input> x,
+                         batch_view<float, typename Producer::output> y, std::span<float> workspace) {
+                    Producer::forward(pass::training, parameters, state, x, y, workspace,
+                                      kernels::affine_relu_map<float>{}, kernels::channel_statistics<float>{});
+                },
+                "A layer that gives its output's statistics (gives_output_statistics) must take, after its "
+                "workspace, an input map and a kernels::channel_statistics in its forward "
+                "(docs/layers-and-blocks.md).");
+            static_assert(
+                requires(std::span<const float, Consumer::parameter_count> parameters,
+                         std::span<float, Consumer::state_count> state,
+                         batch_view<const float, typename Consumer::input> x,
+                         batch_view<float, typename Consumer::output> y, std::span<float> workspace) {
+                    Consumer::template input_statistics<float>(workspace);
+                    Consumer::forward(pass::training, parameters, state, x, y, workspace, input_statistics_given);
+                },
+                "A layer that takes its input's statistics (takes_input_statistics) must provide input_statistics "
+                "and the forwards that take input_statistics_given (docs/layers-and-blocks.md).");
+            return true;
+        } else {
+            return false;
+        }
+    } else {
+        return false;
+    }
+}
+
 template <class... Bound>
 struct bound_chain : made_of<Bound...> {
     using parts = made_of<Bound...>;
@@ -142,6 +195,19 @@ struct bound_chain : made_of<Bound...> {
     {
         return std::array<bool, length>{[]<std::size_t K>(std::integral_constant<std::size_t, K>) {
             if constexpr (K + 1 < length) return fuses_through_map<layer<K>, layer<K + 1>>();
+            else return false;
+        }(std::integral_constant<std::size_t, I>{})...};
+    }
+    (std::make_index_sequence<length>{});
+
+    // gives_statistics[i]: layer i's forward writes the batch statistics of
+    // its output into layer i + 1's workspace, and layer i + 1 does not read
+    // its input for them (top of the file); in the passes that compute batch
+    // statistics only (passes_statistics).
+    static constexpr std::array<bool, length> gives_statistics = []<std::size_t... I>(std::index_sequence<I...>)
+    {
+        return std::array<bool, length>{[]<std::size_t K>(std::integral_constant<std::size_t, K>) {
+            if constexpr (K + 1 < length) return fuses_statistics<layer<K>, layer<K + 1>>();
             else return false;
         }(std::integral_constant<std::size_t, I>{})...};
     }
@@ -209,9 +275,24 @@ struct bound_chain : made_of<Bound...> {
             combine_with_addend(how, addend, y);
         } else {
             forward_layers<length - 1, Pass, T>(mode, parameters, state, at, x, y);
-            forward_onto_of<layer<last>>(mode, how, parts::template parameters_of<last>(parameters),
-                                         parts::template state_of<last>(state), at.template input_of<last>(x), addend,
-                                         y, at.template layer_workspace<last>());
+            const auto last_parameters = parts::template parameters_of<last>(parameters);
+            const auto last_state = parts::template state_of<last>(state);
+            const auto last_input = at.template input_of<last>(x);
+            const auto last_workspace = at.template layer_workspace<last>();
+            if constexpr (!receives_statistics<last, Pass>()) {
+                forward_onto_of<layer<last>>(mode, how, last_parameters, last_state, last_input, addend, y,
+                                             last_workspace);
+            } else if constexpr (requires {
+                                     layer<last>::forward_onto(mode, how, last_parameters, last_state, last_input,
+                                                               addend, y, last_workspace, input_statistics_given);
+                                 }) {
+                layer<last>::forward_onto(mode, how, last_parameters, last_state, last_input, addend, y, last_workspace,
+                                          input_statistics_given);
+            } else {
+                layer<last>::forward(mode, last_parameters, last_state, last_input, y, last_workspace,
+                                     input_statistics_given);
+                combine_with_addend(how, addend, y);
+            }
         }
     }
 
@@ -243,28 +324,78 @@ struct bound_chain : made_of<Bound...> {
 private:
     // The forward of layers 0 to Count - 1, each from its input into its
     // output (an intermediate in the workspace, or y for the last layer).
+    // The trailing arguments of each forward: the input map (a layer that
+    // reads its input through the layer before's map, or an empty one
+    // before the statistics' destination), the destination of the batch
+    // statistics the next layer takes, and input_statistics_given.
     template <std::size_t Count, forward_pass Pass, class T, class Layout>
     static void forward_layers(Pass mode, parameters_view<T, parameter_count> parameters,
                                state_view<Pass, T, state_count> state, const Layout& at, const_batch<T, input> x,
                                batch_view<T, output> y)
     {
         for_each_index<Count>([&](auto i) {
+            constexpr bool reads_through_map = i > 0 && mapped[i - 1];
+            const auto given = [&] {
+                if constexpr (receives_statistics<i, Pass>()) return std::tuple{input_statistics_given};
+                else return std::tuple{};
+            }();
             if constexpr (mapped[i]) {
-                layer<i>::forward_statistics(mode, parts::template parameters_of<i>(parameters),
-                                             parts::template state_of<i>(state), at.template input_of<i>(x),
-                                             at.template layer_workspace<i>());
-            } else if constexpr (i > 0 && mapped[i - 1]) {
-                const auto map = producer_map<i - 1, T>(parameters, at);
-                layer<i>::forward(mode, parts::template parameters_of<i>(parameters),
-                                  parts::template state_of<i>(state), at.template input_of<i - 1>(x),
-                                  at.template output_of<i>(y), at.template layer_workspace<i>(), map.map());
+                std::apply(
+                    [&](auto... more) {
+                        layer<i>::forward_statistics(mode, parts::template parameters_of<i>(parameters),
+                                                     parts::template state_of<i>(state), at.template input_of<i>(x),
+                                                     at.template layer_workspace<i>(), more...);
+                    },
+                    given);
             } else {
-                layer<i>::forward(mode, parts::template parameters_of<i>(parameters),
-                                  parts::template state_of<i>(state), at.template input_of<i>(x),
-                                  at.template output_of<i>(y), at.template layer_workspace<i>());
+                const auto map = [&] {
+                    if constexpr (reads_through_map) return producer_map<i - 1, T>(parameters, at);
+                    else return no_map<T>{};
+                }();
+                const auto statistics = [&] {
+                    if constexpr (passes_statistics<i, Pass>()) {
+                        return std::tuple{
+                            layer<i + 1>::template input_statistics<T>(at.template layer_workspace<i + 1>())};
+                    } else {
+                        return std::tuple{};
+                    }
+                }();
+                const auto map_argument = [&] {
+                    if constexpr (reads_through_map || passes_statistics<i, Pass>()) return std::tuple{map.map()};
+                    else return std::tuple{};
+                }();
+                std::apply(
+                    [&](auto... more) {
+                        layer<i>::forward(mode, parts::template parameters_of<i>(parameters),
+                                          parts::template state_of<i>(state),
+                                          at.template input_of < reads_through_map ? i - 1 : i > (x),
+                                          at.template output_of<i>(y), at.template layer_workspace<i>(), more...);
+                    },
+                    std::tuple_cat(map_argument, statistics, given));
             }
         });
     }
+
+    // Whether layer I gives the next layer its batch statistics in a pass
+    // of type Pass (gives_statistics; passes that normalise with running
+    // statistics compute none), and whether layer I takes them so.
+    template <std::size_t I, class Pass>
+    static constexpr bool passes_statistics()
+    {
+        return gives_statistics[I] && !Pass::uses_running_statistics;
+    }
+    template <std::size_t I, class Pass>
+    static constexpr bool receives_statistics()
+    {
+        if constexpr (I > 0) return passes_statistics<I - 1, Pass>();
+        else return false;
+    }
+
+    // The empty input map, for a forward that reads its input as it is.
+    template <class T>
+    struct no_map {
+        kernels::affine_relu_map<T> map() const { return {}; }
+    };
 
     // The output map of mapped layer I (the next layer reads I's input
     // through it), from I's parameters and the statistics in its workspace.

@@ -19,6 +19,7 @@
 
 #include <petra/kernels/convolution.hpp>
 #include <petra/kernels/convolution_bf16.hpp>
+#include <petra/kernels/reduction.hpp>
 #include <petra/layers/layer.hpp>
 #include <petra/layers/named_arrays.hpp>
 #include <petra/layers/precision.hpp>
@@ -106,23 +107,37 @@ struct conv2d {
         // take one (the bf16 kernels take one for every shape).
         static constexpr bool takes_input_map = kernels::convolution_takes_input_map(geometry(1));
 
+        // Whether forward can also give the batch statistics of its output
+        // (output_statistics below), so that a chain lets the batch_norm
+        // after it take them rather than read the output again (chain.hpp).
+        static constexpr bool gives_output_statistics = true;
+
         // With an input map (takes_input_map), x is read as if mapped first:
         // forward and the weight gradient compute, to the bit, what they
         // compute on the mapped x; grad_x is the gradient of the mapped x.
+        // Where output_statistics is given, forward also writes there the
+        // batch mean and variance of each channel of y
+        // (kernels::convolution_forward; in bf16 by channel_mean_variance
+        // over y).
         template <forward_pass Pass, class T>
         static void forward(Pass mode, parameters_view<T, parameter_count> parameters, state_view<Pass, T, 0>,
                             const_batch<T, input> x, batch_view<T, output> y, std::span<T>,
-                            kernels::affine_relu_map<T> input_map = {})
+                            kernels::affine_relu_map<T> input_map = {},
+                            kernels::channel_statistics<T> output_statistics = {})
         {
             if constexpr (std::is_same_v<T, float> && bf16_forward) {
                 if (thread_precision() == precision::bf16) {
                     kernels::convolution_forward_bf16(geometry(x.batch()), x.data(), parameters.data(), y.data(), 0.0f,
                                                       mode.kernel_scratch, input_map);
+                    if (output_statistics) {
+                        kernels::channel_mean_variance(y.batch(), OutChannels, output::pixels, y.data(),
+                                                       output_statistics.mean, output_statistics.variance);
+                    }
                     return;
                 }
             }
             kernels::convolution_forward(geometry(x.batch()), x.data(), parameters.data(), y.data(),
-                                         mode.kernel_scratch, input_map);
+                                         mode.kernel_scratch, input_map, output_statistics);
         }
 
         template <class T>

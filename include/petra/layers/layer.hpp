@@ -157,6 +157,17 @@ struct parameter_free {
     {}
 };
 
+// The last argument of a forward (forward, forward_onto, forward_statistics)
+// of a layer that takes its batch statistics from the layer before it
+// (takes_input_statistics): they are already in its workspace, where its
+// input_statistics said; the layer reads its input for nothing else than
+// its output. A chain passes it after a layer that gives them
+// (gives_output_statistics; chain.hpp).
+struct input_statistics_given_t {
+    explicit input_statistics_given_t() = default;
+};
+inline constexpr input_statistics_given_t input_statistics_given{};
+
 // How forward_onto combines a layer's output with the addend.
 enum class combination {
     add,           // y = forward(x) + addend
