@@ -282,6 +282,11 @@ TEST_CASE_TEMPLATE("a forward's output statistics are channel_mean_variance's of
                                          output.data(), T(0), scratch, {},
                                          channel_statistics<T>{mean.data(), variance.data()});
             check_statistics(shape, output, mean, variance, false);
+            // Not of a result accumulated onto what was there.
+            CHECK_THROWS_WITH_AS(detail::winograd_correlation(detail::forward_winograd_geometry<T>(shape, tile),
+                                                              input.data(), tap, output.data(), T(0.5), scratch, {},
+                                                              channel_statistics<T>{mean.data(), variance.data()}),
+                                 doctest::Contains("does not give the result's statistics"), std::invalid_argument);
         }
     }
 }

@@ -42,6 +42,7 @@
 #include <type_traits>
 #include <utility>
 
+#include <petra/error.hpp>
 #include <petra/kernels/cache_sizes.hpp>
 #include <petra/kernels/gemm.hpp>
 #include <petra/kernels/input_map.hpp>
@@ -656,13 +657,15 @@ void transform_products(const winograd_geometry<T>& geometry, const T* products,
 // vectors, so that the batch normalisation after a convolution need not read
 // the convolution's output again (a pass over 3.2 MB per 28x28 convolution
 // of the reference network, from beyond the L2 cache). Computed as
-// channel_mean_variance computes it: every value less its channel's first
-// value (the shift), each image in two passes (the sums, then the squared
-// deviations from the image's mean), and the images merged in order by the
-// identity channel_mean_variance states, whose terms do not cancel. Only
-// the grouping and the order of the additions differ (images one by one,
-// four partial sums per vector of channels), so the values round
-// differently from channel_mean_variance's, by errors of the same size.
+// channel_mean_variance computes a batch of more than one group: every
+// value less its channel's first value (the shift), each group (here an
+// image) in two passes (the sums, then the squared deviations from the
+// group's mean), and the groups merged in order by the identity
+// channel_mean_variance states, whose terms do not cancel. Only the
+// grouping and the order of the additions differ (images one by one, four
+// partial sums per vector of channels), so the values round differently
+// from channel_mean_variance's, by errors of the same size. For a batch of
+// at least one image.
 template <class T>
 class result_statistics {
 public:
@@ -726,7 +729,7 @@ public:
     // The batch's mean and variance into the outputs, once every image is added.
     void finish() const
     {
-        if (!out_) return;
+        if (!out_ || geometry_.batch == 0) return;
         const std::size_t stride = geometry_.result_stride;
         const T count = T(geometry_.batch * geometry_.pixels());
         for (std::size_t c = 0; c < geometry_.result_channels; ++c) {
@@ -793,6 +796,11 @@ void winograd_correlation(const winograd_geometry<T>& geometry, const T* source,
     T* products = scratch.take<winograd_products_tag, T>(geometry.products_count());
     T* results = scratch.take<winograd_results_tag, T>(geometry.results_count());
     T* staged = beta == T(0) ? nullptr : scratch.take<winograd_staged_tag, T>(geometry.staged_count());
+    if (result_statistics_out && beta != T(0)) {
+        raise_error(error_kind::invalid_argument,
+                    "petra::kernels: a correlation that accumulates onto its result (beta != 0) does not give "
+                    "the result's statistics");
+    }
     result_statistics<T> statistics(geometry, result_statistics_out, scratch);
     zero_unwritten(geometry, bordered, patches);
     transform_weights(geometry, tap, weights);

@@ -146,6 +146,12 @@ constexpr bool fuses_statistics()
                 "A layer that gives its output's statistics (gives_output_statistics) must take, after its "
                 "workspace, an input map and a kernels::channel_statistics in its forward "
                 "(docs/layers-and-blocks.md).");
+            // A consumer that maps its output (maps_output) may also be
+            // asked for its statistics alone (forward_statistics).
+            constexpr bool maps = [] {
+                if constexpr (requires { Consumer::maps_output; }) return bool(Consumer::maps_output);
+                else return false;
+            }();
             static_assert(
                 requires(std::span<const float, Consumer::parameter_count> parameters,
                          std::span<float, Consumer::state_count> state,
@@ -153,7 +159,13 @@ constexpr bool fuses_statistics()
                          batch_view<float, typename Consumer::output> y, std::span<float> workspace) {
                     Consumer::template input_statistics<float>(workspace);
                     Consumer::forward(pass::training, parameters, state, x, y, workspace, input_statistics_given);
-                },
+                } && (!maps ||
+                      requires(std::span<const float, Consumer::parameter_count> parameters,
+                               std::span<float, Consumer::state_count> state,
+                               batch_view<const float, typename Consumer::input> x, std::span<float> workspace) {
+                          Consumer::forward_statistics(pass::training, parameters, state, x, workspace,
+                                                       input_statistics_given);
+                      }),
                 "A layer that takes its input's statistics (takes_input_statistics) must provide input_statistics "
                 "and the forwards that take input_statistics_given (docs/layers-and-blocks.md).");
             return true;
@@ -203,11 +215,13 @@ struct bound_chain : made_of<Bound...> {
     // gives_statistics[i]: layer i's forward writes the batch statistics of
     // its output into layer i + 1's workspace, and layer i + 1 does not read
     // its input for them (top of the file); in the passes that compute batch
-    // statistics only (passes_statistics).
+    // statistics only (passes_statistics). Not where layer i's output is
+    // left unwritten (mapped): it then runs forward_statistics, which gives
+    // none.
     static constexpr std::array<bool, length> gives_statistics = []<std::size_t... I>(std::index_sequence<I...>)
     {
         return std::array<bool, length>{[]<std::size_t K>(std::integral_constant<std::size_t, K>) {
-            if constexpr (K + 1 < length) return fuses_statistics<layer<K>, layer<K + 1>>();
+            if constexpr (K + 1 < length) return !mapped[K] && fuses_statistics<layer<K>, layer<K + 1>>();
             else return false;
         }(std::integral_constant<std::size_t, I>{})...};
     }

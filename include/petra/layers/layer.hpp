@@ -160,9 +160,9 @@ struct parameter_free {
 // The last argument of a forward (forward, forward_onto, forward_statistics)
 // of a layer that takes its batch statistics from the layer before it
 // (takes_input_statistics): they are already in its workspace, where its
-// input_statistics said; the layer reads its input for nothing else than
-// its output. A chain passes it after a layer that gives them
-// (gives_output_statistics; chain.hpp).
+// input_statistics said, and the layer does not read its input for them
+// (forward_statistics then does not read it at all). A chain passes it
+// after a layer that gives them (gives_output_statistics; chain.hpp).
 struct input_statistics_given_t {
     explicit input_statistics_given_t() = default;
 };
