@@ -349,6 +349,8 @@ private:
     {
         for_each_index<Count>([&](auto i) {
             constexpr bool reads_through_map = i > 0 && mapped[i - 1];
+            // The layer whose input this one reads: its own, or the mapped layer's before it.
+            constexpr std::size_t source = reads_through_map ? i - 1 : i;
             const auto given = [&] {
                 if constexpr (receives_statistics<i, Pass>()) return std::tuple{input_statistics_given};
                 else return std::tuple{};
@@ -381,8 +383,7 @@ private:
                 std::apply(
                     [&](auto... more) {
                         layer<i>::forward(mode, parts::template parameters_of<i>(parameters),
-                                          parts::template state_of<i>(state),
-                                          at.template input_of < reads_through_map ? i - 1 : i > (x),
+                                          parts::template state_of<i>(state), at.template input_of<source>(x),
                                           at.template output_of<i>(y), at.template layer_workspace<i>(), more...);
                     },
                     std::tuple_cat(map_argument, statistics, given));
