@@ -110,8 +110,6 @@ struct bound_normalization {
                         state_view<Pass, T, state_count> state, const_batch<T, input> x, batch_view<T, output> y,
                         std::span<T> workspace, input_statistics_given_t)
     {
-        static_assert(!Pass::uses_running_statistics, "batch_norm: a pass that normalises with the running "
-                                                      "statistics takes no batch statistics.");
         normalize<true>(mode, parameters, state, x, y, workspace, static_cast<const T*>(nullptr), false);
     }
 
@@ -137,8 +135,6 @@ struct bound_normalization {
                                    state_view<Pass, T, state_count> state, const_batch<T, input> x,
                                    std::span<T> workspace, input_statistics_given_t)
     {
-        static_assert(!Pass::uses_running_statistics, "batch_norm: a pass that normalises with the running "
-                                                      "statistics takes no batch statistics.");
         statistics<Pass, true>(state, x, workspace);
     }
 
@@ -172,8 +168,6 @@ struct bound_normalization {
                              const_batch<T, output> addend, batch_view<T, output> y, std::span<T> workspace,
                              input_statistics_given_t)
     {
-        static_assert(!Pass::uses_running_statistics, "batch_norm: a pass that normalises with the running "
-                                                      "statistics takes no batch statistics.");
         normalize<true>(mode, parameters, state, x, y, workspace, addend.data(), how == combination::subtract_from);
     }
 
@@ -290,6 +284,8 @@ private:
     template <forward_pass Pass, bool Given, class T>
     static void statistics(state_view<Pass, T, state_count> state, const_batch<T, input> x, std::span<T> workspace)
     {
+        static_assert(!(Given && Pass::uses_running_statistics),
+                      "batch_norm: a pass that normalises with the running statistics takes no batch statistics.");
         const std::size_t batch = x.batch();
         T* mean = workspace.data();
         T* inverse_deviation = workspace.data() + Channels;

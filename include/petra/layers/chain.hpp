@@ -93,33 +93,47 @@ struct bind_fused<Input, fused_sequence<Layers...>> {
     using type = bind_chain<Input, Layers...>;
 };
 
+// The fusion traits a layer may state (docs/layers-and-blocks.md), false
+// where it states none.
+template <class Layer>
+constexpr bool maps_output_of = [] {
+    if constexpr (requires { Layer::maps_output; }) return bool(Layer::maps_output);
+    else return false;
+}();
+template <class Layer>
+constexpr bool takes_input_map_of = [] {
+    if constexpr (requires { Layer::takes_input_map; }) return bool(Layer::takes_input_map);
+    else return false;
+}();
+template <class Layer>
+constexpr bool gives_output_statistics_of = [] {
+    if constexpr (requires { Layer::gives_output_statistics; }) return bool(Layer::gives_output_statistics);
+    else return false;
+}();
+template <class Layer>
+constexpr bool takes_input_statistics_of = [] {
+    if constexpr (requires { Layer::takes_input_statistics; }) return bool(Layer::takes_input_statistics);
+    else return false;
+}();
+
 // Whether Producer's output is left unwritten and Consumer reads
 // Producer's input through Producer's output map (top of the file).
 template <class Producer, class Consumer>
 constexpr bool fuses_through_map()
 {
-    if constexpr (requires {
-                      Producer::maps_output;
-                      Consumer::takes_input_map;
-                  }) {
-        if constexpr (Producer::maps_output && Consumer::takes_input_map) {
-            // One sentence per mistake: the second is not asked after the first.
-            if constexpr (!std::is_same_v<typename Producer::input, typename Producer::output>) {
-                static_assert(std::is_same_v<typename Producer::input, typename Producer::output>,
-                              "A layer that maps its output (maps_output) must keep its input's shape.");
-                return false;
-            } else {
-                static_assert(
-                    requires { &Producer::template output_map<float>; },
-                    "A layer that maps its output (maps_output) must provide output_map and "
-                    "forward_statistics (docs/layers-and-blocks.md).");
-                return true;
-            }
-        } else {
-            return false;
-        }
-    } else {
+    if constexpr (!(maps_output_of<Producer> && takes_input_map_of<Consumer>)) {
         return false;
+    } else if constexpr (!std::is_same_v<typename Producer::input, typename Producer::output>) {
+        // One sentence per mistake: the second is not asked after the first.
+        static_assert(std::is_same_v<typename Producer::input, typename Producer::output>,
+                      "A layer that maps its output (maps_output) must keep its input's shape.");
+        return false;
+    } else {
+        static_assert(
+            requires { &Producer::template output_map<float>; },
+            "A layer that maps its output (maps_output) must provide output_map and "
+            "forward_statistics (docs/layers-and-blocks.md).");
+        return true;
     }
 }
 
@@ -129,51 +143,38 @@ constexpr bool fuses_through_map()
 template <class Producer, class Consumer>
 constexpr bool fuses_statistics()
 {
-    if constexpr (requires {
-                      Producer::gives_output_statistics;
-                      Consumer::takes_input_statistics;
-                  }) {
-        if constexpr (Producer::gives_output_statistics && Consumer::takes_input_statistics) {
-            // One sentence per mistake, as in fuses_through_map.
-            static_assert(
-                requires(std::span<const float, Producer::parameter_count> parameters,
-                         std::span<float, Producer::state_count> state,
-                         batch_view<const float, typename Producer::input> x,
-                         batch_view<float, typename Producer::output> y, std::span<float> workspace) {
-                    Producer::forward(pass::training, parameters, state, x, y, workspace,
-                                      kernels::affine_relu_map<float>{}, kernels::channel_statistics<float>{});
-                },
-                "A layer that gives its output's statistics (gives_output_statistics) must take, after its "
-                "workspace, an input map and a kernels::channel_statistics in its forward "
-                "(docs/layers-and-blocks.md).");
-            // A consumer that maps its output (maps_output) may also be
-            // asked for its statistics alone (forward_statistics).
-            constexpr bool maps = [] {
-                if constexpr (requires { Consumer::maps_output; }) return bool(Consumer::maps_output);
-                else return false;
-            }();
-            static_assert(
-                requires(std::span<const float, Consumer::parameter_count> parameters,
-                         std::span<float, Consumer::state_count> state,
-                         batch_view<const float, typename Consumer::input> x,
-                         batch_view<float, typename Consumer::output> y, std::span<float> workspace) {
-                    Consumer::template input_statistics<float>(workspace);
-                    Consumer::forward(pass::training, parameters, state, x, y, workspace, input_statistics_given);
-                } && (!maps ||
-                      requires(std::span<const float, Consumer::parameter_count> parameters,
-                               std::span<float, Consumer::state_count> state,
-                               batch_view<const float, typename Consumer::input> x, std::span<float> workspace) {
-                          Consumer::forward_statistics(pass::training, parameters, state, x, workspace,
-                                                       input_statistics_given);
-                      }),
-                "A layer that takes its input's statistics (takes_input_statistics) must provide input_statistics "
-                "and the forwards that take input_statistics_given (docs/layers-and-blocks.md).");
-            return true;
-        } else {
-            return false;
-        }
-    } else {
+    if constexpr (!(gives_output_statistics_of<Producer> && takes_input_statistics_of<Consumer>)) {
         return false;
+    } else {
+        // One sentence per mistake, as in fuses_through_map.
+        static_assert(
+            requires(std::span<const float, Producer::parameter_count> parameters,
+                     std::span<float, Producer::state_count> state, batch_view<const float, typename Producer::input> x,
+                     batch_view<float, typename Producer::output> y, std::span<float> workspace) {
+                Producer::forward(pass::training, parameters, state, x, y, workspace, kernels::affine_relu_map<float>{},
+                                  kernels::channel_statistics<float>{});
+            },
+            "A layer that gives its output's statistics (gives_output_statistics) must take, after its "
+            "workspace, an input map and a kernels::channel_statistics in its forward "
+            "(docs/layers-and-blocks.md).");
+        // A consumer that maps its output may also be asked for its
+        // statistics alone (forward_statistics).
+        static_assert(
+            requires(std::span<const float, Consumer::parameter_count> parameters,
+                     std::span<float, Consumer::state_count> state, batch_view<const float, typename Consumer::input> x,
+                     batch_view<float, typename Consumer::output> y, std::span<float> workspace) {
+                Consumer::template input_statistics<float>(workspace);
+                Consumer::forward(pass::training, parameters, state, x, y, workspace, input_statistics_given);
+            } && (!maps_output_of<Consumer> ||
+                  requires(std::span<const float, Consumer::parameter_count> parameters,
+                           std::span<float, Consumer::state_count> state,
+                           batch_view<const float, typename Consumer::input> x, std::span<float> workspace) {
+                      Consumer::forward_statistics(pass::training, parameters, state, x, workspace,
+                                                   input_statistics_given);
+                  }),
+            "A layer that takes its input's statistics (takes_input_statistics) must provide input_statistics "
+            "and the forwards that take input_statistics_given (docs/layers-and-blocks.md).");
+        return true;
     }
 }
 
