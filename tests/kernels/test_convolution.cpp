@@ -349,6 +349,23 @@ TEST_CASE_TEMPLATE("a stem's weight gradient matches the reference across groups
     check_weight_gradient<T>({12, 1, 28, 28, 30, 3, 1, 1}, generator);
 }
 
+// A 1x1 stride-2 weight gradient reads its input in place where its padded
+// rows stay within the input's (AVX-512, float; double takes the phased copy
+// on the same shapes): the reference network's two downsampling shapes, the
+// first with more images than one chunk holds on 1 or 2 MiB of L2, the
+// second with an odd height, so that the last row read is the input's last.
+TEST_CASE_TEMPLATE("a 1x1 stride-2 weight gradient read in place matches the reference", T, float, double)
+{
+    std::mt19937_64 generator(5);
+    for (const convolution_shape& shape :
+         {convolution_shape{45, 16, 28, 28, 32, 1, 2, 0}, convolution_shape{5, 32, 13, 14, 64, 1, 2, 0}}) {
+        CAPTURE(shape.in_channels);
+        CHECK(petra::kernels::detail::weight_gradient_reads_in_place<T>(shape) ==
+              petra::kernels::detail::can_read_input_in_place<T>);
+        check_weight_gradient<T>(shape, generator);
+    }
+}
+
 TEST_CASE("convolution rejects unsupported shapes with a message that names the problem")
 {
     std::vector<float> buffer(1024);

@@ -205,6 +205,29 @@ constexpr std::size_t phased_input_count(const convolution_shape& shape)
            2 * simd_width<T>;
 }
 
+// Whether a convolution can read its input where it lies, without the
+// phased copy (prepare_input_into): a 1x1 kernel with stride 2 and no
+// padding, whose one tap reads input row 2 oh, column 2 ow for output pixel
+// (oh, ow), so that every other value of every other row is the one phase
+// plane the copy would hold. The weight gradient takes it (see
+// weight_gradient_reads_in_place), on AVX-512 for float, where it was
+// measured. (The forward pass read in place too, a row's even columns
+// gathered into a vector by one permutation of two masked loads, and ran
+// 1.4 times slower than copying first; bench/RESULTS.md.)
+template <class T>
+inline constexpr bool can_read_input_in_place =
+#if defined(__AVX512F__)
+    std::is_same_v<T, float>;
+#else
+    false;
+#endif
+
+template <class T>
+constexpr bool reads_input_in_place(const convolution_shape& shape)
+{
+    return can_read_input_in_place<T> && shape.kernel == 1 && shape.stride == 2 && shape.padding == 0;
+}
+
 // The phased input of shape's batch written to phased, which holds
 // phased_input_count<T>(shape) values.
 template <class T>
@@ -338,8 +361,10 @@ struct weight_gradient_blocking {
 // oh * plane_width + ow); gradients holds, for every row and pixel of the
 // image, the channels' output gradients as contiguous vectors (pixel after
 // pixel, channel_stride values each, row_length pixels per row, a multiple
-// of Pixels). sums has rows of sum_stride values, one per tap.
-template <class T, std::size_t Taps, std::size_t Vectors, std::size_t Pixels>
+// of Pixels). sums has rows of sum_stride values, one per tap. With
+// ColumnStep 2 (a 1x1 stride-2 kernel reading its input in place) pixel ow
+// of a row reads tap[t][oh * plane_width + 2 ow].
+template <class T, std::size_t Taps, std::size_t Vectors, std::size_t Pixels, std::size_t ColumnStep>
 void tap_group_gradient(std::size_t first_row, std::size_t end_row, std::size_t row_length, const T* const* tap,
                         std::size_t plane_width, const T* gradients, std::size_t channel_stride, T* sums,
                         std::size_t sum_stride)
@@ -369,7 +394,7 @@ void tap_group_gradient(std::size_t first_row, std::size_t end_row, std::size_t 
                 }
 #pragma GCC unroll 8
                 for (std::size_t t = 0; t < Taps; ++t) {
-                    const vector x(tap[t][row_offset + pixel + p]);
+                    const vector x(tap[t][row_offset + (pixel + p) * ColumnStep]);
 #pragma GCC unroll 4
                     for (std::size_t v = 0; v < Vectors; ++v) {
                         accumulator[p][t][v] = xsimd::fma(x, g[v], accumulator[p][t][v]);
@@ -398,7 +423,7 @@ void tap_group_gradient(std::size_t first_row, std::size_t end_row, std::size_t 
 // image_tap holds taps pointers (the taps of the image at hand).
 struct image_tap_tag {};
 
-template <class T, std::size_t Vectors>
+template <class T, std::size_t Vectors, std::size_t ColumnStep>
 void tap_gradients(std::size_t images, std::size_t rows, std::size_t row_length, const T* const* tap, std::size_t taps,
                    std::size_t image_stride, std::size_t plane_width, const T* gradients, std::size_t channel_stride,
                    T* sums, std::size_t sum_stride, const T** image_tap)
@@ -414,9 +439,9 @@ void tap_gradients(std::size_t images, std::size_t rows, std::size_t row_length,
         for (std::size_t first = 0; first < rows; first += row_block) {
             const std::size_t end = std::min(rows, first + row_block);
             auto pass = [&]<std::size_t Taps>(std::size_t t) {
-                tap_group_gradient<T, Taps, Vectors, pixels>(first, end, row_length, image_tap + t, plane_width,
-                                                             image_gradients, channel_stride, sums + t * sum_stride,
-                                                             sum_stride);
+                tap_group_gradient<T, Taps, Vectors, pixels, ColumnStep>(first, end, row_length, image_tap + t,
+                                                                         plane_width, image_gradients, channel_stride,
+                                                                         sums + t * sum_stride, sum_stride);
             };
             std::size_t t = 0;
             for (; t + blocking::taps <= taps; t += blocking::taps) pass.template operator()<blocking::taps>(t);
@@ -462,13 +487,25 @@ private:
     }
 };
 
+// Whether weight_gradient reads a 1x1 stride-2 input in place
+// (reads_input_in_place): where every pixel of a padded row, those past the
+// output width included, reads a value of its own input row.
+template <class T>
+constexpr bool weight_gradient_reads_in_place(const convolution_shape& shape)
+{
+    return reads_input_in_place<T>(shape) && 2 * (weight_gradient_layout<T>(shape).row_length - 1) < shape.in_width;
+}
+
 // The images weight_gradient takes at a time (chunk_images): those whose
-// phased input and transposed output gradient fit the budget.
+// phased input (unless read in place) and transposed output gradient fit
+// the budget.
 template <class T>
 constexpr std::size_t weight_gradient_chunk_images(const convolution_shape& shape)
 {
     const std::size_t image_values = weight_gradient_layout<T>(shape).image_values;
-    return chunk_images(shape.batch, (phased_input_count<T>(with_batch(shape, 1)) + image_values) * sizeof(T));
+    const std::size_t phased_values =
+        weight_gradient_reads_in_place<T>(shape) ? 0 : phased_input_count<T>(with_batch(shape, 1));
+    return chunk_images(shape.batch, (phased_values + image_values) * sizeof(T));
 }
 
 // Weight gradient, grad_weights[co][q] += sum over images and output pixels
@@ -482,7 +519,10 @@ constexpr std::size_t weight_gradient_chunk_images(const convolution_shape& shap
 // read phased values of the next columns or rows, or the buffer's zero
 // slack: with finite inputs their products vanish. Phased input and
 // transposition are made a chunk of images at a time (chunk_images); the
-// sums run over the images in order whatever the chunks.
+// sums run over the images in order whatever the chunks. A 1x1 stride-2
+// input is read in place where weight_gradient_reads_in_place says so: tap
+// q is channel q's plane, its rows twice the input width apart and its
+// pixels two values apart; the same products in the same order.
 template <class T>
 void weight_gradient(const convolution_shape& shape, const T* x, const T* grad_y, T* grad_weights,
                      scratch_source& scratch)
@@ -495,7 +535,9 @@ void weight_gradient(const convolution_shape& shape, const T* x, const T* grad_y
     const std::size_t channel_vectors = layout.channel_vectors, channel_stride = layout.channel_stride;
     const std::size_t row_length = layout.row_length, image_values = layout.image_values;
     const std::size_t chunk = weight_gradient_chunk_images<T>(shape);
-    T* phased_values = scratch.take<phased_input_tag, T>(phased_input_count<T>(with_batch(shape, chunk)));
+    const bool in_place = weight_gradient_reads_in_place<T>(shape);
+    T* phased_values =
+        in_place ? nullptr : scratch.take<phased_input_tag, T>(phased_input_count<T>(with_batch(shape, chunk)));
     T* gradients = scratch.take<weight_gradient_outputs_tag, T>(chunk * image_values);
     const T** tap = scratch.take<weight_gradient_taps_tag, const T*>(taps);
     const T** image_tap = scratch.take<image_tap_tag, const T*>(taps);
@@ -505,7 +547,15 @@ void weight_gradient(const convolution_shape& shape, const T* x, const T* grad_y
     // no chunk takes scratch of its own.
     for_each_chunk(
         shape, chunk, scratch, [&](const convolution_shape& part, std::size_t in, std::size_t out, scratch_source&) {
-            const phased_input<T> input = prepare_input_into(part, x + in, phased_values);
+            std::size_t image_stride = shape.in_channels * shape.input_pixels(), plane_width = 2 * shape.in_width;
+            if (in_place) {
+                for (std::size_t q = 0; q < taps; ++q) tap[q] = x + in + q * shape.input_pixels();
+            } else {
+                const phased_input<T> input = prepare_input_into(part, x + in, phased_values);
+                for (std::size_t q = 0; q < taps; ++q) tap[q] = input.tap_origin(tap_of(shape, q));
+                image_stride = input.image_stride();
+                plane_width = input.width;
+            }
             for (std::size_t image = 0; image < part.batch; ++image) {
                 T* transposed = gradients + image * image_values;
                 const T* source = grad_y + out + image * out_channels * shape.output_pixels();
@@ -526,18 +576,26 @@ void weight_gradient(const convolution_shape& shape, const T* x, const T* grad_y
                     }
                 }
             }
-            for (std::size_t q = 0; q < taps; ++q) tap[q] = input.tap_origin(tap_of(shape, q));
-            for (std::size_t v0 = 0; v0 < channel_vectors; v0 += blocking::max_vectors) {
-                const std::size_t vectors = std::min(blocking::max_vectors, channel_vectors - v0);
-                ([&]<std::size_t... V>(std::index_sequence<V...>) {
-                    ((vectors == V + 1
-                          ? tap_gradients<T, V + 1>(part.batch, out_height, row_length, tap, taps, input.image_stride(),
-                                                    input.width, gradients + v0 * width, channel_stride,
-                                                    sums + v0 * width, channel_stride, image_tap)
-                          : void()),
-                     ...);
-                })(std::make_index_sequence<blocking::max_vectors>{});
+            const auto passes = [&]<std::size_t ColumnStep>() {
+                for (std::size_t v0 = 0; v0 < channel_vectors; v0 += blocking::max_vectors) {
+                    const std::size_t vectors = std::min(blocking::max_vectors, channel_vectors - v0);
+                    ([&]<std::size_t... V>(std::index_sequence<V...>) {
+                        ((vectors == V + 1 ? tap_gradients<T, V + 1, ColumnStep>(
+                                                 part.batch, out_height, row_length, tap, taps, image_stride,
+                                                 plane_width, gradients + v0 * width, channel_stride, sums + v0 * width,
+                                                 channel_stride, image_tap)
+                                           : void()),
+                         ...);
+                    })(std::make_index_sequence<blocking::max_vectors>{});
+                }
+            };
+            if constexpr (can_read_input_in_place<T>) {
+                if (in_place) {
+                    passes.template operator()<2>();
+                    return;
+                }
             }
+            passes.template operator()<1>();
         });
     for (std::size_t co = 0; co < out_channels; ++co) {
         for (std::size_t q = 0; q < taps; ++q) grad_weights[co * taps + q] += sums[q * channel_stride + co];
@@ -1521,7 +1579,10 @@ constexpr scratch_demand convolution_backward_weights_scratch(const convolution_
     }
     const detail::weight_gradient_layout<T> layout(shape);
     const std::size_t chunk = detail::weight_gradient_chunk_images<T>(shape);
-    demand.template ask<detail::phased_input_tag, T>(detail::phased_input_count<T>(detail::with_batch(shape, chunk)));
+    if (!detail::weight_gradient_reads_in_place<T>(shape)) {
+        demand.template ask<detail::phased_input_tag, T>(
+            detail::phased_input_count<T>(detail::with_batch(shape, chunk)));
+    }
     demand.template ask<detail::weight_gradient_outputs_tag, T>(chunk * layout.image_values);
     demand.template ask<detail::weight_gradient_taps_tag, const T*>(taps);
     demand.template ask<detail::image_tap_tag, const T*>(taps);
