@@ -349,20 +349,51 @@ TEST_CASE_TEMPLATE("a stem's weight gradient matches the reference across groups
     check_weight_gradient<T>({12, 1, 28, 28, 30, 3, 1, 1}, generator);
 }
 
-// A 1x1 stride-2 weight gradient reads its input in place where its padded
-// rows stay within the input's (AVX-512, float; double takes the phased copy
-// on the same shapes): the reference network's two downsampling shapes, the
+// A 1x1 stride-2 weight gradient reads its input in place where its rows
+// need no padding pixels (AVX-512, float; double takes the phased copy on
+// the same shapes): the reference network's two downsampling shapes, the
 // first with more images than one chunk holds on 1 or 2 MiB of L2, the
-// second with an odd height, so that the last row read is the input's last.
+// second with an odd height, and an odd height and width, whose last value
+// read is the input's last.
 TEST_CASE_TEMPLATE("a 1x1 stride-2 weight gradient read in place matches the reference", T, float, double)
 {
     std::mt19937_64 generator(5);
     for (const convolution_shape& shape :
-         {convolution_shape{45, 16, 28, 28, 32, 1, 2, 0}, convolution_shape{5, 32, 13, 14, 64, 1, 2, 0}}) {
+         {convolution_shape{45, 16, 28, 28, 32, 1, 2, 0}, convolution_shape{5, 32, 13, 14, 64, 1, 2, 0},
+          convolution_shape{3, 8, 13, 13, 64, 1, 2, 0}}) {
         CAPTURE(shape.in_channels);
         CHECK(petra::kernels::detail::weight_gradient_reads_in_place<T>(shape) ==
               petra::kernels::detail::can_read_input_in_place<T>);
         check_weight_gradient<T>(shape, generator);
+    }
+}
+
+// A 1x1 stride-2 input gradient reads the output gradient in place for all
+// images but the last, which goes through the copy: the same bits as one
+// image at a time (every image through the copy), with beta 0 and not, on
+// the reference network's first downsampling and on an odd-sized image.
+TEST_CASE_TEMPLATE("a 1x1 stride-2 input gradient read in place equals the copy's, image by image", T, float, double)
+{
+    using namespace petra::kernels;
+    std::mt19937_64 generator(6);
+    for (const convolution_shape& shape :
+         {convolution_shape{5, 16, 28, 28, 32, 1, 2, 0}, convolution_shape{4, 3, 13, 13, 5, 1, 2, 0}}) {
+        CAPTURE(shape.in_height);
+        CHECK(detail::input_gradient_reads_in_place<T>(shape));
+        const auto grad_y = petra::test::random_vector<T>(shape.output_count(), generator);
+        const auto weights = petra::test::random_vector<T>(shape.weight_count(), generator);
+        const auto prior = petra::test::random_vector<T>(shape.input_count(), generator);
+        const std::size_t in_values = shape.in_channels * shape.input_pixels();
+        const std::size_t out_values = shape.out_channels * shape.output_pixels();
+        for (T beta : {T(0), T(0.5)}) {
+            auto whole = prior, by_image = prior;
+            convolution_backward_input(shape, grad_y.data(), weights.data(), whole.data(), beta);
+            for (std::size_t n = 0; n < shape.batch; ++n) {
+                convolution_backward_input(detail::with_batch(shape, 1), grad_y.data() + n * out_values, weights.data(),
+                                           by_image.data() + n * in_values, beta);
+            }
+            CHECK(std::equal(whole.begin(), whole.end(), by_image.begin()));
+        }
     }
 }
 
@@ -441,11 +472,20 @@ TEST_CASE_TEMPLATE("convolutions in a caller's scratch region compute the same n
         CHECK(std::equal(weight_gradient.begin(), weight_gradient.end(), carved_weight_gradient.begin()));
         CHECK(backward_weights.guard_intact());
 
-        // The demand is exact: one cache line less does not do.
+        // The demands are exact: one cache line less does not do (for the
+        // input gradient with beta != 0, which Winograd's form stages).
         guarded_region short_region(convolution_forward_scratch<T>(shape).region_bytes() - buffer_alignment);
         CHECK_THROWS_WITH_AS(
             convolution_forward(shape, input.data(), weights.data(), carved.data(), short_region.region),
             doctest::Contains("scratch region is too small"), std::invalid_argument);
+        guarded_region short_input(convolution_backward_input_scratch<T>(shape).region_bytes() - buffer_alignment);
+        CHECK_THROWS_WITH_AS(convolution_backward_input(shape, grad_y.data(), weights.data(),
+                                                        carved_input_gradient.data(), T(1), short_input.region),
+                             doctest::Contains("scratch region is too small"), std::invalid_argument);
+        guarded_region short_weights(convolution_backward_weights_scratch<T>(shape).region_bytes() - buffer_alignment);
+        CHECK_THROWS_WITH_AS(convolution_backward_weights(shape, input.data(), grad_y.data(),
+                                                          carved_weight_gradient.data(), T(0), short_weights.region),
+                             doctest::Contains("scratch region is too small"), std::invalid_argument);
     });
 }
 

@@ -14,7 +14,11 @@
 // and input gradient are then direct correlations on the GEMM micro-kernel,
 // which loads those slices in place and multiplies them by the packed
 // weights; the weight gradient takes dot products of the same slices with
-// the output gradient.
+// the output gradient. A 1x1 kernel with stride 2 and no padding, whose one
+// phase is every other value of every other input row, skips copies where
+// it can: its weight gradient reads the input in place
+// (weight_gradient_reads_in_place), its input gradient the output gradient
+// (input_gradient_reads_in_place).
 //
 // Index names: a tap index q stands for one weight tap (ci, kh, kw),
 // q = (ci * K + kh) * K + kw; a "wide" pixel index j = row * plane_width +
@@ -308,7 +312,7 @@ constexpr convolution_shape with_batch(convolution_shape shape, std::size_t batc
 // order: results do not depend on the chunk. On an Intel Xeon (model 167,
 // 2 MiB of L2) the 3x3 stride-2 forward and weight gradient at 28x28 ran
 // 1.1 to 1.2 times faster alone, and a step's 3x3 stride-2 kernels 1.12
-// times (bench/RESULTS.md); the 1x1 ones and the stem fit one chunk.
+// times (bench/RESULTS.md).
 constexpr std::size_t chunk_images(std::size_t batch, std::size_t bytes_per_image)
 {
     return std::clamp<std::size_t>(winograd_group_bytes() / std::max<std::size_t>(bytes_per_image, 1), 1,
@@ -488,12 +492,14 @@ private:
 };
 
 // Whether weight_gradient reads a 1x1 stride-2 input in place
-// (reads_input_in_place): where every pixel of a padded row, those past the
-// output width included, reads a value of its own input row.
+// (reads_input_in_place): where its rows need no padding pixels (the output
+// width a multiple of the pixel block, as on the reference network's two
+// downsamplings), whose reads would run past an input row and, on the last,
+// past the input.
 template <class T>
 constexpr bool weight_gradient_reads_in_place(const convolution_shape& shape)
 {
-    return reads_input_in_place<T>(shape) && 2 * (weight_gradient_layout<T>(shape).row_length - 1) < shape.in_width;
+    return reads_input_in_place<T>(shape) && weight_gradient_layout<T>(shape).row_length == shape.out_width();
 }
 
 // The images weight_gradient takes at a time (chunk_images): those whose
@@ -513,16 +519,17 @@ constexpr std::size_t weight_gradient_chunk_images(const convolution_shape& shap
 // im2col copy. The output gradient is transposed once so that each output
 // pixel holds its channels contiguously (padded with zero channels to whole
 // vectors, and each row with zero pixels to a multiple of the pixel block);
-// tap values are then broadcast from the phased input, where tap q's values
-// for consecutive pixels of a row are consecutive, and multiply whole
-// vectors of channels (tap_group_gradient). The zero pixels past a row's end
-// read phased values of the next columns or rows, or the buffer's zero
-// slack: with finite inputs their products vanish. Phased input and
-// transposition are made a chunk of images at a time (chunk_images); the
-// sums run over the images in order whatever the chunks. A 1x1 stride-2
-// input is read in place where weight_gradient_reads_in_place says so: tap
-// q is channel q's plane, its rows twice the input width apart and its
-// pixels two values apart; the same products in the same order.
+// tap values are then broadcast from the phased input (or the input itself,
+// see below), where tap q's values for consecutive pixels of a row are
+// consecutive, and multiply whole vectors of channels (tap_group_gradient).
+// The zero pixels past a row's end read phased values of the next columns
+// or rows, or the buffer's zero slack: with finite inputs their products
+// vanish. Phased input and transposition are made a chunk of images at a
+// time (chunk_images); the sums run over the images in order whatever the
+// chunks. A 1x1 stride-2 input is read in place where
+// weight_gradient_reads_in_place says so: tap q is channel q's plane, its
+// rows twice the input width apart and its pixels two values apart; the
+// same products in the same order.
 template <class T>
 void weight_gradient(const convolution_shape& shape, const T* x, const T* grad_y, T* grad_weights,
                      scratch_source& scratch)
@@ -1203,9 +1210,14 @@ inline constexpr std::size_t zero_columns_capacity = 4 * simd_width<T> * 2;
 // `border` zero rows and columns in front. With stride 1 this is the classic
 // convolution with transposed, flipped weights. Only phase rows that land
 // inside the image are computed.
+//
+// With in_place (see input_gradient_reads_in_place), grad_y is that copy
+// already and is read where it lies; the caller vouches that simd_width - 1
+// values past its last image may be read (the correlation's whole-vector
+// loads past a tile's last pixel).
 template <class T>
 void backward_input_by_phases_images(const convolution_shape& shape, const T* grad_y, const T* weights, T* grad_x,
-                                     T beta, scratch_source& scratch)
+                                     T beta, scratch_source& scratch, bool in_place = false)
 {
     const std::size_t stride = shape.stride, kernel = shape.kernel, padding = shape.padding;
     const std::size_t in_channels = shape.in_channels, out_channels = shape.out_channels;
@@ -1217,30 +1229,34 @@ void backward_input_by_phases_images(const convolution_shape& shape, const T* gr
     const std::size_t border = geometry.border, source_width = geometry.source_width;
     const std::size_t source_plane = geometry.source_plane;
     const std::size_t out_height = shape.out_height(), out_width = shape.out_width();
-    T* source = scratch.take<phase_source_tag, T>(geometry.source_count<T>(shape));
-    // Output pixel (oh, ow) lands at copy row oh + border - first_row and
-    // column ow + border - first_column. These are never negative: first_row
-    // and first_column are at most ceil((padding - stride + 1) / stride),
-    // which padding < kernel keeps within border. Everything else is zero,
-    // written in the same pass.
-    const std::size_t row_shift = border - first_row, column_shift = border - first_column;
-    const std::size_t copy_rows = source_plane / source_width;
-    const std::size_t copied_end = std::min(source_width, column_shift + out_width);
-    for (std::size_t plane = 0; plane < shape.batch * out_channels; ++plane) {
-        for (std::size_t row = 0; row < copy_rows; ++row) {
-            T* target = source + plane * source_plane + row * source_width;
-            if (row < row_shift || row - row_shift >= out_height) {
-                std::fill(target, target + source_width, T(0));
-                continue;
+    const T* source = grad_y;
+    if (!in_place) {
+        T* copy = scratch.take<phase_source_tag, T>(geometry.source_count<T>(shape));
+        source = copy;
+        // Output pixel (oh, ow) lands at copy row oh + border - first_row and
+        // column ow + border - first_column. These are never negative:
+        // first_row and first_column are at most ceil((padding - stride + 1)
+        // / stride), which padding < kernel keeps within border. Everything
+        // else is zero, written in the same pass.
+        const std::size_t row_shift = border - first_row, column_shift = border - first_column;
+        const std::size_t copy_rows = source_plane / source_width;
+        const std::size_t copied_end = std::min(source_width, column_shift + out_width);
+        for (std::size_t plane = 0; plane < shape.batch * out_channels; ++plane) {
+            for (std::size_t row = 0; row < copy_rows; ++row) {
+                T* target = copy + plane * source_plane + row * source_width;
+                if (row < row_shift || row - row_shift >= out_height) {
+                    std::fill(target, target + source_width, T(0));
+                    continue;
+                }
+                std::fill(target, target + column_shift, T(0));
+                std::memcpy(target + column_shift, grad_y + (plane * out_height + row - row_shift) * out_width,
+                            (copied_end - column_shift) * sizeof(T));
+                std::fill(target + copied_end, target + source_width, T(0));
             }
-            std::fill(target, target + column_shift, T(0));
-            std::memcpy(target + column_shift, grad_y + (plane * out_height + row - row_shift) * out_width,
-                        (copied_end - column_shift) * sizeof(T));
-            std::fill(target + copied_end, target + source_width, T(0));
         }
+        std::fill(copy + shape.batch * out_channels * source_plane,
+                  copy + shape.batch * out_channels * source_plane + 2 * simd_width<T>, T(0));
     }
-    std::fill(source + shape.batch * out_channels * source_plane,
-              source + shape.batch * out_channels * source_plane + 2 * simd_width<T>, T(0));
     // A kernel smaller than the stride (1x1, stride 2) leaves phases that no
     // tap reaches: their gradient is zero. With an even width the odd
     // columns' zeros go into each even row as it is stored (see
@@ -1380,11 +1396,46 @@ constexpr std::size_t input_gradient_chunk_images(const convolution_shape& shape
     return chunk_images(shape.batch, input_gradient_geometry(image).source_count<T>(image) * sizeof(T));
 }
 
-// backward_input_by_phases_images over chunks of the batch (see chunk_images).
+// Whether the copy of grad_y that backward_input_by_phases_images correlates
+// is grad_y itself, but for its slack: a 1x1 kernel with stride 2 and no
+// padding, whose copy has no border and rows as wide as grad_y's (its one
+// phase reads grad_y's pixels in order; on the reference network the copy
+// moved 1.6 MB for nothing), where an image's gradient holds at least the
+// copy's slack (two vectors; the loads past the image before it reach
+// simd_width - 1 values into it).
+template <class T>
+constexpr bool input_gradient_reads_in_place(const convolution_shape& shape)
+{
+    return shape.kernel == 1 && shape.stride == 2 && shape.padding == 0 &&
+           shape.out_channels * shape.output_pixels() >= 2 * simd_width<T>;
+}
+
+// The images of the input gradient read through a copy of grad_y: all of
+// them in chunks (chunk_images), or where the copy is grad_y's own layout
+// only the last, whose whole-vector loads would run past grad_y's end
+// without the copy's slack (the others' run into the next image).
+template <class T>
+constexpr std::size_t input_gradient_copied_images(const convolution_shape& shape)
+{
+    return input_gradient_reads_in_place<T>(shape) ? std::min<std::size_t>(shape.batch, 1)
+                                                   : input_gradient_chunk_images<T>(shape);
+}
+
+// backward_input_by_phases_images over chunks of the batch (see chunk_images),
+// or over all images but the last in place and the last through its copy.
 template <class T>
 void backward_input_by_phases(const convolution_shape& shape, const T* grad_y, const T* weights, T* grad_x, T beta,
                               scratch_source& scratch)
 {
+    if (input_gradient_reads_in_place<T>(shape) && shape.batch > 1) {
+        const std::size_t head = shape.batch - 1;
+        scratch_source head_scratch = scratch, last_scratch = scratch;
+        backward_input_by_phases_images(with_batch(shape, head), grad_y, weights, grad_x, beta, head_scratch, true);
+        backward_input_by_phases_images(with_batch(shape, 1),
+                                        grad_y + head * shape.out_channels * shape.output_pixels(), weights,
+                                        grad_x + head * shape.in_channels * shape.input_pixels(), beta, last_scratch);
+        return;
+    }
     // The forward's output is this gradient's source, its input the result.
     for_each_chunk(shape, input_gradient_chunk_images<T>(shape), scratch,
                    [&](const convolution_shape& part, std::size_t in, std::size_t out, scratch_source& chunk_scratch) {
@@ -1533,7 +1584,7 @@ constexpr scratch_demand convolution_backward_input_scratch(const convolution_sh
     const bool paired = detail::pairs_phase_columns(shape);
     const std::size_t correlations = paired ? 2 : 1;
     demand.template ask<detail::phase_source_tag, T>(
-        geometry.source_count<T>(detail::with_batch(shape, detail::input_gradient_chunk_images<T>(shape))));
+        geometry.source_count<T>(detail::with_batch(shape, detail::input_gradient_copied_images<T>(shape))));
     demand.template ask<detail::phase_weights_tag, T>(correlations * shape.in_channels * geometry.max_taps);
     demand.template ask<detail::tap_offsets_tag, std::size_t>(correlations * geometry.max_taps);
     for (std::size_t a = 0; a < geometry.phases; ++a) {
