@@ -9,6 +9,7 @@
 #include <random>
 #include <span>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -396,6 +397,57 @@ TEST_CASE_TEMPLATE("a 1x1 stride-2 input gradient read in place equals the copy'
         }
     }
 }
+
+#if defined(__AVX512F__)
+// The stride-2 phase planes written row by row, each phase row whole with its
+// zeros (split_stride_two_by_row_gathers, taken by prepare_input_into where
+// phase rows hold at most 16 floats), hold the same bits as the planes
+// zeroed first and then filled (split_stride_two): both kernels, every
+// padding, odd and even sides, up to the widest row the rows take.
+TEST_CASE("a stride-2 phased copy written in whole rows equals the planes zeroed and then filled")
+{
+    using namespace petra::kernels;
+    std::mt19937_64 generator(7);
+    std::size_t compared = 0;
+    for (std::size_t kernel : {1, 3}) {
+        for (std::size_t padding = 0; padding < kernel; ++padding) {
+            for (const auto& [height, width] : {std::pair<std::size_t, std::size_t>{28, 28},
+                                                {14, 14},
+                                                {13, 14},
+                                                {14, 13},
+                                                {7, 7},
+                                                {1, 2},
+                                                {3, 30},
+                                                {5, 32},
+                                                {2, 31}}) {
+                const convolution_shape shape{3, 2, height, width, 4, kernel, 2, padding};
+                if (height + 2 * padding < kernel || width + 2 * padding < kernel) continue;
+                CAPTURE(kernel);
+                CAPTURE(padding);
+                CAPTURE(height);
+                CAPTURE(width);
+                // Phase rows of 17 values or more (a width of 32 with padding) keep split_stride_two.
+                if (!detail::padded_row_gather::fits(detail::phase_width(shape), shape.in_width)) {
+                    CHECK(width + 2 * padding > 32);
+                    continue;
+                }
+                ++compared;
+                const auto input = petra::test::random_vector<float>(shape.input_count(), generator);
+                const std::size_t count = detail::phased_input_count<float>(shape);
+                // Different leftovers in each, so that a value either leaves unwritten shows.
+                std::vector<float> zeroed_first(count, 7.0f), whole_rows(count, -3.0f), prepared(count, 5.0f);
+                detail::split_stride_two(shape, input.data(), zeroed_first.data());
+                detail::split_stride_two_by_row_gathers(shape, input.data(), whole_rows.data());
+                detail::prepare_input_into(shape, input.data(), prepared.data());
+                const std::size_t planes = count - 2 * petra::kernels::simd_width<float>;
+                CHECK(std::equal(whole_rows.begin(), whole_rows.begin() + planes, zeroed_first.begin()));
+                CHECK(std::equal(prepared.begin(), prepared.begin() + planes, whole_rows.begin()));
+            }
+        }
+    }
+    CHECK(compared >= 20);
+}
+#endif
 
 TEST_CASE("convolution rejects unsupported shapes with a message that names the problem")
 {

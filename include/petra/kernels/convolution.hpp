@@ -232,6 +232,76 @@ constexpr bool reads_input_in_place(const convolution_shape& shape)
     return can_read_input_in_place<T> && shape.kernel == 1 && shape.stride == 2 && shape.padding == 0;
 }
 
+// The phase planes of a stride-2 input (prepare_input_into) written to
+// phased: every plane zeroed, then each input row's values split into the
+// two phase columns.
+template <class T>
+void split_stride_two(const convolution_shape& shape, const T* input, T* phased)
+{
+    const std::size_t padding = shape.padding, phases = phases_read(shape);
+    const std::size_t width = phase_width(shape), plane = phase_height(shape) * width;
+    const std::size_t planes = shape.batch * shape.in_channels * phases * phases;
+    // A 1x1 kernel (padding 0) keeps phase (0, 0) only, which the even rows'
+    // even columns fill whole; a 3x3 kernel's planes have zero borders.
+    if (shape.kernel != 1) std::fill(phased, phased + planes * plane, T(0));
+    // Stride 2 (the only other the kernels take): input row i is padded row
+    // i + padding, row (i + padding) / 2 of phase row (i + padding) % 2; its
+    // even and odd columns go likewise to the two phase columns, which
+    // split_row_stride_two writes in one pass; values of phases no tap reads
+    // (rows and columns of phase 1 for a 1x1 kernel) are left out. (Zeroing
+    // only the planes' borders instead of every plane first measured slower:
+    // a row's border is one or two values. Zeroing each phase row's border
+    // beside its values, every value written once, measured 0.98 times the
+    // speed of this on an Intel Xeon, in a training step. Rows of at most 16
+    // floats take split_stride_two_by_row_gathers instead: one store each.)
+    const std::size_t even_phase = padding % 2, odd_phase = (padding + 1) % 2;
+    for (std::size_t channel = 0; channel < shape.batch * shape.in_channels; ++channel) {
+        const T* source = input + channel * shape.input_pixels();
+        for (std::size_t row = 0; row < shape.in_height; ++row) {
+            const std::size_t phase_row = (row + padding) % 2;
+            if (phase_row >= phases) continue;
+            T* target = phased + (channel * phases + phase_row) * phases * plane + (row + padding) / 2 * width;
+            split_row_stride_two(shape.in_width, source + row * shape.in_width,
+                                 even_phase < phases ? target + even_phase * plane + padding / 2 : nullptr,
+                                 odd_phase < phases ? target + odd_phase * plane + (padding + 1) / 2 : nullptr);
+        }
+    }
+}
+
+#if defined(__AVX512F__)
+// split_stride_two's planes with every phase row written whole, once, its
+// zeros with it (padded_row_gather): for phase rows of at most 16 floats.
+// The same values.
+inline void split_stride_two_by_row_gathers(const convolution_shape& shape, const float* input, float* phased)
+{
+    const std::size_t phases = phases_read(shape), height = phase_height(shape), width = phase_width(shape);
+    const std::size_t plane = height * width;
+    const auto padding = static_cast<std::ptrdiff_t>(shape.padding);
+    // Lane c of phase column b is padded column 2 c + b, input column 2 c + b - padding.
+    const padded_row_gather columns[2] = {{width, 2, -padding, shape.in_width},
+                                          {width, 2, 1 - padding, shape.in_width}};
+    for (std::size_t channel = 0; channel < shape.batch * shape.in_channels; ++channel) {
+        const float* source = input + channel * shape.input_pixels();
+        float* target = phased + channel * phases * phases * plane;
+        for (std::size_t a = 0; a < phases; ++a) {
+            for (std::size_t r = 0; r < height; ++r) {
+                // Phase row a's row r is padded row 2 r + a.
+                const std::ptrdiff_t row = static_cast<std::ptrdiff_t>(2 * r + a) - padding;
+                float* phase_row = target + a * phases * plane + r * width;
+                const bool inside = row >= 0 && row < static_cast<std::ptrdiff_t>(shape.in_height);
+                for (std::size_t b = 0; b < phases; ++b) {
+                    if (inside) {
+                        columns[b](source + static_cast<std::size_t>(row) * shape.in_width, phase_row + b * plane);
+                    } else {
+                        columns[b].zero(phase_row + b * plane);
+                    }
+                }
+            }
+        }
+    }
+}
+#endif
+
 // The phased input of shape's batch written to phased, which holds
 // phased_input_count<T>(shape) values.
 template <class T>
@@ -261,30 +331,15 @@ phased_input<T> prepare_input_into(const convolution_shape& shape, const T* inpu
         }
         return result;
     }
-    // A 1x1 kernel (padding 0) keeps phase (0, 0) only, which the even rows'
-    // even columns fill whole; a 3x3 kernel's planes have zero borders.
-    if (shape.kernel != 1) std::fill(phased, phased + planes * plane, T(0));
-    // Stride 2 (the only other the kernels take): input row i is padded row
-    // i + padding, row (i + padding) / 2 of phase row (i + padding) % 2; its
-    // even and odd columns go likewise to the two phase columns, which
-    // split_row_stride_two writes in one pass; values of phases no tap reads
-    // (rows and columns of phase 1 for a 1x1 kernel) are left out. (Zeroing
-    // only the planes' borders instead of every plane first measured slower:
-    // a row's border is one or two values. Zeroing each phase row's border
-    // beside its values, every value written once, measured 0.98 times the
-    // speed of this on an Intel Xeon, in a training step.)
-    const std::size_t even_phase = padding % 2, odd_phase = (padding + 1) % 2;
-    for (std::size_t channel = 0; channel < shape.batch * shape.in_channels; ++channel) {
-        const T* source = input + channel * shape.input_pixels();
-        for (std::size_t row = 0; row < shape.in_height; ++row) {
-            const std::size_t phase_row = (row + padding) % 2;
-            if (phase_row >= phases) continue;
-            T* target = phased + (channel * phases + phase_row) * phases * plane + (row + padding) / 2 * width;
-            split_row_stride_two(shape.in_width, source + row * shape.in_width,
-                                 even_phase < phases ? target + even_phase * plane + padding / 2 : nullptr,
-                                 odd_phase < phases ? target + odd_phase * plane + (padding + 1) / 2 : nullptr);
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+        if (padded_row_gather::fits(width, shape.in_width)) {
+            split_stride_two_by_row_gathers(shape, input, phased);
+            return result;
         }
     }
+#endif
+    split_stride_two(shape, input, phased);
     return result;
 }
 
@@ -1086,11 +1141,22 @@ void forward_accumulate_images(const convolution_shape& shape, const T* input, c
         return;
     }
     const std::size_t out_width = shape.out_width(), pixels = shape.output_pixels();
+    // Where a phase plane's rows are as wide as the output's (a 1x1 kernel
+    // with stride 2 and no padding), wide pixel j is output pixel j: a
+    // tile's row goes out whole, not row piece by row piece.
+    const bool wide_rows_are_output_rows = phased.width == out_width;
     direct_correlation(
         shape.batch, phased.data, phased.image_stride(), offsets, taps, weights, channels,
         shape.out_height() * phased.width,
         [&](std::size_t image, std::size_t c0, std::size_t rows, std::size_t j0, std::size_t columns, const T* tile,
             std::size_t tile_stride) {
+            if (wide_rows_are_output_rows) {
+                for (std::size_t r = 0; r < rows; ++r) {
+                    store_row(columns, tile + r * tile_stride, output + (image * channels + c0 + r) * pixels + j0,
+                              beta);
+                }
+                return;
+            }
             for_each_wide_row(
                 phased.width, j0, columns,
                 [&](std::size_t row, std::size_t column, std::size_t length, std::size_t offset) {
@@ -1241,18 +1307,37 @@ void backward_input_by_phases_images(const convolution_shape& shape, const T* gr
         const std::size_t row_shift = border - first_row, column_shift = border - first_column;
         const std::size_t copy_rows = source_plane / source_width;
         const std::size_t copied_end = std::min(source_width, column_shift + out_width);
-        for (std::size_t plane = 0; plane < shape.batch * out_channels; ++plane) {
-            for (std::size_t row = 0; row < copy_rows; ++row) {
-                T* target = copy + plane * source_plane + row * source_width;
-                if (row < row_shift || row - row_shift >= out_height) {
-                    std::fill(target, target + source_width, T(0));
-                    continue;
+        const auto copy_rows_of_planes = [&](auto&& copy_row, auto&& zero_row) {
+            for (std::size_t plane = 0; plane < shape.batch * out_channels; ++plane) {
+                for (std::size_t row = 0; row < copy_rows; ++row) {
+                    T* target = copy + plane * source_plane + row * source_width;
+                    if (row < row_shift || row - row_shift >= out_height) {
+                        zero_row(target);
+                    } else {
+                        copy_row(grad_y + (plane * out_height + row - row_shift) * out_width, target);
+                    }
                 }
-                std::fill(target, target + column_shift, T(0));
-                std::memcpy(target + column_shift, grad_y + (plane * out_height + row - row_shift) * out_width,
-                            (copied_end - column_shift) * sizeof(T));
-                std::fill(target + copied_end, target + source_width, T(0));
             }
+        };
+        bool copied = false;
+#if defined(__AVX512F__)
+        if constexpr (std::is_same_v<T, float>) {
+            if (padded_row_gather::fits(source_width, out_width)) {
+                // Each row written whole in one masked store, its zeros with it.
+                const padded_row_gather shifted(source_width, 1, -static_cast<std::ptrdiff_t>(column_shift), out_width);
+                copy_rows_of_planes(shifted, [&](T* target) { shifted.zero(target); });
+                copied = true;
+            }
+        }
+#endif
+        if (!copied) {
+            copy_rows_of_planes(
+                [&](const T* row, T* target) {
+                    std::fill(target, target + column_shift, T(0));
+                    std::memcpy(target + column_shift, row, (copied_end - column_shift) * sizeof(T));
+                    std::fill(target + copied_end, target + source_width, T(0));
+                },
+                [&](T* target) { std::fill(target, target + source_width, T(0)); });
         }
         std::fill(copy + shape.batch * out_channels * source_plane,
                   copy + shape.batch * out_channels * source_plane + 2 * simd_width<T>, T(0));

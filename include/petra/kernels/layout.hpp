@@ -274,6 +274,52 @@ inline void store_row_interleaved(std::size_t count, const T* even, const T* odd
     }
 }
 
+#if defined(__AVX512F__)
+// A short row copied into a row with zeros around it, every target value
+// written once: lane c < lanes of the target holds in[step * c + first] where
+// that position lies in [0, count), zero elsewhere, for targets of at most 16
+// floats read from rows of at most 32 (fits). The permutation and masks are
+// built once per shape; each row then takes two masked loads, one
+// permutation and one masked store. The phased copies of the direct
+// convolutions write their rows so (step 2: a phase column of a padded
+// stride-2 input; step 1: the output gradient shifted by its border):
+// zeroing every plane first and then copying each row's values beside its
+// border (a memset, then a copy or a split per row) took 1.8 to 2.3 times as
+// long for the reference network's downsamplings' inputs (Zen 5, the copy
+// alone with its input in cache; bench/RESULTS.md).
+struct padded_row_gather {
+    __m512i index;
+    __mmask16 valid, low, high, lanes;
+
+    static constexpr bool fits(std::size_t lanes, std::size_t count) { return lanes <= 16 && count <= 32; }
+
+    padded_row_gather(std::size_t target_lanes, std::size_t step, std::ptrdiff_t first, std::size_t count)
+        : low(first_lanes(count)), high(first_lanes(count > 16 ? count - 16 : 0)), lanes(first_lanes(target_lanes))
+    {
+        alignas(64) int positions[16] = {};
+        unsigned mask = 0;
+        for (std::size_t c = 0; c < target_lanes; ++c) {
+            const std::ptrdiff_t x = static_cast<std::ptrdiff_t>(step * c) + first;
+            if (x < 0 || x >= static_cast<std::ptrdiff_t>(count)) continue;
+            positions[c] = static_cast<int>(x);
+            mask |= 1u << c;
+        }
+        index = _mm512_load_si512(positions);
+        valid = static_cast<__mmask16>(mask);
+    }
+
+    void operator()(const float* in, float* out) const
+    {
+        const __m512 first_half = _mm512_maskz_loadu_ps(low, in);
+        const __m512 second_half = _mm512_maskz_loadu_ps(high, in + 16);
+        _mm512_mask_storeu_ps(out, lanes, _mm512_maskz_permutex2var_ps(valid, first_half, index, second_half));
+    }
+
+    // A target row of zeros only (its source row lies in the border).
+    void zero(float* out) const { _mm512_mask_storeu_ps(out, lanes, _mm512_setzero_ps()); }
+};
+#endif
+
 // even[t] = in[2 t] and odd[t] = in[2 t + 1] for the count values of in
 // (even gets (count + 1) / 2 values, odd count / 2); a null target is not
 // written: a row of a stride-2 input split into its two phase columns. On
