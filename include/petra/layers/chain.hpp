@@ -94,27 +94,15 @@ struct bind_fused<Input, fused_sequence<Layers...>> {
 };
 
 // The fusion traits a layer may state (docs/layers-and-blocks.md), false
-// where it states none.
+// where it states none (or states one that does not convert to bool).
 template <class Layer>
-constexpr bool maps_output_of = [] {
-    if constexpr (requires { Layer::maps_output; }) return bool(Layer::maps_output);
-    else return false;
-}();
+concept maps_output_of = bool(Layer::maps_output);
 template <class Layer>
-constexpr bool takes_input_map_of = [] {
-    if constexpr (requires { Layer::takes_input_map; }) return bool(Layer::takes_input_map);
-    else return false;
-}();
+concept takes_input_map_of = bool(Layer::takes_input_map);
 template <class Layer>
-constexpr bool gives_output_statistics_of = [] {
-    if constexpr (requires { Layer::gives_output_statistics; }) return bool(Layer::gives_output_statistics);
-    else return false;
-}();
+concept gives_output_statistics_of = bool(Layer::gives_output_statistics);
 template <class Layer>
-constexpr bool takes_input_statistics_of = [] {
-    if constexpr (requires { Layer::takes_input_statistics; }) return bool(Layer::takes_input_statistics);
-    else return false;
-}();
+concept takes_input_statistics_of = bool(Layer::takes_input_statistics);
 
 // Whether Producer's output is left unwritten and Consumer reads
 // Producer's input through Producer's output map (top of the file).
