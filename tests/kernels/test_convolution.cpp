@@ -262,6 +262,35 @@ TEST_CASE_TEMPLATE("a forward's output statistics are channel_mean_variance's of
                             channel_statistics<T>{mean.data(), variance.data()});
         check_statistics(shape, output, mean, variance, !detail::winograd_applies(shape));
     });
+    // The direct form over several of channel_mean_variance's groups of
+    // images (forward_with_statistics computes a group's output, then adds
+    // it): a stem's shape, a downsampling's, 32 channels (the most it takes)
+    // and 33 (forward, then channel_mean_variance), each image's output at
+    // least a fifth of half a 2 MiB L2, so that even there a group holds at
+    // most five of the twelve images.
+    for (const convolution_shape shape :
+         {convolution_shape{12, 1, 56, 56, 32, 3, 1, 1}, convolution_shape{12, 16, 112, 112, 32, 3, 2, 1},
+          convolution_shape{12, 8, 112, 112, 32, 1, 2, 0}, convolution_shape{12, 2, 56, 56, 33, 3, 1, 1}}) {
+        REQUIRE(!detail::winograd_applies(shape));
+        CAPTURE(shape.kernel);
+        CAPTURE(shape.out_channels);
+        const std::size_t pixels = shape.output_pixels();
+        REQUIRE(shape.out_channels * pixels * sizeof(T) * 5 >= (std::size_t(2) << 20) / 2);
+        CHECK(detail::mean_variance_groups<T>(shape.batch, shape.out_channels, pixels, 0,
+                                              std::min(shape.out_channels, detail::channel_chunk),
+                                              this_core_caches().l2 / 2)
+                  .group() < shape.batch);
+        const auto input = petra::test::random_vector<T>(shape.input_count(), generator);
+        const auto weights = petra::test::random_vector<T>(shape.weight_count(), generator);
+        auto output = petra::test::nan_vector<T>(shape.output_count());
+        auto plain = petra::test::nan_vector<T>(shape.output_count());
+        std::vector<T> mean(shape.out_channels), variance(shape.out_channels);
+        convolution_forward(shape, input.data(), weights.data(), output.data(), {}, {},
+                            channel_statistics<T>{mean.data(), variance.data()});
+        convolution_forward(shape, input.data(), weights.data(), plain.data());
+        CHECK(std::equal(output.begin(), output.end(), plain.begin()));
+        check_statistics(shape, output, mean, variance, true);
+    }
     for (const convolution_shape shape :
          {convolution_shape{3, 16, 28, 28, 16, 3, 1, 1}, convolution_shape{40, 9, 6, 10, 20, 3, 1, 1},
           convolution_shape{5, 64, 7, 7, 64, 3, 1, 1}, convolution_shape{2, 8, 1, 3, 8, 3, 1, 1}}) {

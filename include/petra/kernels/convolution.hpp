@@ -1190,6 +1190,30 @@ void forward_accumulate(const convolution_shape& shape, const T* input, const T*
                    });
 }
 
+// y = convolution(x, weights) and the batch statistics of y's channels
+// (at most channel_chunk of them), the same bits as forward_accumulate and
+// then channel_mean_variance over y: the batch is taken in
+// channel_mean_variance's groups of images, each group's output computed
+// and then added to the statistics while it is in the core's caches, where
+// channel_mean_variance after the whole forward read the output again from
+// beyond them (6.4 MB for the reference network's stem).
+template <class T>
+void forward_with_statistics(const convolution_shape& shape, const T* x, const T* weights, T* y,
+                             scratch_source& scratch, channel_statistics<T> statistics)
+{
+    const std::size_t pixels = shape.output_pixels(), channels = shape.out_channels;
+    const std::size_t in_values = shape.in_channels * shape.input_pixels(), out_values = channels * pixels;
+    mean_variance_groups<T> groups(shape.batch, channels, pixels, 0, channels, this_core_caches().l2 / 2);
+    for (std::size_t first = 0; first < shape.batch; first += groups.group()) {
+        const std::size_t images = std::min(groups.group(), shape.batch - first);
+        scratch_source group_scratch = scratch;
+        forward_accumulate(with_batch(shape, images), x + first * in_values, weights, y + first * out_values, T(0),
+                           group_scratch);
+        groups.add(first, images, y + first * out_values);
+    }
+    groups.finish(statistics.mean, statistics.variance);
+}
+
 struct phase_source_tag {};
 struct phase_weights_tag {};
 
@@ -1748,7 +1772,9 @@ constexpr scratch_demand convolution_backward_weights_scratch(const convolution_
 // normalisation after the convolution needs: in Winograd's form from each
 // image's results while they are in the core's caches (winograd.hpp,
 // result_statistics; equal to channel_mean_variance's up to rounding), in
-// the direct form by channel_mean_variance over y (the same bits).
+// the direct form as channel_mean_variance computes them over y (the same
+// bits; up to 32 output channels, a group of images at a time as soon as
+// it is written: detail::forward_with_statistics).
 template <class T>
 void convolution_forward(const convolution_shape& shape, const T* x, const T* weights, T* y,
                          std::span<std::byte> scratch = {}, affine_relu_map<T> input_map = {},
@@ -1763,6 +1789,8 @@ void convolution_forward(const convolution_shape& shape, const T* x, const T* we
     scratch_source source(scratch);
     if (detail::winograd_applies(shape)) {
         detail::winograd_forward(shape, x, weights, y, T(0), source, input_map, output_statistics);
+    } else if (output_statistics && shape.out_channels <= detail::channel_chunk) {
+        detail::forward_with_statistics(shape, x, weights, y, source, output_statistics);
     } else {
         detail::forward_accumulate(shape, x, weights, y, T(0), source);
         if (output_statistics) {

@@ -130,61 +130,102 @@ void channel_sum(std::size_t N, std::size_t C, std::size_t S, const T* x, T* sum
 
 namespace detail {
 
+// channel_mean_variance's computation for channels [c0, c0 + channels) of
+// a batch of N images of C channels of S values (N * S > 0; channels at most
+// channel_chunk), taken in groups of `group()` images: as many as hold at
+// most group_bytes of those channels (at least one image). The caller adds
+// the groups in order (add), each as soon as it is written (the direct
+// convolutions add each group of their output while it is in the core's
+// cache), then takes the results (finish). With more than one group, every
+// value is taken less its channel's first value (the shift), so that the
+// groups' means, whose differences the merge squares, carry rounding errors
+// of the size of the spread, not of the mean; a single group is the plain
+// two passes.
+template <class T>
+class mean_variance_groups {
+public:
+    mean_variance_groups(std::size_t N, std::size_t C, std::size_t S, std::size_t c0, std::size_t channels,
+                         std::size_t group_bytes)
+        : N_(N), C_(C), S_(S), c0_(c0), channels_(channels),
+          group_(std::clamp<std::size_t>(group_bytes / (channels * S * sizeof(T)), 1, N)), shifted_(group_ < N)
+    {}
+
+    std::size_t group() const { return group_; }
+
+    // Images [first, first + images) (a whole group, the last possibly
+    // shorter), x pointing at image first.
+    void add(std::size_t first, std::size_t images, const T* x)
+    {
+        if (shifted_) {
+            add_group<true>(first, images, x);
+        } else {
+            add_group<false>(first, images, x);
+        }
+    }
+
+    void finish(T* mean_out, T* variance_out) const
+    {
+        const T count = static_cast<T>(N_ * S_);
+        for (std::size_t k = 0; k < channels_; ++k) {
+            mean_out[c0_ + k] = shift_[k] + sum_[k] / count;
+            variance_out[c0_ + k] = deviations_[k] / count;
+        }
+    }
+
+private:
+    template <bool Shifted>
+    void add_group(std::size_t first, std::size_t images, const T* images_x)
+    {
+        const std::size_t C = C_, S = S_, c0 = c0_, channels = channels_;
+        if (first == 0) {
+            for (std::size_t k = 0; k < channels; ++k) shift_[k] = Shifted ? images_x[(c0 + k) * S] : T(0);
+        }
+        const auto shifted = [&]([[maybe_unused]] std::size_t k, auto value) {
+            if constexpr (Shifted) return value - decltype(value)(shift_[k]);
+            else return value;
+        };
+        channel_chunk_sums<T> sums(channels);
+        sums.accumulate(images, C, S, images_x, c0,
+                        [&shifted](std::size_t k, auto total, auto value) { return total + shifted(k, value); });
+        const T count_before = T(first * S), count_here = T(images * S);
+        T group_mean[channel_chunk];
+        for (std::size_t k = 0; k < channels; ++k) group_mean[k] = sums.total(k) / count_here;
+        channel_chunk_sums<T> squares(channels);
+        squares.accumulate(images, C, S, images_x, c0, [&](std::size_t k, auto total, auto value) {
+            const auto deviation = shifted(k, value) - decltype(value)(group_mean[k]);
+            return xsimd::fma(deviation, deviation, total);
+        });
+        for (std::size_t k = 0; k < channels; ++k) {
+            const T group_sum = sums.total(k), group_deviations = squares.total(k);
+            if (first == 0) {
+                sum_[k] = group_sum;
+                deviations_[k] = group_deviations;
+                continue;
+            }
+            const T difference = group_mean[k] - sum_[k] / count_before;
+            deviations_[k] +=
+                group_deviations + difference * difference * (count_before * count_here / (count_before + count_here));
+            sum_[k] += group_sum;
+        }
+    }
+
+    std::size_t N_, C_, S_, c0_, channels_, group_;
+    bool shifted_;
+    T shift_[channel_chunk], sum_[channel_chunk], deviations_[channel_chunk];
+};
+
 // channel_mean_variance's computation, its groups of images holding at most
 // group_bytes of x per chunk of channels (at least one image): N * S > 0.
-// With more than one group, every value is taken less its channel's first
-// value (the shift), so that the groups' means, whose differences the merge
-// squares, carry rounding errors of the size of the spread, not of the
-// mean; a single group is the plain two passes.
 template <class T>
 void grouped_mean_variance(std::size_t N, std::size_t C, std::size_t S, const T* x, T* mean_out, T* variance_out,
                            std::size_t group_bytes)
 {
     for (std::size_t c0 = 0; c0 < C; c0 += channel_chunk) {
-        const std::size_t channels = std::min(channel_chunk, C - c0);
-        const std::size_t group = std::clamp<std::size_t>(group_bytes / (channels * S * sizeof(T)), 1, N);
-        T shift[channel_chunk], sum[channel_chunk], deviations[channel_chunk], group_mean[channel_chunk];
-        const auto chunk = [&]<bool Shifted>() {
-            const auto shifted = [&]([[maybe_unused]] std::size_t k, auto value) {
-                if constexpr (Shifted) return value - decltype(value)(shift[k]);
-                else return value;
-            };
-            for (std::size_t k = 0; k < channels; ++k) shift[k] = Shifted ? x[(c0 + k) * S] : T(0);
-            for (std::size_t first = 0; first < N; first += group) {
-                const std::size_t images = std::min(group, N - first);
-                const T* images_x = x + first * C * S;
-                channel_chunk_sums<T> sums(channels);
-                sums.accumulate(images, C, S, images_x, c0, [&shifted](std::size_t k, auto total, auto value) {
-                    return total + shifted(k, value);
-                });
-                const T count_before = T(first * S), count_here = T(images * S);
-                for (std::size_t k = 0; k < channels; ++k) group_mean[k] = sums.total(k) / count_here;
-                channel_chunk_sums<T> squares(channels);
-                squares.accumulate(images, C, S, images_x, c0, [&](std::size_t k, auto total, auto value) {
-                    const auto deviation = shifted(k, value) - decltype(value)(group_mean[k]);
-                    return xsimd::fma(deviation, deviation, total);
-                });
-                for (std::size_t k = 0; k < channels; ++k) {
-                    const T group_sum = sums.total(k), group_deviations = squares.total(k);
-                    if (first == 0) {
-                        sum[k] = group_sum;
-                        deviations[k] = group_deviations;
-                        continue;
-                    }
-                    const T difference = group_mean[k] - sum[k] / count_before;
-                    deviations[k] += group_deviations + difference * difference *
-                                                            (count_before * count_here / (count_before + count_here));
-                    sum[k] += group_sum;
-                }
-            }
-        };
-        if (group < N) chunk.template operator()<true>();
-        else chunk.template operator()<false>();
-        const T count = static_cast<T>(N * S);
-        for (std::size_t k = 0; k < channels; ++k) {
-            mean_out[c0 + k] = shift[k] + sum[k] / count;
-            variance_out[c0 + k] = deviations[k] / count;
+        mean_variance_groups<T> groups(N, C, S, c0, std::min(channel_chunk, C - c0), group_bytes);
+        for (std::size_t first = 0; first < N; first += groups.group()) {
+            groups.add(first, std::min(groups.group(), N - first), x + first * C * S);
         }
+        groups.finish(mean_out, variance_out);
     }
 }
 
