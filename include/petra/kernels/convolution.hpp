@@ -1203,7 +1203,7 @@ void forward_with_statistics(const convolution_shape& shape, const T* x, const T
 {
     const std::size_t pixels = shape.output_pixels(), channels = shape.out_channels;
     const std::size_t in_values = shape.in_channels * shape.input_pixels(), out_values = channels * pixels;
-    mean_variance_groups<T> groups(shape.batch, channels, pixels, 0, channels, this_core_caches().l2 / 2);
+    mean_variance_groups<T> groups(shape.batch, channels, pixels, 0, channels, mean_variance_group_bytes());
     for (std::size_t first = 0; first < shape.batch; first += groups.group()) {
         const std::size_t images = std::min(groups.group(), shape.batch - first);
         scratch_source group_scratch = scratch;

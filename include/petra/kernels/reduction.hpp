@@ -214,6 +214,12 @@ private:
     T shift_[channel_chunk], sum_[channel_chunk], deviations_[channel_chunk];
 };
 
+// The bytes of x a group of images of channel_mean_variance holds at most
+// (per chunk of channels): half of the core's L2 cache. A kernel that adds
+// the groups itself (mean_variance_groups) takes the same, so that it gives
+// the same bits.
+inline std::size_t mean_variance_group_bytes() { return this_core_caches().l2 / 2; }
+
 // channel_mean_variance's computation, its groups of images holding at most
 // group_bytes of x per chunk of channels (at least one image): N * S > 0.
 template <class T>
@@ -268,7 +274,7 @@ void channel_mean_variance(std::size_t N, std::size_t C, std::size_t S, const T*
                     "petra::kernels::channel_mean_variance: the batch holds no element per channel (N = " +
                         std::to_string(N) + ", S = " + std::to_string(S) + "), so mean and variance are undefined");
     }
-    detail::grouped_mean_variance(N, C, S, x, mean_out, variance_out, this_core_caches().l2 / 2);
+    detail::grouped_mean_variance(N, C, S, x, mean_out, variance_out, detail::mean_variance_group_bytes());
 }
 
 } // namespace petra::kernels
