@@ -442,15 +442,18 @@ TEST_CASE("a stride-2 phased copy written in whole rows equals the planes zeroed
     std::size_t compared = 0;
     for (std::size_t kernel : {1, 3}) {
         for (std::size_t padding = 0; padding < kernel; ++padding) {
-            for (const auto& [height, width] : {std::pair<std::size_t, std::size_t>{28, 28},
-                                                {14, 14},
-                                                {13, 14},
-                                                {14, 13},
-                                                {7, 7},
-                                                {1, 2},
-                                                {3, 30},
-                                                {5, 32},
-                                                {2, 31}}) {
+            // (Plain pairs, not structured bindings: clang 14's lambdas, which
+            // CAPTURE makes, cannot name a binding.)
+            for (const auto& sides : {std::pair<std::size_t, std::size_t>{28, 28},
+                                      {14, 14},
+                                      {13, 14},
+                                      {14, 13},
+                                      {7, 7},
+                                      {1, 2},
+                                      {3, 30},
+                                      {5, 32},
+                                      {2, 31}}) {
+                const std::size_t height = sides.first, width = sides.second;
                 const convolution_shape shape{3, 2, height, width, 4, kernel, 2, padding};
                 if (height + 2 * padding < kernel || width + 2 * padding < kernel) continue;
                 CAPTURE(kernel);
