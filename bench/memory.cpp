@@ -25,7 +25,8 @@
 // micro-batch for 2 (J - 1 - j) ticks, so it holds 2 (J - 1 - j) + 1 copies
 // of what it stores per micro-batch: the inputs of its non-reversible blocks
 // (of every block with the input buffer) and, with the parameter buffer, its
-// parameters. For exact backprop: every block's output and kept
+// parameters. For exact backprop: every block's output (of a coupling fed
+// by another block, the half it does not share with its input) and kept
 // intermediates. (The plan's kept inputs differ in one respect: the last
 // stage's one micro-batch of inputs counts among its working buffers.)
 #include <sys/resource.h>
@@ -110,7 +111,8 @@ std::size_t predicted_exact_bytes()
 {
     std::size_t values = 0;
     for (std::size_t i = 0; i < Net::block_count; ++i) {
-        values += batch * Net::profile[i].output_values + Net::workspace_size(i, batch);
+        const bool shares_half = i > 0 && Net::profile[i].passes_first_half_through;
+        values += batch * Net::profile[i].output_values / (shares_half ? 2 : 1) + Net::workspace_size(i, batch);
     }
     return values * sizeof(float);
 }

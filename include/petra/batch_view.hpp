@@ -96,4 +96,13 @@ void copy_batch(const_batch<T, Shape> from, batch_view<T, Shape> to)
     std::copy_n(from.data(), from.size(), to.data());
 }
 
+// copy_batch, but nothing where `to` is `from` itself (a buffer laid out so
+// that the two share their values: boundary_layout.hpp). Any other overlap is
+// the caller's error, as for copy_batch.
+template <class T, class Shape>
+void copy_unless_shared(const_batch<T, Shape> from, batch_view<T, Shape> to)
+{
+    if (from.data() != to.data()) copy_batch<T>(from, to);
+}
+
 } // namespace petra

@@ -2,6 +2,7 @@
 // reconstruct-and-backward gives the input back and the gradients of central
 // differences; with perturbed weights (PETRA's situation) the reconstruction
 // error grows smoothly with the perturbation.
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <random>
@@ -150,4 +151,63 @@ TEST_CASE("pixel_unshuffle: reconstruct-and-backward and backward after forward 
     std::mt19937_64 generator(22);
     test::check_gradients<test::reconstruct_then_backward<unshuffle>>(generator, {.batch = 2});
     test::check_gradients<test::backward_after_forward<unshuffle>>(generator, {.batch = 2});
+}
+
+// A buffer laid out as exact backprop and the stages lay out theirs
+// (boundary_layout.hpp): the output a half below the input in the forward,
+// the rebuilt input a half above the output in the inverse, the input
+// gradient a half below the output gradient in the backward. The coupling
+// then finds the passed-through half in place; every value, and the
+// parameter gradient, equals those of separate buffers to the bit.
+TEST_CASE("additive coupling: buffers that share the passed-through half give the values of separate ones")
+{
+    static_assert(passes_first_half_through_of<additive> && !passes_first_half_through_of<revnet>);
+    constexpr std::size_t batch = 3;
+    coupling_setup<additive, float> setup(batch, 11);
+    const std::size_t half = batch * additive::half::size;
+    const auto parameters = test::span_of<additive::parameter_count>(std::as_const(setup.parameters));
+    const auto state = test::span_of<additive::state_count>(std::as_const(setup.state));
+    // Three halves [A | B | C]: y at A and x at B (forward and inverse),
+    // grad_x at A and grad_y at B (backward).
+    std::vector<float> shared(3 * half);
+    const auto at = [&](std::size_t halves) {
+        return batch_view<float, block_input>(shared.data() + halves * half, batch);
+    };
+    const auto read_at = [&](std::size_t halves) {
+        return batch_view<const float, block_input>(shared.data() + halves * half, batch);
+    };
+
+    // Forward: x = [B | C], y = [A | B].
+    std::copy(setup.x.begin(), setup.x.end(), shared.begin() + std::ptrdiff_t(half));
+    std::vector<float> workspace(setup.workspace.size());
+    additive::forward(pass::training, parameters, test::span_of<additive::state_count>(setup.state), read_at(1), at(0),
+                      std::span<float>(workspace));
+    CHECK(std::equal(setup.y.begin(), setup.y.end(), shared.begin()));
+    CHECK(std::equal(setup.x.begin() + std::ptrdiff_t(half), setup.x.end(), shared.begin() + std::ptrdiff_t(2 * half)));
+
+    // Inverse: y = [A | B], x = [B | C].
+    const std::vector<float> separate = setup.inverse(setup.parameters);
+    std::fill(shared.begin(), shared.end(), 0.0f);
+    std::copy(setup.y.begin(), setup.y.end(), shared.begin());
+    additive::inverse(parameters, state, read_at(0), at(1), std::span<float>(workspace));
+    CHECK(std::equal(separate.begin(), separate.end(), shared.begin() + std::ptrdiff_t(half)));
+
+    // Backward: grad_y = [B | C], grad_x = [A | B].
+    std::mt19937_64 generator(12);
+    std::vector<float> grad_y(setup.y.size()), grad_x(grad_y.size());
+    for (float& value : grad_y) value = uniform_real(generator, -1.0f, 1.0f);
+    std::vector<float> separate_gradient(additive::parameter_count), shared_gradient(additive::parameter_count);
+    additive::forward(pass::training, parameters, test::span_of<additive::state_count>(setup.state),
+                      test::batch_of<block_input>(std::as_const(setup.x), batch),
+                      test::batch_of<block_input>(setup.y, batch), std::span<float>(setup.workspace));
+    additive::backward(parameters, test::batch_of<block_input>(std::as_const(setup.x), batch),
+                       test::batch_of<block_input>(std::as_const(grad_y), batch),
+                       test::batch_of<block_input>(grad_x, batch),
+                       test::span_of<additive::parameter_count>(separate_gradient), std::span<float>(setup.workspace));
+    std::fill(shared.begin(), shared.end(), 0.0f);
+    std::copy(grad_y.begin(), grad_y.end(), shared.begin() + std::ptrdiff_t(half));
+    additive::backward(parameters, test::batch_of<block_input>(std::as_const(setup.x), batch), read_at(1), at(0),
+                       test::span_of<additive::parameter_count>(shared_gradient), std::span<float>(setup.workspace));
+    CHECK(std::equal(grad_x.begin(), grad_x.end(), shared.begin()));
+    CHECK(separate_gradient == shared_gradient);
 }

@@ -144,4 +144,16 @@ struct doubling_block : block_kind {
     };
 };
 
+// doubling_block on a plain shape that says it passes its first half through
+// (a pair of halves only has halves to pass).
+struct half_passing_plain_block : block_kind {
+    template <class Input>
+    static constexpr bool accepts = a_shape<Input>;
+
+    template <class Input>
+    struct bind : doubling_block<false>::bind<Input> {
+        static constexpr bool passes_first_half_through = true;
+    };
+};
+
 } // namespace user

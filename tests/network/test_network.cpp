@@ -17,6 +17,7 @@
 #include <boost/hana/length.hpp>
 #include <doctest/doctest.h>
 
+#include <petra/boundary_layout.hpp>
 #include <petra/core.hpp>
 
 #include "layers/gradient_check.hpp"
@@ -466,4 +467,97 @@ TEST_CASE("parameters in the caller's storage: a view of constant arrays predict
     const auto made = small_network::make_parameters<float>(5);
     CHECK(std::equal(fresh_values.begin(), fresh_values.end(), made.values().begin()));
     CHECK(std::equal(fresh_state.begin(), fresh_state.end(), made.state().begin()));
+}
+
+TEST_CASE("boundary layout: a chain's boundaries a half apart, other neighbours apart, every boundary in the buffer")
+{
+    using detail::boundary_placement, detail::half_order;
+    // Chains [0, 1, 2] (8 values, 4 a half), [3, 4] (4, 2) and [5]; boundary
+    // 6 claims a half of a boundary of another size and starts a chain.
+    constexpr std::array<std::size_t, 7> sizes{8, 8, 8, 4, 4, 6, 4};
+    constexpr std::array<bool, 7> shares{false, true, true, false, true, false, true};
+    constexpr auto kept =
+        detail::lay_out_boundaries(sizes, shares, half_order::later_below, boundary_placement::every_boundary_kept);
+    static_assert(kept.offset == std::array<std::size_t, 7>{8, 4, 0, 18, 16, 22, 28} && kept.size == 32);
+    constexpr auto reused =
+        detail::lay_out_boundaries(sizes, shares, half_order::later_above, boundary_placement::neighbours_apart);
+    static_assert(reused.offset == std::array<std::size_t, 7>{0, 4, 8, 0, 2, 6, 0} && reused.size == 16);
+    // A run of five couplings: chains of three boundaries at most, in the two
+    // activations two alternating buffers would take.
+    constexpr std::array<std::size_t, 5> run{8, 8, 8, 8, 8};
+    constexpr std::array<bool, 5> joined{false, true, true, true, true};
+    constexpr auto forward_run =
+        detail::lay_out_boundaries(run, joined, half_order::later_below, boundary_placement::neighbours_apart);
+    static_assert(forward_run.offset == std::array<std::size_t, 5>{8, 4, 0, 8, 4} && forward_run.size == 16);
+    constexpr auto gradient_run =
+        detail::lay_out_boundaries(run, joined, half_order::later_above, boundary_placement::neighbours_apart);
+    static_assert(gradient_run.offset == std::array<std::size_t, 5>{0, 4, 8, 0, 4} && gradient_run.size == 16);
+    // Growing sizes: two alternating places of the largest where the
+    // placement above would take more.
+    constexpr auto growing = detail::lay_out_boundaries(std::array<std::size_t, 3>{4, 4, 5}, std::array<bool, 3>{},
+                                                        half_order::later_below, boundary_placement::neighbours_apart);
+    static_assert(growing.offset == std::array<std::size_t, 3>{0, 5, 0} && growing.size == 10);
+
+    // Random sequences: the properties the trainers and stages rely on.
+    std::mt19937_64 generator(3);
+    for (int trial = 0; trial < 500; ++trial) {
+        std::array<std::size_t, 12> random_sizes{};
+        std::array<bool, 12> random_shares{};
+        for (std::size_t i = 0; i < random_sizes.size(); ++i) {
+            random_shares[i] = uniform_int(generator, 0, 2) > 0;
+            random_sizes[i] = i > 0 && random_shares[i] && uniform_int(generator, 0, 5) > 0
+                                  ? random_sizes[i - 1]
+                                  : std::size_t(uniform_int(generator, 1, 12));
+        }
+        for (const half_order order : {half_order::later_below, half_order::later_above}) {
+            for (const boundary_placement placement :
+                 {boundary_placement::every_boundary_kept, boundary_placement::neighbours_apart}) {
+                const auto layout = detail::lay_out_boundaries(random_sizes, random_shares, order, placement);
+                std::size_t whole = 0;   // what boundaries end to end would take
+                std::size_t largest = 0; // the largest boundary
+                std::size_t chained = 1; // boundaries in the chain so far
+                for (std::size_t i = 0; i < random_sizes.size(); ++i) {
+                    CAPTURE(trial);
+                    CAPTURE(i);
+                    whole += random_sizes[i];
+                    largest = std::max(largest, random_sizes[i]);
+                    CHECK(layout.offset[i] + random_sizes[i] <= layout.size);
+                    if (i == 0) continue;
+                    const std::size_t size = random_sizes[i], before = layout.offset[i - 1], here = layout.offset[i];
+                    const bool joined = random_shares[i] && size == random_sizes[i - 1] && size % 2 == 0 &&
+                                        (placement == boundary_placement::every_boundary_kept || chained < 3);
+                    chained = joined ? chained + 1 : 1;
+                    if (joined) {
+                        // The output's second half is the input's first, or the
+                        // input gradient's second half the output gradient's first.
+                        const bool half_apart =
+                            order == half_order::later_below ? here + size / 2 == before : before + size / 2 == here;
+                        CHECK(half_apart);
+                    } else {
+                        CHECK((here + size <= before || before + random_sizes[i - 1] <= here));
+                    }
+                }
+                if (placement == boundary_placement::neighbours_apart) {
+                    // Chains of three boundaries at most (twice the largest
+                    // boundary), in two places at most.
+                    CHECK(layout.size <= 4 * largest);
+                } else {
+                    CHECK(layout.size <= whole);
+                    // Kept boundaries overlap only where joined.
+                    for (std::size_t i = 0; i < random_sizes.size(); ++i) {
+                        for (std::size_t k = i + 2; k < random_sizes.size(); ++k) {
+                            const bool apart = layout.offset[i] + random_sizes[i] <= layout.offset[k] ||
+                                               layout.offset[k] + random_sizes[k] <= layout.offset[i];
+                            bool in_one_chain = true;
+                            for (std::size_t m = i + 1; m <= k; ++m) {
+                                in_one_chain = in_one_chain && random_shares[m] && random_sizes[m] == random_sizes[i] &&
+                                               random_sizes[i] % 2 == 0;
+                            }
+                            if (!in_one_chain) CHECK(apart);
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -41,6 +41,9 @@ struct additive_coupling : block_kind {
         using input = Input;
         using output = Input;
         static constexpr bool reversible = true;
+        // y~ = x and dL/dx~ = dL/dy: each copied only where the buffers do not
+        // already share that half (boundary_layout.hpp).
+        static constexpr bool passes_first_half_through = true;
         static constexpr std::size_t forward_flops = function::forward_flops + half::size;
         static constexpr std::size_t backward_flops = function::backward_flops + half::size;
         static constexpr std::size_t winograd_forward_flops = winograd_forward_flops_of<function>();
@@ -56,7 +59,7 @@ struct additive_coupling : block_kind {
             // y = F(x) + x~ into the first output half, the addition in F's last pass.
             forward_onto_of<function>(mode, combination::add, parameters, state, x.first_half(), x.second_half(),
                                       y.first_half(), workspace);
-            copy_batch<T>(x.first_half(), y.second_half());
+            copy_unless_shared<T>(x.first_half(), y.second_half());
         }
 
         template <class T>
@@ -64,7 +67,7 @@ struct additive_coupling : block_kind {
                             state_view<pass::recomputation_t, T, state_count> state, const_batch<T, output> y,
                             batch_view<T, input> x, std::span<T> workspace)
         {
-            copy_batch<T>(y.second_half(), x.first_half());
+            copy_unless_shared<T>(y.second_half(), x.first_half());
             // x~ = y - F(y~) into the second input half, the subtraction in F's last pass.
             forward_onto_of<function>(pass::recomputation, combination::subtract_from, parameters, state,
                                       x.first_half(), y.first_half(), x.second_half(), workspace);
@@ -81,7 +84,7 @@ struct additive_coupling : block_kind {
                                workspace);
             kernels::add(grad_x.first_half().size(), grad_x.first_half().data(), grad_y.second_half().data(),
                          grad_x.first_half().data());
-            copy_batch<T>(grad_y.first_half(), grad_x.second_half());
+            copy_unless_shared<T>(grad_y.first_half(), grad_x.second_half());
         }
     };
 };

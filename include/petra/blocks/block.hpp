@@ -67,6 +67,15 @@ constexpr bool input_gradient_optional()
     }
 }
 
+// Whether Block passes its input's first half on unchanged as its output's
+// second half, and its output gradient's first half as its input gradient's
+// second half (static constexpr bool passes_first_half_through; the additive
+// coupling's y~ = x and dL/dx~ = dL/dy). Such a block copies that half only
+// where its buffers do not already share it: callers that lay out their
+// buffers for it (boundary_layout.hpp) save the copies.
+template <class Block>
+concept passes_first_half_through_of = bool(Block::passes_first_half_through);
+
 // Whether Input is a pair of halves that each of Functions... accepts.
 template <class Input, class... Functions>
 constexpr bool halves_accepted_by()
@@ -129,6 +138,7 @@ enum class block_requirement {
     forward,
     backward,
     inverse,
+    passes_half,
 };
 
 namespace detail {
@@ -166,6 +176,9 @@ constexpr block_requirement first_unmet_requirement_of_block()
                                    batch_view<float, typename B::output> y,
                                    std::span<float> workspace) { B::inverse(parameters, state, y, x, workspace); }) {
         return block_requirement::inverse;
+    } else if constexpr (passes_first_half_through_of<B> && !(is_halves<typename B::input>::value &&
+                                                              std::is_same_v<typename B::input, typename B::output>)) {
+        return block_requirement::passes_half;
     } else {
         return block_requirement::met;
     }
@@ -229,6 +242,9 @@ struct block_contract {
     static_assert(Unmet != block_requirement::inverse,
                   "This block says it is reversible but has no inverse the block contract (blocks/block.hpp) can "
                   "call: inverse(parameters, state, y, x, workspace).");
+    static_assert(Unmet != block_requirement::passes_half,
+                  "This block says it passes its first half through but does not take and give pairs of halves of "
+                  "one shape: the block contract (blocks/block.hpp) asks for input and output both halves<S>.");
 };
 
 // The fused reconstruct-and-backward of a reversible block, generated from its

@@ -38,6 +38,7 @@
 
 #include <petra/batch_view.hpp>
 #include <petra/blocks/block.hpp>
+#include <petra/boundary_layout.hpp>
 #include <petra/error.hpp>
 #include <petra/kernels/scratch.hpp>
 #include <petra/kernels/simd.hpp>
@@ -63,7 +64,7 @@ struct stage_buffers {
     std::size_t gradient = 0;           // the sum of the parameter gradients
     std::size_t kept_inputs = 0;        // the FIFOs of the inputs kept, all entries
     std::size_t stashed_parameters = 0; // the parameter buffer's FIFO, all entries
-    std::size_t intermediate = 0;       // one activation between blocks (of a micro-batch)
+    std::size_t intermediate = 0;       // one set of the activations between blocks (of a micro-batch)
     std::size_t intermediates = 0;      // the activations between blocks, forward and rebuilt
     std::size_t recomputed = 0;         // a recomputed output (not the last stage)
     std::size_t last_stage_inputs = 0;  // the last stage's block inputs of one micro-batch
@@ -115,26 +116,27 @@ public:
     {
         const std::size_t batch = options.batch;
         stage_buffers sizes;
-        std::size_t intermediate = 0, recomputed = 0;
+        std::size_t recomputed = 0;
         for (std::size_t i = first_block; i < end_block; ++i) {
             const block_profile& profile = Network::profile[i];
-            if (i + 1 < end_block) intermediate = std::max(intermediate, profile.output_values);
             sizes.workspace = is_last ? sizes.workspace + Network::workspace_size(i, batch)
                                       : std::max(sizes.workspace, Network::workspace_size(i, batch));
             if (keeps_input(options, i)) {
                 if (!is_last) sizes.kept_inputs += fifo_depth * batch * profile.input_values;
                 recomputed = std::max(recomputed, profile.output_values);
             }
-            // The last stage keeps every block's input of one micro-batch.
-            if (is_last) sizes.last_stage_inputs += batch * profile.input_values;
         }
-        // Between blocks: one buffer, or two alternating ones from three
-        // blocks on, for the forward's activations (later the backward's
-        // gradients) and, except in the last stage, one more set for the
-        // backward's rebuilt inputs.
-        sizes.intermediate = batch * intermediate;
-        const std::size_t alternating = std::min<std::size_t>(block_count - 1, 2);
-        sizes.intermediates = (is_last ? 1 : 2) * alternating * sizes.intermediate;
+        // The last stage keeps every block's input of one micro-batch.
+        if (is_last) sizes.last_stage_inputs = batch * kept_layout.size;
+        // Between blocks: one set of buffers for the forward's activations
+        // (intermediate_layout; later the backward's gradients,
+        // intermediate_gradient_layout) and, except in the last stage, one
+        // more for the backward's rebuilt inputs.
+        // (The last stage's forward writes into its kept inputs: only its
+        // gradients come here.)
+        sizes.intermediate = batch * (is_last ? intermediate_gradient_layout.size
+                                              : std::max(intermediate_layout.size, intermediate_gradient_layout.size));
+        sizes.intermediates = (is_last ? 1 : 2) * sizes.intermediate;
         if (!is_last) sizes.recomputed = batch * recomputed;
         // Stage 0 sends nothing down, but block 0 may still need somewhere to
         // write the input it rebuilds and its gradient.
@@ -338,6 +340,41 @@ public:
     }
 
 private:
+    // Where the activations between the stage's blocks sit, per example
+    // (boundary_layout.hpp): boundary K is block K's output, K < block_count
+    // - 1; a block that passes its input's first half through (an additive
+    // coupling) finds it in place, in the forward, the inverse and the
+    // backward (its gradients laid out with later boundaries above: the
+    // input gradient's second half is the output gradient's first), except
+    // where its input or output is the stage's own (a channel's buffer) or
+    // where a run of such blocks starts a new chain (boundary_layout.hpp).
+    template <detail::half_order Order>
+    static constexpr auto intermediate_layout_of()
+    {
+        constexpr std::size_t boundaries = block_count - 1;
+        std::array<std::size_t, boundaries> sizes{};
+        std::array<bool, boundaries> shares_half{};
+        for (std::size_t k = 0; k < boundaries; ++k) {
+            sizes[k] = Network::profile[first_block + k].output_values;
+            shares_half[k] = k > 0 && Network::profile[first_block + k].passes_first_half_through;
+        }
+        return detail::lay_out_boundaries(sizes, shares_half, Order, detail::boundary_placement::neighbours_apart);
+    }
+    static constexpr auto intermediate_layout = intermediate_layout_of<detail::half_order::later_below>();
+    static constexpr auto intermediate_gradient_layout = intermediate_layout_of<detail::half_order::later_above>();
+    // The last stage's kept inputs, boundary I being block I's input, every
+    // one kept.
+    static constexpr auto kept_layout = [] {
+        std::array<std::size_t, block_count> sizes{};
+        std::array<bool, block_count> shares_half{};
+        for (std::size_t i = 0; i < block_count; ++i) {
+            sizes[i] = Network::profile[first_block + i].input_values;
+            shares_half[i] = i > 0 && Network::profile[first_block + i - 1].passes_first_half_through;
+        }
+        return detail::lay_out_boundaries(sizes, shares_half, detail::half_order::later_below,
+                                          detail::boundary_placement::every_boundary_kept);
+    }();
+
     static constexpr bool keeps_input(const pipeline_options& options, std::size_t global_block)
     {
         return options.input_buffer || !Network::profile[global_block].reversible;
@@ -370,18 +407,13 @@ private:
         return Network::template parameters_of<first_block + I, first_block>(gradient());
     }
 
-    // Last stage: where block I's kept input begins (its inputs end to end),
-    // and block I's own workspace; other stages share one workspace.
-    std::size_t kept_offset(std::size_t i) const
-    {
-        std::size_t offset = 0;
-        for (std::size_t k = 0; k < i; ++k) offset += batch_ * Network::profile[first_block + k].input_values;
-        return offset;
-    }
+    // Last stage: block I's kept input, at kept_layout.offset[I] (per
+    // example), and block I's own workspace; other stages share one
+    // workspace.
     template <std::size_t I>
     batch_view<T, typename block<I>::input> kept_input()
     {
-        return {kept_.data() + kept_offset(I), batch_};
+        return {kept_.data() + kept_layout.offset[I] * batch_, batch_};
     }
     template <std::size_t I>
     std::span<T> block_workspace()
@@ -395,24 +427,26 @@ private:
         }
     }
 
-    // The activation between blocks K and K + 1 (forward), in buffer K % 2
-    // of the first set; the backward writes the gradient of that activation
-    // there too (forward is over when backward runs), and the rebuilt
-    // activation in the second set.
+    // The activation between blocks K and K + 1 (forward), in the first
+    // set at intermediate_layout's offset; the backward writes the gradient
+    // of that activation there too (forward is over when backward runs), at
+    // intermediate_gradient_layout's, and the rebuilt activation in the
+    // second set at the forward's offset (an inverse's x lies a half above
+    // its y, as a forward's input lies a half above its output).
     template <std::size_t K>
     batch_view<T, typename block<K>::output> activation()
     {
-        return {intermediates_.data() + (K % 2) * intermediate_size_, batch_};
+        return {intermediates_.data() + intermediate_layout.offset[K] * batch_, batch_};
     }
     template <std::size_t K>
     batch_view<T, typename block<K>::output> activation_gradient()
     {
-        return activation<K>();
+        return {intermediates_.data() + intermediate_gradient_layout.offset[K] * batch_, batch_};
     }
     template <std::size_t K>
     batch_view<T, typename block<K>::output> rebuilt_activation()
     {
-        return {intermediates_.data() + intermediates_.size() / 2 + (K % 2) * intermediate_size_, batch_};
+        return {intermediates_.data() + intermediate_size_ + intermediate_layout.offset[K] * batch_, batch_};
     }
 
     // Forward: block I reads the stage input or activation I - 1 and writes

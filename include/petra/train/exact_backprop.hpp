@@ -5,6 +5,7 @@
 // grows with the depth of the network (memory_bytes()).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -12,6 +13,7 @@
 
 #include <petra/batch_view.hpp>
 #include <petra/blocks/block.hpp>
+#include <petra/boundary_layout.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/network.hpp>
 #include <petra/tensor_batch.hpp>
@@ -31,9 +33,8 @@ public:
 
     // Memory for batches of up to max_batch examples, allocated once.
     explicit exact_backprop(std::size_t max_batch)
-        : capacity_(max_batch), activations_(activation_offset(Network::block_count, max_batch)),
-          workspaces_(workspace_offset(Network::block_count, max_batch)),
-          gradients_(max_batch * Network::largest_activation)
+        : capacity_(max_batch), activations_(max_batch * activation_layout.size),
+          workspaces_(workspace_offset(Network::block_count, max_batch)), gradients_(max_batch * gradient_layout.size)
     {}
 
     // One training step's gradient: forward with batch statistics (running
@@ -63,7 +64,8 @@ public:
     // The logits of the last batch (batch * classes values).
     std::span<const T> logits() const
     {
-        return {activations_.data() + activation_offset(Network::block_count - 1, batch_), batch_ * task::classes};
+        return {activations_.data() + activation_layout.offset[Network::block_count - 1] * batch_,
+                batch_ * task::classes};
     }
 
     // Bytes held for activations, workspaces and gradients between blocks.
@@ -88,14 +90,36 @@ private:
                         Network::template parameters_of<I>(gradient), workspace_of(I));
     }
 
-    // Block i's output sits at activation_offset(i); its input is the images
-    // or block i - 1's output.
-    static constexpr std::size_t activation_offset(std::size_t block, std::size_t batch)
-    {
-        std::size_t offset = 0;
-        for (std::size_t i = 0; i < block; ++i) offset += batch * Network::profile[i].output_values;
-        return offset;
-    }
+    // Block i's output sits at activation_layout.offset[i] (per example); its
+    // input is the images or block i - 1's output. Every output is kept; a
+    // block that passes its input's first half through (an additive
+    // coupling) finds it in place: its output begins half an activation
+    // below its input (boundary_layout.hpp).
+    static constexpr auto activation_layout = [] {
+        std::array<std::size_t, Network::block_count> sizes{};
+        std::array<bool, Network::block_count> shares_half{};
+        for (std::size_t i = 0; i < Network::block_count; ++i) {
+            sizes[i] = Network::profile[i].output_values;
+            shares_half[i] = i > 0 && Network::profile[i].passes_first_half_through;
+        }
+        return detail::lay_out_boundaries(sizes, shares_half, detail::half_order::later_below,
+                                          detail::boundary_placement::every_boundary_kept);
+    }();
+    // The gradient at boundary b (block b's input, or the logits for b =
+    // block_count) sits at gradient_layout.offset[b]; only a boundary and the
+    // next are live together, and a block that passes its output gradient's
+    // first half through finds it in place.
+    static constexpr auto gradient_layout = [] {
+        std::array<std::size_t, Network::block_count + 1> sizes{};
+        std::array<bool, Network::block_count + 1> shares_half{};
+        for (std::size_t b = 0; b <= Network::block_count; ++b) {
+            sizes[b] =
+                b < Network::block_count ? Network::profile[b].input_values : Network::profile[b - 1].output_values;
+            shares_half[b] = b > 0 && Network::profile[b - 1].passes_first_half_through;
+        }
+        return detail::lay_out_boundaries(sizes, shares_half, detail::half_order::later_above,
+                                          detail::boundary_placement::neighbours_apart);
+    }();
     static constexpr std::size_t workspace_offset(std::size_t block, std::size_t batch)
     {
         std::size_t offset = 0;
@@ -105,7 +129,7 @@ private:
     template <std::size_t I>
     batch_view<T, boundary_shape_t<Network, I + 1>> output_of()
     {
-        return {activations_.data() + activation_offset(I, batch_), batch_};
+        return {activations_.data() + activation_layout.offset[I] * batch_, batch_};
     }
     template <std::size_t I>
     batch_view<const T, boundary_shape_t<Network, I>> input_of(batch_view<const T, typename Network::input> images)
@@ -120,14 +144,14 @@ private:
     template <std::size_t Boundary>
     batch_view<T, boundary_shape_t<Network, Boundary>> gradient_at()
     {
-        return gradients_.template view<boundary_shape_t<Network, Boundary>>(Boundary, batch_);
+        return {gradients_.data() + gradient_layout.offset[Boundary] * batch_, batch_};
     }
 
     std::size_t capacity_;
     std::size_t batch_ = 0;
     kernels::aligned_vector<T> activations_;
     kernels::aligned_vector<T> workspaces_;
-    detail::alternating_buffers<T> gradients_;
+    kernels::aligned_vector<T> gradients_;
 };
 
 } // namespace petra
