@@ -10,12 +10,14 @@
 // backprop's up to the rounding of the reconstructions.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 
 #include <petra/batch_view.hpp>
 #include <petra/blocks/block.hpp>
+#include <petra/boundary_layout.hpp>
 #include <petra/kernels/simd.hpp>
 #include <petra/network.hpp>
 #include <petra/tensor_batch.hpp>
@@ -36,7 +38,7 @@ public:
     // Memory for batches of up to max_batch examples, allocated once.
     explicit reversible_backprop(std::size_t max_batch)
         : capacity_(max_batch), stored_(stored_offset(Network::block_count + 1, max_batch)),
-          passing_(max_batch * Network::largest_activation), gradients_(max_batch * Network::largest_activation),
+          passing_(max_batch * passing_layout.size), gradients_(max_batch * gradient_layout.size),
           recomputed_(max_batch * Network::largest_activation), workspace_(Network::largest_workspace(max_batch))
     {}
 
@@ -116,7 +118,13 @@ private:
     // Boundary b is block b's input and block b - 1's output. Stored
     // boundaries: the input of every block that is not reversible (except
     // the images, which the caller holds) and the logits (boundary
-    // block_count). The others live in one of two buffers by parity.
+    // block_count). The others pass through one buffer, placed by
+    // passing_layout (boundary_layout.hpp; a stored boundary takes no room
+    // there): a block's input and output apart, except that a coupling's
+    // output begins half an activation below its input, as its inverse's
+    // rebuilt input lies half an activation above its output, so that it
+    // copies no half. The gradients likewise (gradient_layout), the input
+    // gradient half an activation below the output gradient.
     static constexpr bool stored_boundary(std::size_t boundary)
     {
         return boundary == Network::block_count || (boundary > 0 && !Network::profile[boundary].reversible);
@@ -133,23 +141,37 @@ private:
         }
         return offset;
     }
+    template <detail::half_order Order, bool Stored>
+    static constexpr auto layout_of_boundaries()
+    {
+        std::array<std::size_t, Network::block_count + 1> sizes{};
+        std::array<bool, Network::block_count + 1> shares_half{};
+        for (std::size_t b = 0; b <= Network::block_count; ++b) {
+            sizes[b] = Stored && stored_boundary(b) ? 0 : boundary_values(b);
+            shares_half[b] = b > 0 && Network::profile[b - 1].passes_first_half_through;
+        }
+        return detail::lay_out_boundaries(sizes, shares_half, Order, detail::boundary_placement::neighbours_apart);
+    }
+    static constexpr auto passing_layout = layout_of_boundaries<detail::half_order::later_below, true>();
+    static constexpr auto gradient_layout = layout_of_boundaries<detail::half_order::later_above, false>();
+
     template <std::size_t Boundary>
     batch_view<T, boundary_shape_t<Network, Boundary>> activation_at()
     {
         if constexpr (stored_boundary(Boundary)) return {stored_.data() + stored_offset(Boundary, batch_), batch_};
-        else return passing_.template view<boundary_shape_t<Network, Boundary>>(Boundary, batch_);
+        else return {passing_.data() + passing_layout.offset[Boundary] * batch_, batch_};
     }
     template <std::size_t Boundary>
     batch_view<T, boundary_shape_t<Network, Boundary>> gradient_at()
     {
-        return gradients_.template view<boundary_shape_t<Network, Boundary>>(Boundary, batch_);
+        return {gradients_.data() + gradient_layout.offset[Boundary] * batch_, batch_};
     }
 
     std::size_t capacity_;
     std::size_t batch_ = 0;
     kernels::aligned_vector<T> stored_;
-    detail::alternating_buffers<T> passing_;
-    detail::alternating_buffers<T> gradients_;
+    kernels::aligned_vector<T> passing_;
+    kernels::aligned_vector<T> gradients_;
     kernels::aligned_vector<T> recomputed_;
     kernels::aligned_vector<T> workspace_;
 };

@@ -12,7 +12,6 @@
 
 #include <petra/batch_view.hpp>
 #include <petra/error.hpp>
-#include <petra/kernels/simd.hpp>
 #include <petra/layers/softmax_cross_entropy_loss.hpp>
 #include <petra/network.hpp>
 #include <petra/shape.hpp>
@@ -74,29 +73,6 @@ inline void check_step(const char* trainer, std::size_t batch, std::size_t capac
         }
     }
 }
-
-// Two buffers of `values` values each, one per parity of the block
-// boundaries: boundary b (block b's input, block b - 1's output) uses buffer
-// b % 2, so that a block's input and output, or their gradients, are never
-// the same buffer.
-template <class T>
-class alternating_buffers {
-public:
-    explicit alternating_buffers(std::size_t values) : storage_(2 * values), values_(values) {}
-
-    T* at(std::size_t boundary) { return storage_.data() + (boundary % 2) * values_; }
-    // Boundary b's buffer as a batch of Shape.
-    template <class Shape>
-    batch_view<T, Shape> view(std::size_t boundary, std::size_t batch)
-    {
-        return {at(boundary), batch};
-    }
-    std::size_t size() const { return storage_.size(); }
-
-private:
-    kernels::aligned_vector<T> storage_;
-    std::size_t values_;
-};
 
 // The forms of accumulate_gradient a trainer offers beside its own on a
 // view of images and a span of labels: tensors (tensor_batch.hpp: images N x
