@@ -40,6 +40,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <petra/boundary_layout.hpp>
 #include <petra/memory_plan.hpp>
 #include <petra/petra.hpp>
 #include <petra/random.hpp>
@@ -109,11 +110,11 @@ std::size_t predicted_pipeline_bytes(bool input_buffer, bool parameter_buffer)
 template <class Net>
 std::size_t predicted_exact_bytes()
 {
-    std::size_t values = 0;
-    for (std::size_t i = 0; i < Net::block_count; ++i) {
-        const bool shares_half = i > 0 && Net::profile[i].passes_first_half_through;
-        values += batch * Net::profile[i].output_values / (shares_half ? 2 : 1) + Net::workspace_size(i, batch);
-    }
+    // Every block's output (boundaries 1 to block_count) as exact backprop keeps them.
+    constexpr auto outputs = petra::detail::lay_out_block_boundaries<Net, 1, Net::block_count>(
+        petra::detail::half_order::later_below, petra::detail::boundary_placement::every_boundary_kept);
+    std::size_t values = batch * outputs.size;
+    for (std::size_t i = 0; i < Net::block_count; ++i) values += Net::workspace_size(i, batch);
     return values * sizeof(float);
 }
 

@@ -104,4 +104,31 @@ constexpr boundary_layout<M> lay_out_boundaries(const std::array<std::size_t, M>
     return layout;
 }
 
+// The layout of Network's block boundaries First to First + Count - 1:
+// boundary b is block b's input (b = block_count: the network's output),
+// of the size Network::profile gives; boundary b joins the one before it in
+// the range where block b - 1 passes its first half through. A boundary b
+// for which takes_room(b) is false lives elsewhere and takes no room here
+// (size 0).
+template <class Network, std::size_t First, std::size_t Count, class TakesRoom>
+constexpr boundary_layout<Count> lay_out_block_boundaries(half_order order, boundary_placement placement,
+                                                          TakesRoom takes_room)
+{
+    std::array<std::size_t, Count> sizes{};
+    std::array<bool, Count> shares_half{};
+    for (std::size_t k = 0; k < Count; ++k) {
+        const std::size_t b = First + k;
+        const std::size_t values =
+            b < Network::block_count ? Network::profile[b].input_values : Network::profile[b - 1].output_values;
+        sizes[k] = takes_room(b) ? values : 0;
+        shares_half[k] = k > 0 && Network::profile[b - 1].passes_first_half_through;
+    }
+    return lay_out_boundaries(sizes, shares_half, order, placement);
+}
+template <class Network, std::size_t First, std::size_t Count>
+constexpr boundary_layout<Count> lay_out_block_boundaries(half_order order, boundary_placement placement)
+{
+    return lay_out_block_boundaries<Network, First, Count>(order, placement, [](std::size_t) { return true; });
+}
+
 } // namespace petra::detail

@@ -348,32 +348,16 @@ private:
     // input gradient's second half is the output gradient's first), except
     // where its input or output is the stage's own (a channel's buffer) or
     // where a run of such blocks starts a new chain (boundary_layout.hpp).
-    template <detail::half_order Order>
-    static constexpr auto intermediate_layout_of()
-    {
-        constexpr std::size_t boundaries = block_count - 1;
-        std::array<std::size_t, boundaries> sizes{};
-        std::array<bool, boundaries> shares_half{};
-        for (std::size_t k = 0; k < boundaries; ++k) {
-            sizes[k] = Network::profile[first_block + k].output_values;
-            shares_half[k] = k > 0 && Network::profile[first_block + k].passes_first_half_through;
-        }
-        return detail::lay_out_boundaries(sizes, shares_half, Order, detail::boundary_placement::neighbours_apart);
-    }
-    static constexpr auto intermediate_layout = intermediate_layout_of<detail::half_order::later_below>();
-    static constexpr auto intermediate_gradient_layout = intermediate_layout_of<detail::half_order::later_above>();
+    static constexpr auto intermediate_layout =
+        detail::lay_out_block_boundaries<Network, first_block + 1, block_count - 1>(
+            detail::half_order::later_below, detail::boundary_placement::neighbours_apart);
+    static constexpr auto intermediate_gradient_layout =
+        detail::lay_out_block_boundaries<Network, first_block + 1, block_count - 1>(
+            detail::half_order::later_above, detail::boundary_placement::neighbours_apart);
     // The last stage's kept inputs, boundary I being block I's input, every
     // one kept.
-    static constexpr auto kept_layout = [] {
-        std::array<std::size_t, block_count> sizes{};
-        std::array<bool, block_count> shares_half{};
-        for (std::size_t i = 0; i < block_count; ++i) {
-            sizes[i] = Network::profile[first_block + i].input_values;
-            shares_half[i] = i > 0 && Network::profile[first_block + i - 1].passes_first_half_through;
-        }
-        return detail::lay_out_boundaries(sizes, shares_half, detail::half_order::later_below,
-                                          detail::boundary_placement::every_boundary_kept);
-    }();
+    static constexpr auto kept_layout = detail::lay_out_block_boundaries<Network, first_block, block_count>(
+        detail::half_order::later_below, detail::boundary_placement::every_boundary_kept);
 
     static constexpr bool keeps_input(const pipeline_options& options, std::size_t global_block)
     {

@@ -5,7 +5,6 @@
 // grows with the depth of the network (memory_bytes()).
 #pragma once
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -95,31 +94,14 @@ private:
     // block that passes its input's first half through (an additive
     // coupling) finds it in place: its output begins half an activation
     // below its input (boundary_layout.hpp).
-    static constexpr auto activation_layout = [] {
-        std::array<std::size_t, Network::block_count> sizes{};
-        std::array<bool, Network::block_count> shares_half{};
-        for (std::size_t i = 0; i < Network::block_count; ++i) {
-            sizes[i] = Network::profile[i].output_values;
-            shares_half[i] = i > 0 && Network::profile[i].passes_first_half_through;
-        }
-        return detail::lay_out_boundaries(sizes, shares_half, detail::half_order::later_below,
-                                          detail::boundary_placement::every_boundary_kept);
-    }();
+    static constexpr auto activation_layout = detail::lay_out_block_boundaries<Network, 1, Network::block_count>(
+        detail::half_order::later_below, detail::boundary_placement::every_boundary_kept);
     // The gradient at boundary b (block b's input, or the logits for b =
     // block_count) sits at gradient_layout.offset[b]; only a boundary and the
     // next are live together, and a block that passes its output gradient's
     // first half through finds it in place.
-    static constexpr auto gradient_layout = [] {
-        std::array<std::size_t, Network::block_count + 1> sizes{};
-        std::array<bool, Network::block_count + 1> shares_half{};
-        for (std::size_t b = 0; b <= Network::block_count; ++b) {
-            sizes[b] =
-                b < Network::block_count ? Network::profile[b].input_values : Network::profile[b - 1].output_values;
-            shares_half[b] = b > 0 && Network::profile[b - 1].passes_first_half_through;
-        }
-        return detail::lay_out_boundaries(sizes, shares_half, detail::half_order::later_above,
-                                          detail::boundary_placement::neighbours_apart);
-    }();
+    static constexpr auto gradient_layout = detail::lay_out_block_boundaries<Network, 0, Network::block_count + 1>(
+        detail::half_order::later_above, detail::boundary_placement::neighbours_apart);
     static constexpr std::size_t workspace_offset(std::size_t block, std::size_t batch)
     {
         std::size_t offset = 0;

@@ -10,7 +10,6 @@
 // backprop's up to the rounding of the reconstructions.
 #pragma once
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -141,19 +140,11 @@ private:
         }
         return offset;
     }
-    template <detail::half_order Order, bool Stored>
-    static constexpr auto layout_of_boundaries()
-    {
-        std::array<std::size_t, Network::block_count + 1> sizes{};
-        std::array<bool, Network::block_count + 1> shares_half{};
-        for (std::size_t b = 0; b <= Network::block_count; ++b) {
-            sizes[b] = Stored && stored_boundary(b) ? 0 : boundary_values(b);
-            shares_half[b] = b > 0 && Network::profile[b - 1].passes_first_half_through;
-        }
-        return detail::lay_out_boundaries(sizes, shares_half, Order, detail::boundary_placement::neighbours_apart);
-    }
-    static constexpr auto passing_layout = layout_of_boundaries<detail::half_order::later_below, true>();
-    static constexpr auto gradient_layout = layout_of_boundaries<detail::half_order::later_above, false>();
+    static constexpr auto passing_layout = detail::lay_out_block_boundaries<Network, 0, Network::block_count + 1>(
+        detail::half_order::later_below, detail::boundary_placement::neighbours_apart,
+        [](std::size_t b) { return !stored_boundary(b); });
+    static constexpr auto gradient_layout = detail::lay_out_block_boundaries<Network, 0, Network::block_count + 1>(
+        detail::half_order::later_above, detail::boundary_placement::neighbours_apart);
 
     template <std::size_t Boundary>
     batch_view<T, boundary_shape_t<Network, Boundary>> activation_at()
