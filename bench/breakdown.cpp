@@ -57,7 +57,8 @@ the steps).
   --steps N         timed steps (and ticks) after the warm-up      (20)
   --warmup N        untimed steps first                            (3)
   --precision=P     fp32 or bf16: what the steps' products are computed
-                    in (layers/precision.hpp; bf16 needs AMX)       (fp32)
+                    in (layers/precision.hpp; bf16 needs AMX or
+                    AVX512-BF16)                                    (fp32)
   --network-flops   print the network's FLOPs per example as one JSON
                     line and exit (scripts/peer reads it)
   --help            this text

@@ -230,14 +230,16 @@ convolution_shape benchmark_shape(const benchmark::State& state)
 // Which kernels a convolution benchmark runs: the library's (Winograd's
 // form where it applies), the direct form even where the library takes
 // Winograd's (kernels/winograd.hpp), to compare the two, or the bf16
-// kernels on AMX tiles (kernels/convolution_bf16.hpp).
+// kernels on the best engine the CPU offers (kernels/convolution_bf16.hpp:
+// AMX tiles, else vdpbf16ps).
 enum class kernels_of { library, direct, bf16 };
 
 template <pass Pass, kernels_of Kernels = kernels_of::library>
 void convolution_benchmark(benchmark::State& state)
 {
-    if (Kernels == kernels_of::bf16 && !petra::kernels::bf16_support().amx) {
-        state.SkipWithError("this CPU does not offer AMX-BF16");
+    const auto& bf16_offered = petra::kernels::bf16_support();
+    if (Kernels == kernels_of::bf16 && !bf16_offered.amx && !bf16_offered.avx512_bf16) {
+        state.SkipWithError("this CPU offers neither AMX-BF16 nor AVX512-BF16");
         return;
     }
     const convolution_shape shape = benchmark_shape(state);

@@ -135,12 +135,13 @@ int main(int argc, char** argv)
 
     std::vector<std::pair<petra::precision, precision_errors>> runs;
     runs.emplace_back(petra::precision::fp32, measure(petra::precision::fp32, batch, seed, steps));
-    if (petra::kernels::bf16_support().amx) {
+    if (petra::kernels::bf16_support().amx || petra::kernels::bf16_support().avx512_bf16) {
         runs.emplace_back(petra::precision::bf16, measure(petra::precision::bf16, batch, seed, steps));
     }
     std::printf("reference network, batch %zu, seed %zu; errors per example in units of float epsilon (%.3g); "
                 "median, 90th percentile, max%s\n\n",
-                batch, std::size_t(seed), epsilon, runs.size() == 1 ? "; bf16 not measured (this CPU has no AMX)" : "");
+                batch, std::size_t(seed), epsilon,
+                runs.size() == 1 ? "; bf16 not measured (this CPU has neither AMX nor AVX512-BF16)" : "");
     std::printf("| block |");
     for (const auto& run : runs) std::printf(" %s |", petra::precision_name(run.first));
     std::printf("\n|---|");

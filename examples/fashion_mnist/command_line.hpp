@@ -133,8 +133,9 @@ inline void declare_options(CLI::App& app, job_options& options)
         ->check(number);
     app.add_option("--schedule", options.schedule, alternatives(schedule_names) + ", after the warm-up")
         ->type_name("S");
-    app.add_option("--precision", options.precision,
-                   "fp32 | bf16: the training steps' products (bf16:\nAMX; float parameters, optimizer and evaluation)")
+    app.add_option(
+           "--precision", options.precision,
+           "fp32 | bf16: the training steps' products (bf16:\nAMX or AVX512-BF16; float parameters, optimizer\nand evaluation)")
         ->type_name("P");
     app.add_option("--momentum", options.momentum, "Nesterov momentum")->type_name("M")->check(number);
     app.add_option("--weight-decay", options.weight_decay, "on convolution and dense weights only")

@@ -96,9 +96,9 @@ struct job_options {
     double delay_rate_exponent = 0;
     std::string schedule = "cosine"; // cosine | step | constant
     // What the training steps' products are computed in: fp32 | bf16
-    // (petra::pipeline_options::precision; bf16 needs AMX). Evaluation is
-    // in fp32 either way. Not pinned by a checkpoint: a run may resume in
-    // the other precision (on a CPU without AMX, say).
+    // (petra::pipeline_options::precision; bf16 needs AMX or AVX512-BF16).
+    // Evaluation is in fp32 either way. Not pinned by a checkpoint: a run
+    // may resume in the other precision (on a CPU without bf16, say).
     std::string precision = "fp32";
     double momentum = 0.9;
     double weight_decay = 5e-4;

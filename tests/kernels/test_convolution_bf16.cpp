@@ -1,10 +1,11 @@
-// The bf16 convolutions (kernels/convolution_bf16.hpp) on AMX tiles, the
-// forward pass, the input gradient and the weight gradient, against
-// the references over the rounded operands, held to float accumulation: the
-// reference network's shapes and odd ones (channel counts off every pair,
-// chunk and tile of channels, stride 2, no padding, 1x1 kernels), beta 0 (the
-// result starts as NaN) and not; every pixel a tile reads within its
-// buffers; on a CPU without AMX, the refusals that name its instruction.
+// The bf16 convolutions (kernels/convolution_bf16.hpp) on every engine the
+// CPU offers (AMX tiles, vdpbf16ps), the forward pass, the input gradient
+// and the weight gradient, against the references over the rounded
+// operands, held to float accumulation: the reference network's shapes and
+// odd ones (channel counts off every pair, chunk and tile of channels,
+// stride 2, no padding, 1x1 kernels), beta 0 (the result starts as NaN) and
+// not; every pixel a tile or a vector reads within its buffers; for an
+// engine the CPU lacks, the refusals that name its instruction.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -24,7 +25,16 @@
 
 namespace {
 
+using petra::kernels::bf16_engine;
 using petra::kernels::convolution_shape;
+
+std::vector<bf16_engine> offered_engines()
+{
+    std::vector<bf16_engine> engines;
+    if (petra::kernels::bf16_support().avx512_bf16) engines.push_back(bf16_engine::avx512_bf16);
+    if (petra::kernels::bf16_support().amx) engines.push_back(bf16_engine::amx);
+    return engines;
+}
 
 double rounded(float value) { return petra::kernels::bf16_to_float(petra::kernels::round_to_bf16(value)); }
 
@@ -49,12 +59,16 @@ pass_sizes sizes_of(pass p, const convolution_shape& s)
     return {};
 }
 
-void run_bf16(pass p, const convolution_shape& s, const float* first, const float* second, float* result, float beta)
+void run_bf16(bf16_engine engine, pass p, const convolution_shape& s, const float* first, const float* second,
+              float* result, float beta)
 {
     namespace kernels = petra::kernels;
-    if (p == pass::forward) kernels::convolution_forward_bf16(s, first, second, result, beta);
-    else if (p == pass::input_gradient) kernels::convolution_backward_input_bf16(s, first, second, result, beta);
-    else kernels::convolution_backward_weights_bf16(s, first, second, result, beta);
+    if (p == pass::forward) kernels::convolution_forward_bf16(s, first, second, result, beta, {}, {}, engine);
+    else if (p == pass::input_gradient) {
+        kernels::convolution_backward_input_bf16(s, first, second, result, beta, {}, engine);
+    } else {
+        kernels::convolution_backward_weights_bf16(s, first, second, result, beta, {}, {}, engine);
+    }
 }
 
 template <class T>
@@ -70,8 +84,10 @@ void run_reference(pass p, const convolution_shape& s, const T* first, const T* 
 // operands: within float accumulation's bound of their sum (the sum of the
 // products' magnitudes times the terms), which most float results of the
 // unrounded operands fall outside of.
-void check_pass(pass p, std::initializer_list<convolution_shape> shapes, std::uint64_t seed, float beta)
+void check_pass(bf16_engine engine, pass p, std::initializer_list<convolution_shape> shapes, std::uint64_t seed,
+                float beta)
 {
+    CAPTURE(petra::kernels::bf16_engine_name(engine));
     std::mt19937_64 generator(seed);
     std::size_t cases = 0, apart_from_float = 0;
     for (const convolution_shape& shape : shapes) {
@@ -90,7 +106,7 @@ void check_pass(pass p, std::initializer_list<convolution_shape> shapes, std::ui
             const auto start = b == 0.0f ? petra::test::nan_vector<float>(sizes.result)
                                          : petra::test::random_vector<float>(sizes.result, generator);
             auto actual = start;
-            run_bf16(p, shape, first.data(), second.data(), actual.data(), b);
+            run_bf16(engine, p, shape, first.data(), second.data(), actual.data(), b);
             std::vector<double> x(first.size()), y(second.size()), x_abs(first.size()), y_abs(second.size());
             for (std::size_t i = 0; i < x.size(); ++i) x[i] = rounded(first[i]), x_abs[i] = std::fabs(x[i]);
             for (std::size_t i = 0; i < y.size(); ++i) y[i] = rounded(second[i]), y_abs[i] = std::fabs(y[i]);
@@ -129,36 +145,39 @@ constexpr std::initializer_list<convolution_shape> every_kind = {
 
 TEST_CASE("convolution_forward_bf16 sums the rounded input's and weights' products in float")
 {
-    if (!petra::kernels::bf16_support().amx) {
-        MESSAGE("this CPU offers no AMX-BF16: the refusals are tested below");
-        return;
-    }
-    check_pass(pass::forward, every_kind, 13, 1.5f);
+    if (offered_engines().empty()) MESSAGE("this CPU offers no bf16 engine: the refusals are tested below");
+    for (const bf16_engine engine : offered_engines()) check_pass(engine, pass::forward, every_kind, 13, 1.5f);
 }
 
 TEST_CASE("convolution_backward_input_bf16 sums the rounded gradient's and weights' products in float")
 {
-    if (!petra::kernels::bf16_support().amx) return;
-    check_pass(pass::input_gradient, every_kind, 19, -0.5f);
-    // Stride 2 takes the dilated gradient a few images at a time: a shape
-    // of several chunks.
-    const convolution_shape chunked{9, 2, 30, 30, 64, 3, 2, 1};
-    CHECK(petra::kernels::detail::dilated_chunk_images(chunked) < chunked.batch);
-    check_pass(pass::input_gradient, {chunked, {1, 5, 6, 7, 18, 3, 1, 0}}, 29, 2.0f);
+    for (const bf16_engine engine : offered_engines()) {
+        check_pass(engine, pass::input_gradient, every_kind, 19, -0.5f);
+        // Stride 2 takes the dilated gradient a few images at a time: a shape
+        // of several chunks.
+        const convolution_shape chunked{9, 2, 30, 30, 64, 3, 2, 1};
+        CHECK(petra::kernels::detail::dilated_chunk_images(chunked) < chunked.batch);
+        check_pass(engine, pass::input_gradient, {chunked, {1, 5, 6, 7, 18, 3, 1, 0}}, 29, 2.0f);
+    }
 }
 
 TEST_CASE("convolution_backward_weights_bf16 sums the rounded input's and gradient's products in float")
 {
-    if (!petra::kernels::bf16_support().amx) return;
-    check_pass(pass::weight_gradient, every_kind, 23, 0.75f);
+    for (const bf16_engine engine : offered_engines()) {
+        check_pass(engine, pass::weight_gradient, every_kind, 23, 0.75f);
+        // 48 and 80 input channels: three vectors of channels, and four then one.
+        check_pass(engine, pass::weight_gradient, {{2, 48, 6, 7, 24, 3, 1, 1}, {1, 80, 5, 5, 12, 3, 2, 1}}, 31, 1.0f);
+    }
 }
 
-TEST_CASE("an image's paired planes hold every pixel the tiles read")
+TEST_CASE("an image's paired planes hold every pixel the tiles and vectors read")
 {
     // The tiles read 32 wide pixels at a time from every tap's origin in
-    // every pair: the last of them, for every shape of up to 12 x 12 pixels
+    // every pair, the vectors 16 from every multiple of 16 before the last
+    // wide pixel: the last of them, for every shape of up to 12 x 12 pixels
     // and 40 channels, lies within the planes and their slack (which the
-    // address sanitizer cannot watch: tile loads are not instrumented).
+    // address sanitizer cannot watch: tile loads are not instrumented, and
+    // the slack lies inside the scratch).
     namespace detail = petra::kernels::detail;
     std::size_t shapes = 0, overruns = 0;
     for (std::size_t kernel : {1, 3}) {
@@ -177,6 +196,10 @@ TEST_CASE("an image's paired planes hold every pixel the tiles read")
                                                      *std::max_element(origins.begin(), origins.end()) + blocks * 32 -
                                                      1;
                             if (last >= g.image_pairs) ++overruns;
+                            const std::size_t last_vector = (g.chunks * g.chunk_pairs - 1) * g.pair_stride +
+                                                            *std::max_element(origins.begin(), origins.end()) +
+                                                            (g.wide_pixels - 1) / 16 * 16 + 15;
+                            if (last_vector >= g.image_pairs) ++overruns;
                             // The weight gradient's: every tile of pixel pairs within its
                             // rows, and the words they are gathered from within the planes.
                             const detail::bf16_weight_gradient_geometry w(shape);
@@ -198,7 +221,7 @@ TEST_CASE("an image's paired planes hold every pixel the tiles read")
 
 TEST_CASE("the bf16 convolutions take their scratch from a caller's region of their demand's size")
 {
-    if (!petra::kernels::bf16_support().amx) return;
+    if (offered_engines().empty()) return;
     namespace kernels = petra::kernels;
     // A stride-2 shape of several chunks, so that the input gradient's
     // dilated buffer and its correlations share the region.
@@ -234,24 +257,36 @@ TEST_CASE("the bf16 convolutions take their scratch from a caller's region of th
                    });
 }
 
-TEST_CASE("the bf16 convolutions refuse a CPU without AMX-BF16, naming the instruction")
+TEST_CASE("the bf16 convolutions refuse an engine the CPU lacks, naming its instruction")
 {
+    namespace kernels = petra::kernels;
     const convolution_shape shape{1, 1, 3, 3, 1, 3, 1, 1};
     std::vector<float> input(9, 1.0f), weights(9, 1.0f), output(9);
-    if (!petra::kernels::bf16_support().amx) {
-        CHECK_THROWS_WITH_AS(
-            petra::kernels::convolution_forward_bf16(shape, input.data(), weights.data(), output.data()),
-            doctest::Contains("tdpbf16ps"), std::invalid_argument);
-        CHECK_THROWS_WITH_AS(
-            petra::kernels::convolution_backward_input_bf16(shape, output.data(), weights.data(), input.data()),
-            doctest::Contains("tdpbf16ps"), std::invalid_argument);
-        CHECK_THROWS_WITH_AS(
-            petra::kernels::convolution_backward_weights_bf16(shape, input.data(), output.data(), weights.data()),
-            doctest::Contains("tdpbf16ps"), std::invalid_argument);
-    } else {
-        petra::kernels::convolution_forward_bf16(shape, input.data(), weights.data(), output.data());
-        CHECK(output[4] == 9.0f); // the centre sees every tap
-        CHECK(output[0] == 4.0f); // a corner, four
+    for (const bf16_engine engine : {bf16_engine::avx512_bf16, bf16_engine::amx}) {
+        CAPTURE(kernels::bf16_engine_name(engine));
+        const bool offered =
+            engine == bf16_engine::amx ? kernels::bf16_support().amx : kernels::bf16_support().avx512_bf16;
+        const char* instruction = engine == bf16_engine::amx ? "tdpbf16ps" : "vdpbf16ps";
+        if (!offered) {
+            CHECK_THROWS_WITH_AS(kernels::convolution_forward_bf16(shape, input.data(), weights.data(), output.data(),
+                                                                   0.0f, {}, {}, engine),
+                                 doctest::Contains(instruction), std::invalid_argument);
+            CHECK_THROWS_WITH_AS(kernels::convolution_backward_input_bf16(shape, output.data(), weights.data(),
+                                                                          input.data(), 0.0f, {}, engine),
+                                 doctest::Contains(instruction), std::invalid_argument);
+            CHECK_THROWS_WITH_AS(kernels::convolution_backward_weights_bf16(shape, input.data(), output.data(),
+                                                                            weights.data(), 0.0f, {}, {}, engine),
+                                 doctest::Contains(instruction), std::invalid_argument);
+        } else {
+            kernels::convolution_forward_bf16(shape, input.data(), weights.data(), output.data(), 0.0f, {}, {}, engine);
+            CHECK(output[4] == 9.0f); // the centre sees every tap
+            CHECK(output[0] == 4.0f); // a corner, four
+        }
+    }
+    // With neither engine, the default (best_bf16_engine) names both.
+    if (offered_engines().empty()) {
+        CHECK_THROWS_WITH_AS(kernels::convolution_forward_bf16(shape, input.data(), weights.data(), output.data()),
+                             doctest::Contains("vdpbf16ps"), std::invalid_argument);
     }
     const convolution_shape bad{1, 1, 3, 3, 1, 5, 1, 1};
     CHECK_THROWS_AS(petra::kernels::convolution_forward_bf16(bad, input.data(), weights.data(), output.data()),
@@ -260,36 +295,40 @@ TEST_CASE("the bf16 convolutions refuse a CPU without AMX-BF16, naming the instr
 
 TEST_CASE("with an input map, the bf16 forward and weight gradient give their numbers on the mapped input, to the bit")
 {
-    if (!petra::kernels::bf16_support().amx) return;
     namespace kernels = petra::kernels;
     std::mt19937_64 generator(37);
     // Any shape: an odd channel count (a pair's odd half empty), stride 2,
     // a 1x1 kernel, and the reference network's 16 channels at 28x28.
-    for (const convolution_shape& shape :
-         {convolution_shape{2, 16, 28, 28, 16, 3, 1, 1}, convolution_shape{3, 5, 9, 11, 7, 3, 1, 1},
-          convolution_shape{2, 5, 10, 7, 3, 3, 2, 1}, convolution_shape{2, 7, 8, 9, 33, 1, 1, 0}}) {
-        CAPTURE(shape.in_channels);
-        CAPTURE(shape.stride);
-        const auto x = petra::test::random_vector<float>(shape.input_count(), generator);
-        const auto weights = petra::test::random_vector<float>(shape.weight_count(), generator);
-        const auto grad_y = petra::test::random_vector<float>(shape.output_count(), generator);
-        const auto scale = petra::test::random_vector<float>(shape.in_channels, generator, -1.5f, 1.5f);
-        const auto shift = petra::test::random_vector<float>(shape.in_channels, generator, -0.5f, 0.5f);
-        const kernels::affine_relu_map<float> map{scale.data(), shift.data()};
-        std::vector<float> mapped(x.size());
-        for (std::size_t i = 0; i < x.size(); ++i) mapped[i] = map(i / shape.input_pixels() % shape.in_channels, x[i]);
-        CHECK(std::count(mapped.begin(), mapped.end(), 0.0f) > 0);
+    for (const bf16_engine engine : offered_engines())
+        for (const convolution_shape& shape :
+             {convolution_shape{2, 16, 28, 28, 16, 3, 1, 1}, convolution_shape{3, 5, 9, 11, 7, 3, 1, 1},
+              convolution_shape{2, 5, 10, 7, 3, 3, 2, 1}, convolution_shape{2, 7, 8, 9, 33, 1, 1, 0}}) {
+            CAPTURE(shape.in_channels);
+            CAPTURE(shape.stride);
+            const auto x = petra::test::random_vector<float>(shape.input_count(), generator);
+            const auto weights = petra::test::random_vector<float>(shape.weight_count(), generator);
+            const auto grad_y = petra::test::random_vector<float>(shape.output_count(), generator);
+            const auto scale = petra::test::random_vector<float>(shape.in_channels, generator, -1.5f, 1.5f);
+            const auto shift = petra::test::random_vector<float>(shape.in_channels, generator, -0.5f, 0.5f);
+            const kernels::affine_relu_map<float> map{scale.data(), shift.data()};
+            std::vector<float> mapped(x.size());
+            for (std::size_t i = 0; i < x.size(); ++i)
+                mapped[i] = map(i / shape.input_pixels() % shape.in_channels, x[i]);
+            CHECK(std::count(mapped.begin(), mapped.end(), 0.0f) > 0);
 
-        auto expected = petra::test::nan_vector<float>(shape.output_count()), actual = expected;
-        kernels::convolution_forward_bf16(shape, mapped.data(), weights.data(), expected.data());
-        kernels::convolution_forward_bf16(shape, x.data(), weights.data(), actual.data(), 0.0f, {}, map);
-        CHECK(actual == expected);
+            auto expected = petra::test::nan_vector<float>(shape.output_count()), actual = expected;
+            CAPTURE(kernels::bf16_engine_name(engine));
+            kernels::convolution_forward_bf16(shape, mapped.data(), weights.data(), expected.data(), 0.0f, {}, {},
+                                              engine);
+            kernels::convolution_forward_bf16(shape, x.data(), weights.data(), actual.data(), 0.0f, {}, map, engine);
+            CHECK(actual == expected);
 
-        auto expected_weights = petra::test::random_vector<float>(shape.weight_count(), generator),
-             actual_weights = expected_weights;
-        kernels::convolution_backward_weights_bf16(shape, mapped.data(), grad_y.data(), expected_weights.data(), 1.0f);
-        kernels::convolution_backward_weights_bf16(shape, x.data(), grad_y.data(), actual_weights.data(), 1.0f, {},
-                                                   map);
-        CHECK(actual_weights == expected_weights);
-    }
+            auto expected_weights = petra::test::random_vector<float>(shape.weight_count(), generator),
+                 actual_weights = expected_weights;
+            kernels::convolution_backward_weights_bf16(shape, mapped.data(), grad_y.data(), expected_weights.data(),
+                                                       1.0f, {}, {}, engine);
+            kernels::convolution_backward_weights_bf16(shape, x.data(), grad_y.data(), actual_weights.data(), 1.0f, {},
+                                                       map, engine);
+            CHECK(actual_weights == expected_weights);
+        }
 }

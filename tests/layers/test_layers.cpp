@@ -556,7 +556,7 @@ TEST_CASE_TEMPLATE("fusion: a convolution gives the batch normalisation after it
 
 TEST_CASE("fusion: the mapped chain in bf16 equals the unfused layers in bf16, to the bit")
 {
-    if (!kernels::bf16_support().amx) return;
+    if (!kernels::bf16_support().amx && !kernels::bf16_support().avx512_bf16) return;
     const precision_scope scope(precision::bf16);
     std::mt19937_64 generator(53);
     check_mapped_chain<float, 16, shape<16, 5, 7>>(generator);

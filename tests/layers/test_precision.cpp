@@ -1,8 +1,10 @@
 // The thread's precision (layers/precision.hpp) and what conv2d computes in
 // it: under bf16, exactly what the bf16 kernels compute for the passes the
-// layer gives them, exactly what the float kernels compute for the others
-// (the stem's one input channel, the 1x1 kernel's gradients) and in double;
-// scratch demands of the precision asked; the refusals on a CPU without AMX.
+// CPU's engine takes in bf16 (kernels::bf16_convolution_pays), exactly what
+// the float kernels compute for the others (the stem's one input channel,
+// the 1x1 kernel's gradients; with vdpbf16ps every weight gradient) and in
+// double; scratch demands of the precision asked; the refusals on a CPU
+// without either engine.
 #include <algorithm>
 #include <cstddef>
 #include <random>
@@ -57,12 +59,21 @@ conv2d_results<Layer, T> run_conv2d(precision arithmetic, std::size_t batch, con
 }
 
 // Layer's three passes in bf16 against the kernels each pass should take:
-// the bf16 kernels where bf16_forward / bf16_gradients say so, the float
+// the bf16 kernels where the CPU's engine takes the pass in bf16, the float
 // ones otherwise; bit for bit.
 template <class Layer>
 void check_conv2d_in_bf16(std::size_t batch, std::mt19937_64& generator)
 {
     const auto shape = Layer::geometry(batch);
+    const auto engine = kernels::best_bf16_engine();
+    const bool forward_in_bf16 = kernels::bf16_convolution_pays(shape, kernels::convolution_pass::forward, engine);
+    const bool input_gradient_in_bf16 =
+        kernels::bf16_convolution_pays(shape, kernels::convolution_pass::input_gradient, engine);
+    const bool weight_gradient_in_bf16 =
+        kernels::bf16_convolution_pays(shape, kernels::convolution_pass::weight_gradient, engine);
+    CHECK((forward_in_bf16 <= Layer::bf16_forward && input_gradient_in_bf16 <= Layer::bf16_input_gradient &&
+           weight_gradient_in_bf16 <= Layer::bf16_weight_gradient));
+    CAPTURE(kernels::bf16_engine_name(engine));
     CAPTURE(shape.in_channels);
     CAPTURE(shape.kernel);
     CAPTURE(shape.stride);
@@ -71,16 +82,19 @@ void check_conv2d_in_bf16(std::size_t batch, std::mt19937_64& generator)
     const auto grad_y = random_values<float>(batch * Layer::output::size, generator);
     const auto layer = run_conv2d<Layer, float>(precision::bf16, batch, x, weights, grad_y);
     std::vector<float> y(layer.y.size()), grad_x(layer.grad_x.size()), grad_weights(Layer::parameter_count, 1.0f);
-    if (Layer::bf16_forward) {
+    if (forward_in_bf16) {
         kernels::convolution_forward_bf16(shape, x.data(), weights.data(), y.data());
     } else {
         kernels::convolution_forward(shape, x.data(), weights.data(), y.data());
     }
-    if (Layer::bf16_gradients) {
+    if (input_gradient_in_bf16) {
         kernels::convolution_backward_input_bf16(shape, grad_y.data(), weights.data(), grad_x.data());
-        kernels::convolution_backward_weights_bf16(shape, x.data(), grad_y.data(), grad_weights.data(), 1.0f);
     } else {
         kernels::convolution_backward_input(shape, grad_y.data(), weights.data(), grad_x.data());
+    }
+    if (weight_gradient_in_bf16) {
+        kernels::convolution_backward_weights_bf16(shape, x.data(), grad_y.data(), grad_weights.data(), 1.0f);
+    } else {
         kernels::convolution_backward_weights(shape, x.data(), grad_y.data(), grad_weights.data(), 1.0f);
     }
     CHECK(layer.y == y);
@@ -88,9 +102,9 @@ void check_conv2d_in_bf16(std::size_t batch, std::mt19937_64& generator)
     CHECK(layer.grad_weights == grad_weights);
     // And fp32 is the float kernels, which the passes in bf16 differ from.
     const auto float_layer = run_conv2d<Layer, float>(precision::fp32, batch, x, weights, grad_y);
-    CHECK((float_layer.y != layer.y) == Layer::bf16_forward);
-    CHECK((float_layer.grad_x != layer.grad_x) == Layer::bf16_gradients);
-    CHECK((float_layer.grad_weights != layer.grad_weights) == Layer::bf16_gradients);
+    CHECK((float_layer.y != layer.y) == forward_in_bf16);
+    CHECK((float_layer.grad_x != layer.grad_x) == input_gradient_in_bf16);
+    CHECK((float_layer.grad_weights != layer.grad_weights) == weight_gradient_in_bf16);
 }
 
 using three_by_three = layer_for<conv2d<6, 5, 3>, shape<6, 9, 7>>;
@@ -123,21 +137,50 @@ TEST_CASE("precision: fp32 by default, set per thread by nested scopes, named an
 
 TEST_CASE("precision: which passes of conv2d have bf16 kernels")
 {
-    static_assert(three_by_three::bf16_forward && three_by_three::bf16_gradients);
-    static_assert(strided::bf16_forward && strided::bf16_gradients);
-    static_assert(pointwise::bf16_forward && !pointwise::bf16_gradients);
-    static_assert(!stem_convolution::bf16_forward && !stem_convolution::bf16_gradients);
-    // The scratch stated is that of the kernels the precision takes.
+    // Some engine takes each pass in bf16 (AMX: all but the 1x1 kernel's
+    // gradients and the stem's).
+    static_assert(three_by_three::bf16_forward && three_by_three::bf16_input_gradient &&
+                  three_by_three::bf16_weight_gradient);
+    static_assert(strided::bf16_forward && strided::bf16_input_gradient && strided::bf16_weight_gradient);
+    static_assert(pointwise::bf16_forward && !pointwise::bf16_input_gradient && !pointwise::bf16_weight_gradient);
+    static_assert(!stem_convolution::bf16_forward && !stem_convolution::bf16_input_gradient &&
+                  !stem_convolution::bf16_weight_gradient);
+    // With vdpbf16ps, the reference network's passes that run faster in
+    // bf16 (kernels::bf16_convolution_pays): the 3x3 forward correlations
+    // except Winograd's over more than 16 channels; no weight gradient.
+    {
+        using kernels::convolution_pass;
+        using kernels::convolution_shape;
+        constexpr auto vdp = kernels::bf16_engine::avx512_bf16;
+        constexpr convolution_shape couplings_28{1, 16, 28, 28, 16, 3, 1, 1}, couplings_14{1, 32, 14, 14, 32, 3, 1, 1},
+            couplings_7{1, 64, 7, 7, 64, 3, 1, 1}, downsampling{1, 16, 28, 28, 32, 3, 2, 1},
+            shortcut{1, 16, 28, 28, 32, 1, 2, 0}, stem{1, 1, 28, 28, 32, 3, 1, 1};
+        static_assert(kernels::bf16_convolution_pays(couplings_28, convolution_pass::forward, vdp) &&
+                      kernels::bf16_convolution_pays(couplings_28, convolution_pass::input_gradient, vdp) &&
+                      !kernels::bf16_convolution_pays(couplings_28, convolution_pass::weight_gradient, vdp));
+        static_assert(!kernels::bf16_convolution_pays(couplings_14, convolution_pass::forward, vdp) &&
+                      !kernels::bf16_convolution_pays(couplings_7, convolution_pass::input_gradient, vdp));
+        static_assert(kernels::bf16_convolution_pays(downsampling, convolution_pass::forward, vdp) &&
+                      !kernels::bf16_convolution_pays(downsampling, convolution_pass::input_gradient, vdp));
+        static_assert(!kernels::bf16_convolution_pays(shortcut, convolution_pass::forward, vdp) &&
+                      !kernels::bf16_convolution_pays(stem, convolution_pass::forward, vdp));
+    }
+    // The scratch stated covers the kernels the precision may take on
+    // either engine: in bf16, both kernels of a pass some engine takes in bf16.
     const auto geometry = three_by_three::geometry(3);
     CHECK(forward_scratch_of<three_by_three, float>(3).region_bytes() ==
           kernels::convolution_forward_scratch<float>(geometry).region_bytes());
-    CHECK(forward_scratch_of<three_by_three, float>(3, precision::bf16).region_bytes() ==
-          kernels::convolution_forward_bf16_scratch(geometry).region_bytes());
-    kernels::scratch_demand both = kernels::convolution_backward_weights_bf16_scratch(geometry);
+    kernels::scratch_demand forward = kernels::convolution_forward_scratch<float>(geometry);
+    forward.merge(kernels::convolution_forward_bf16_scratch(geometry));
+    CHECK(forward_scratch_of<three_by_three, float>(3, precision::bf16).region_bytes() == forward.region_bytes());
+    kernels::scratch_demand weights_only = kernels::convolution_backward_weights_scratch<float>(geometry);
+    weights_only.merge(kernels::convolution_backward_weights_bf16_scratch(geometry));
+    kernels::scratch_demand both = weights_only;
+    both.merge(kernels::convolution_backward_input_scratch<float>(geometry));
     both.merge(kernels::convolution_backward_input_bf16_scratch(geometry));
     CHECK(backward_scratch_of<three_by_three, float>(3, true, precision::bf16).region_bytes() == both.region_bytes());
     CHECK(backward_scratch_of<three_by_three, float>(3, false, precision::bf16).region_bytes() ==
-          kernels::convolution_backward_weights_bf16_scratch(geometry).region_bytes());
+          weights_only.region_bytes());
     // In double, or where the pass has no bf16 kernel, bf16 asks what fp32 asks.
     CHECK(forward_scratch_of<three_by_three, double>(3, precision::bf16).region_bytes() ==
           forward_scratch_of<three_by_three, double>(3).region_bytes());
@@ -147,13 +190,13 @@ TEST_CASE("precision: which passes of conv2d have bf16 kernels")
     using convolution_chain = layer_for<chain<conv2d<6, 6, 3>, batch_norm<6>, relu>, shape<6, 9, 7>>;
     using first_layer = layer_for<conv2d<6, 6, 3>, shape<6, 9, 7>>;
     CHECK(forward_scratch_of<convolution_chain, float>(3, precision::bf16).region_bytes() ==
-          kernels::convolution_forward_bf16_scratch(first_layer::geometry(3)).region_bytes());
+          forward_scratch_of<first_layer, float>(3, precision::bf16).region_bytes());
 }
 
 TEST_CASE("precision: conv2d in bf16 takes the bf16 kernels where it has them, the float ones elsewhere")
 {
     std::mt19937_64 generator(41);
-    if (!kernels::bf16_support().amx) {
+    if (!kernels::bf16_support().amx && !kernels::bf16_support().avx512_bf16) {
         // The refusals, where the CPU cannot: the layer's bf16 passes throw
         // naming the instruction, require_precision says so before a run.
         CHECK_THROWS_AS(require_precision(precision::bf16), std::invalid_argument);

@@ -126,12 +126,12 @@ TEST_CASE("pipeline: one stage is exact backprop with SGD, bit for bit")
 // bf16 is a stage's setting for every driver: threads equal the simulator,
 // one stage is exact backprop run under a bf16 scope, bit for bit, and the
 // numbers are not fp32's. Refused, naming the instruction, on a CPU without
-// AMX.
+// a bf16 engine (AMX or AVX512-BF16).
 TEST_CASE("pipeline: in bf16, threads equal the simulator and one stage is exact backprop in bf16, bit for bit")
 {
     auto parameters = pipeline_network::make_parameters<float>(5);
     const pipeline_options options{.batch = 4, .precision = precision::bf16};
-    if (!kernels::bf16_support().amx) {
+    if (!kernels::bf16_support().amx && !kernels::bf16_support().avx512_bf16) {
         CHECK_THROWS_AS((sequential_pipeline<pipeline_network, cuts_of<1>, sgd<float>>(parameters, plain_sgd,
                                                                                        test::constant_rate, options)),
                         std::invalid_argument);

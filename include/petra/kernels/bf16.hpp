@@ -154,6 +154,18 @@ inline void require_amx(const char* what)
     }
 }
 
+// Throws std::invalid_argument, naming its instruction, unless this CPU
+// offers engine; `what` names the caller.
+inline void require_bf16_engine(bf16_engine engine, const char* what)
+{
+    if (engine == bf16_engine::amx) {
+        require_amx(what);
+    } else if (!bf16_support().avx512_bf16) {
+        raise_error(error_kind::invalid_argument, std::string("petra::kernels::") + what +
+                                                      " needs vdpbf16ps (AVX512-BF16), which this CPU does not offer.");
+    }
+}
+
 } // namespace detail
 
 // The engine gemm_bf16 takes by default: AMX where it is offered, then

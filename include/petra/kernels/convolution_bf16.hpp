@@ -1,9 +1,12 @@
-// A convolution's three kernels in bf16 on AMX tiles, each as its float
-// counterpart (convolution.hpp) computes it with the operands rounded to
-// bf16 (round_to_bf16) and the products summed in float, for every shape
-// the float kernels take (kernel 1x1 or 3x3, stride 1 or 2, zero padding);
-// the input gradient is the forward correlation of the output gradient
-// (dilated for stride 2) with flipped weights.
+// A convolution's three kernels in bf16, on AMX tiles or with vdpbf16ps
+// (the two engines of bf16.hpp), each as its float counterpart
+// (convolution.hpp) computes it with the operands rounded to bf16
+// (round_to_bf16) and the products summed in float, for every shape the
+// float kernels take (kernel 1x1 or 3x3, stride 1 or 2, zero padding); the
+// input gradient is the forward correlation of the output gradient
+// (dilated for stride 2) with flipped weights. The engines sum in
+// different orders: their results may differ in the last bits, each held
+// to float accumulation of the rounded values (test_convolution_bf16).
 // The second piece of the opt-in bf16 precision (bf16.hpp has the first);
 // conv2d takes it under precision::bf16 (layers/conv2d.hpp).
 //
@@ -23,6 +26,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -208,14 +212,14 @@ PETRA_TARGET_AVX512_BF16 inline void split_pair_columns(__m512i values, std::siz
 }
 
 // One image's paired phase planes (see the top of this file): every input
-// row's pairs at their phase, row and column, the borders zero; the values
-// mapped by map where it is given.
+// row's pairs at their phase, row and column; the values mapped by map
+// where it is given. The borders and the slack are not written: the caller
+// zeroes the planes once (every image writes the same places).
 PETRA_TARGET_AVX512_BF16 inline void prepare_bf16_image(const convolution_shape& shape,
                                                         const bf16_convolution_geometry& g, const float* image,
                                                         std::uint32_t* phased, std::uint32_t* row_pairs,
                                                         affine_relu_map<float> map)
 {
-    std::fill(phased, phased + g.image_pairs, 0u);
     const std::size_t pixels = shape.input_pixels(), stride = shape.stride, padding = shape.padding;
     for (std::size_t p = 0; p < (shape.in_channels + 1) / 2; ++p) {
         const float* even = image + 2 * p * pixels;
@@ -288,6 +292,7 @@ PETRA_TARGET_AMX inline void bf16_convolution_images(const convolution_shape& sh
     const std::size_t out_width = shape.out_width(), out_pixels = shape.output_pixels();
     const std::size_t block_weights = g.tile_channels * 2 * g.chunk_pairs;
     const auto* pairs = reinterpret_cast<const std::uint16_t*>(phased);
+    std::fill(phased, phased + g.image_pairs, 0u);
     for (std::size_t image = 0; image < shape.batch; ++image) {
         prepare_bf16_image(shape, g, input + image * shape.in_channels * shape.input_pixels(), phased, row_pairs,
                            input_map);
@@ -420,6 +425,7 @@ PETRA_TARGET_AMX inline void bf16_weight_gradient_images(const convolution_shape
     const std::size_t out_blocks = g.planes.out_blocks, columns = g.in_blocks * 16;
     const std::size_t sum_row_bytes = columns * sizeof(float), row_bytes = g.depth * sizeof(std::uint16_t);
     const std::size_t pair_row_bytes = columns * sizeof(std::uint32_t);
+    std::fill(phased, phased + g.planes.image_pairs, 0u);
     for (std::size_t image = 0; image < shape.batch; ++image) {
         prepare_bf16_image(shape, g.planes, input + image * shape.in_channels * shape.input_pixels(), phased, row_pairs,
                            input_map);
@@ -466,14 +472,263 @@ PETRA_TARGET_AMX inline void bf16_weight_gradient_images(const convolution_shape
     _tile_release();
 }
 
+// The forward correlation of bf16_convolution_images with vdpbf16ps
+// (AVX512-BF16), for CPUs without AMX: the same paired planes and packed
+// weights, each image's results in blocks of 8 out channels (a pair of
+// weights broadcast to every lane) by up to 3 vectors of 16 wide pixels (a
+// vector of pixel pairs loaded in place at the tap's origin), 24
+// accumulators over every tap and pair of input channels. A vector is
+// computed only if it starts at a wide pixel, so that no load reaches
+// further than a tile's (the planes' slack, bf16_convolution_geometry).
+
+struct bf16_correlation_operands {
+    const std::uint32_t* phased;  // the pixels of the block's first wide pixel, pair 0
+    const std::size_t* origins;   // taps values
+    const std::uint32_t* weights; // the block's first out channel, tap 0, chunk 0
+    std::size_t taps, pairs, chunk_pairs, chunks, pair_stride, chunk_words;
+};
+
+// The part of a vector of 16 wide pixels that lies in one output row:
+// lanes (a contiguous run) that go, in order, to the channel's output at
+// `to`.
+struct bf16_vector_piece {
+    __mmask16 lanes;
+    std::size_t to;
+};
+
+// The pieces of the vector of wide pixels [j, j + 16) (those below
+// wide_pixels, in columns below out_width) into pieces; returns their count
+// (at most 16 / width + 2).
+inline std::size_t bf16_vector_pieces(std::size_t width, std::size_t out_width, std::size_t wide_pixels, std::size_t j,
+                                      bf16_vector_piece* pieces)
+{
+    std::size_t count = 0;
+    for_each_wide_row(
+        width, j, std::min<std::size_t>(16, wide_pixels - j),
+        [&](std::size_t row, std::size_t column, std::size_t length, std::size_t offset) {
+            if (column >= out_width) return;
+            length = std::min(length, out_width - column);
+            pieces[count++] = {static_cast<__mmask16>(((1u << length) - 1u) << offset), row * out_width + column};
+        });
+    return count;
+}
+
+// out[piece.to + i] = the piece's i-th lane of values + beta * out[...]
+// (out not read when beta == 0), for every piece of a vector.
+PETRA_TARGET_AVX512_BF16 inline void store_bf16_vector(__m512 values, float* out, const bf16_vector_piece* pieces,
+                                                       std::size_t count, float beta)
+{
+    for (std::size_t k = 0; k < count; ++k) {
+        const __mmask16 lanes = pieces[k].lanes;
+        const __mmask16 first = bf16_first_lanes(static_cast<std::size_t>(std::popcount(unsigned(lanes))));
+        __m512 result = _mm512_maskz_compress_ps(lanes, values);
+        float* target = out + pieces[k].to;
+        if (beta != 0.0f) {
+            result = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(first, target), result);
+        }
+        _mm512_mask_storeu_ps(target, first, result);
+    }
+}
+
+// For r < rows (at most 8) and v < Vectors: out + r * out_pixels receives
+// (store_bf16_vector) the sums over taps t and pairs p of the pixel pairs
+// at phased + origins[t] + p * pair_stride + 16 v (lane l: wide pixel
+// 16 v + l of the block) times out channel r's weight pair, word
+// r * chunk_pairs + p % chunk_pairs of the words for (t, p / chunk_pairs)
+// at weights + (t * chunks + p / chunk_pairs) * chunk_words; pieces[v]
+// (counts[v] of them) say where vector v's lanes go.
+template <std::size_t Vectors>
+PETRA_TARGET_AVX512_BF16 void bf16_correlation_block(const bf16_correlation_operands& o, std::size_t rows, float* out,
+                                                     std::size_t out_pixels, const bf16_vector_piece (*pieces)[18],
+                                                     const std::size_t* counts, float beta)
+{
+    constexpr std::size_t block_rows = 8, width = 16;
+    __m512 accumulator[block_rows][Vectors];
+#pragma GCC unroll 8
+    for (std::size_t r = 0; r < block_rows; ++r) {
+#pragma GCC unroll 3
+        for (std::size_t v = 0; v < Vectors; ++v) accumulator[r][v] = _mm512_setzero_ps();
+    }
+    for (std::size_t t = 0; t < o.taps; ++t) {
+        for (std::size_t c = 0; c < o.chunks; ++c) {
+            const std::uint32_t* pixels = o.phased + o.origins[t] + c * o.chunk_pairs * o.pair_stride;
+            const std::uint32_t* weights = o.weights + (t * o.chunks + c) * o.chunk_words;
+            const std::size_t pairs = std::min(o.chunk_pairs, o.pairs - c * o.chunk_pairs);
+            for (std::size_t k = 0; k < pairs; ++k) {
+                __m512bh pixel_pairs[Vectors];
+#pragma GCC unroll 3
+                for (std::size_t v = 0; v < Vectors; ++v) {
+                    pixel_pairs[v] = (__m512bh)_mm512_loadu_si512(pixels + k * o.pair_stride + v * width);
+                }
+#pragma GCC unroll 8
+                for (std::size_t r = 0; r < block_rows; ++r) {
+                    const __m512bh weight_pair =
+                        (__m512bh)_mm512_set1_epi32(static_cast<int>(weights[r * o.chunk_pairs + k]));
+#pragma GCC unroll 3
+                    for (std::size_t v = 0; v < Vectors; ++v) {
+                        accumulator[r][v] = _mm512_dpbf16_ps(accumulator[r][v], pixel_pairs[v], weight_pair);
+                    }
+                }
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (std::size_t r = 0; r < block_rows; ++r) {
+        if (r >= rows) break;
+#pragma GCC unroll 3
+        for (std::size_t v = 0; v < Vectors; ++v) {
+            store_bf16_vector(accumulator[r][v], out + r * out_pixels, pieces[v], counts[v], beta);
+        }
+    }
+}
+
+// bf16_convolution_images with bf16_correlation_block: the batch image by
+// image, its paired planes, then every block of 8 out channels by 48 wide
+// pixels, stored from the registers to the output's rows.
+PETRA_TARGET_AVX512_BF16 inline void bf16_convolution_images_avx512(
+    const convolution_shape& shape, const bf16_convolution_geometry& g, const float* input,
+    const std::uint16_t* weights, const std::size_t* origins, float* output, float beta, std::uint32_t* phased,
+    std::uint32_t* row_pairs, affine_relu_map<float> input_map)
+{
+    constexpr std::size_t rows = 8, width = 16, block = 3 * width;
+    const std::size_t out_width = shape.out_width(), out_pixels = shape.output_pixels();
+    const auto* weight_words = reinterpret_cast<const std::uint32_t*>(weights);
+    bf16_correlation_operands operands{.phased = nullptr,
+                                       .origins = origins,
+                                       .weights = nullptr,
+                                       .taps = g.taps,
+                                       .pairs = (shape.in_channels + 1) / 2,
+                                       .chunk_pairs = g.chunk_pairs,
+                                       .chunks = g.chunks,
+                                       .pair_stride = g.pair_stride,
+                                       .chunk_words = g.out_blocks * g.tile_channels * g.chunk_pairs};
+    std::fill(phased, phased + g.image_pairs, 0u);
+    // Where each block's vectors go: the same for every image and channel.
+    bf16_vector_piece pieces[3][18];
+    std::size_t counts[3];
+    for (std::size_t image = 0; image < shape.batch; ++image) {
+        prepare_bf16_image(shape, g, input + image * shape.in_channels * shape.input_pixels(), phased, row_pairs,
+                           input_map);
+        float* out_image = output + image * shape.out_channels * out_pixels;
+        for (std::size_t j = 0; j < g.wide_pixels; j += block) {
+            const std::size_t vectors = std::min<std::size_t>(3, (g.wide_pixels - j + width - 1) / width);
+            for (std::size_t v = 0; v < vectors; ++v) {
+                counts[v] = bf16_vector_pieces(g.width, out_width, g.wide_pixels, j + v * width, pieces[v]);
+            }
+            operands.phased = phased + j;
+            for (std::size_t co = 0; co < shape.out_channels; co += rows) {
+                // Out channel co's weights: block co / 16, row co % 16 of it.
+                operands.weights = weight_words + co * g.chunk_pairs;
+                const std::size_t valid = std::min(rows, shape.out_channels - co);
+                float* out = out_image + co * out_pixels;
+                if (vectors == 3) bf16_correlation_block<3>(operands, valid, out, out_pixels, pieces, counts, beta);
+                else if (vectors == 2)
+                    bf16_correlation_block<2>(operands, valid, out, out_pixels, pieces, counts, beta);
+                else bf16_correlation_block<1>(operands, valid, out, out_pixels, pieces, counts, beta);
+            }
+        }
+    }
+}
+
+// The weight gradient of bf16_weight_gradient_images with vdpbf16ps: the
+// same operands per image; for every tap, blocks of Rows out channels (a
+// pair of one gradient row's values broadcast to every lane) by Vectors
+// vectors of 16 input channels (a row of pixel pairs), over the depth's
+// pixel pairs, added to the sums.
+
+// sums[r * columns + 16 v + l] += sum over q < depth_pairs of the pixel
+// pairs at pixel_pairs + q * columns + 16 v + l times gradient row r's
+// pair q (word q of the row at gradient + r * row_words).
+template <std::size_t Rows, std::size_t Vectors>
+PETRA_TARGET_AVX512_BF16 void bf16_weight_gradient_block(std::size_t depth_pairs, const std::uint32_t* gradient,
+                                                         std::size_t row_words, const std::uint32_t* pixel_pairs,
+                                                         std::size_t columns, float* sums)
+{
+    constexpr std::size_t width = 16;
+    __m512 accumulator[Rows][Vectors];
+#pragma GCC unroll 16
+    for (std::size_t r = 0; r < Rows; ++r) {
+#pragma GCC unroll 4
+        for (std::size_t v = 0; v < Vectors; ++v) accumulator[r][v] = _mm512_setzero_ps();
+    }
+    for (std::size_t q = 0; q < depth_pairs; ++q) {
+        __m512bh channel_pairs[Vectors];
+#pragma GCC unroll 4
+        for (std::size_t v = 0; v < Vectors; ++v) {
+            channel_pairs[v] = (__m512bh)_mm512_loadu_si512(pixel_pairs + q * columns + v * width);
+        }
+#pragma GCC unroll 16
+        for (std::size_t r = 0; r < Rows; ++r) {
+            const __m512bh gradient_pair = (__m512bh)_mm512_set1_epi32(static_cast<int>(gradient[r * row_words + q]));
+#pragma GCC unroll 4
+            for (std::size_t v = 0; v < Vectors; ++v) {
+                accumulator[r][v] = _mm512_dpbf16_ps(accumulator[r][v], channel_pairs[v], gradient_pair);
+            }
+        }
+    }
+#pragma GCC unroll 16
+    for (std::size_t r = 0; r < Rows; ++r) {
+#pragma GCC unroll 4
+        for (std::size_t v = 0; v < Vectors; ++v) {
+            float* sum = sums + r * columns + v * width;
+            _mm512_storeu_ps(sum, _mm512_add_ps(_mm512_loadu_ps(sum), accumulator[r][v]));
+        }
+    }
+}
+
+PETRA_TARGET_AVX512_BF16 inline void bf16_weight_gradient_images_avx512(
+    const convolution_shape& shape, const bf16_weight_gradient_geometry& g, const float* input, const float* grad_y,
+    const std::size_t* origins, float* sums, std::uint32_t* phased, std::uint32_t* row_pairs, std::uint16_t* rows,
+    std::uint32_t* pairs, affine_relu_map<float> input_map)
+{
+    const std::size_t out_rows = g.planes.out_blocks * 16, columns = g.in_blocks * 16;
+    const std::size_t row_words = g.depth / 2, depth_pairs = (g.planes.wide_pixels + 1) / 2;
+    const auto* gradient_words = reinterpret_cast<const std::uint32_t*>(rows);
+    std::fill(phased, phased + g.planes.image_pairs, 0u);
+    for (std::size_t image = 0; image < shape.batch; ++image) {
+        prepare_bf16_image(shape, g.planes, input + image * shape.in_channels * shape.input_pixels(), phased, row_pairs,
+                           input_map);
+        prepare_bf16_gradient_rows(shape, g, grad_y + image * shape.out_channels * shape.output_pixels(), rows);
+        prepare_bf16_pixel_pairs(shape, g, phased, pairs);
+        for (std::size_t t = 0; t < g.planes.taps; ++t) {
+            const std::size_t parity = origins[t] % 2, first_pair = origins[t] / 2;
+            const std::uint32_t* tap_pairs = pairs + (parity * g.pixel_pairs + first_pair) * columns;
+            float* tap_sums = sums + t * out_rows * columns;
+            for (std::size_t c = 0; c < g.in_blocks;) {
+                const std::uint32_t* x = tap_pairs + c * 16;
+                const std::size_t left = g.in_blocks - c;
+                // Rows times Vectors: 16 accumulators, 24 for three vectors.
+                for (std::size_t co = 0; co < shape.out_channels;) {
+                    const std::uint32_t* gradient = gradient_words + co * row_words;
+                    float* block_sums = tap_sums + co * columns + c * 16;
+                    if (left >= 4) {
+                        bf16_weight_gradient_block<4, 4>(depth_pairs, gradient, row_words, x, columns, block_sums);
+                        co += 4;
+                    } else if (left == 3) {
+                        bf16_weight_gradient_block<8, 3>(depth_pairs, gradient, row_words, x, columns, block_sums);
+                        co += 8;
+                    } else if (left == 2) {
+                        bf16_weight_gradient_block<8, 2>(depth_pairs, gradient, row_words, x, columns, block_sums);
+                        co += 8;
+                    } else {
+                        bf16_weight_gradient_block<16, 1>(depth_pairs, gradient, row_words, x, columns, block_sums);
+                        co += 16;
+                    }
+                }
+                c += std::min<std::size_t>(left, 4);
+            }
+        }
+    }
+}
+
 #endif // PETRA_BF16_X86
 
 // output = the correlation of shape (input, mapped by input_map where it is
 // given; weight(co, ci, t)) + beta * output, for a validated shape with a
-// non-empty batch, on a CPU with AMX.
+// non-empty batch, with an engine this CPU offers.
 template <class Weight>
-void bf16_correlation(const convolution_shape& shape, const float* input, Weight&& weight, float* output, float beta,
-                      scratch_source& source, affine_relu_map<float> input_map = {})
+void bf16_correlation(bf16_engine engine, const convolution_shape& shape, const float* input, Weight&& weight,
+                      float* output, float beta, scratch_source& source, affine_relu_map<float> input_map = {})
 {
 #if defined(PETRA_BF16_X86)
     const bf16_convolution_geometry g(shape);
@@ -483,9 +738,13 @@ void bf16_correlation(const convolution_shape& shape, const float* input, Weight
     auto* origins = source.take<bf16_tap_origins_tag, std::size_t>(g.taps);
     pack_bf16_convolution_weights(shape, g, weight, packed);
     bf16_tap_origins(shape, g, origins);
-    bf16_convolution_images(shape, g, input, packed, origins, output, beta, phased, row_pairs, input_map);
+    if (engine == bf16_engine::amx) {
+        bf16_convolution_images(shape, g, input, packed, origins, output, beta, phased, row_pairs, input_map);
+    } else {
+        bf16_convolution_images_avx512(shape, g, input, packed, origins, output, beta, phased, row_pairs, input_map);
+    }
 #else
-    (void)shape, (void)input, (void)weight, (void)output, (void)beta, (void)source, (void)input_map;
+    (void)engine, (void)shape, (void)input, (void)weight, (void)output, (void)beta, (void)source, (void)input_map;
 #endif
 }
 
@@ -540,6 +799,41 @@ constexpr std::size_t dilated_chunk_images(const convolution_shape& shape)
 
 } // namespace detail
 
+// The three passes of a convolution, for bf16_convolution_pays.
+enum class convolution_pass { forward, input_gradient, weight_gradient };
+
+// Whether the bf16 kernel of `pass` over shape runs faster on `engine`
+// than the float kernel, as measured on the reference network's shapes
+// (bench/RESULTS.md, "bf16 products"); what conv2d takes in bf16:
+// - amx (Intel model 167): every pass over more than one input channel,
+//   except the 1x1 kernel's gradients: the stem's one input channel ran
+//   0.52-0.59x its float forward, the 1x1 gradients 0.74-0.84x; every other
+//   pass 1.03-3.2x.
+// - avx512_bf16 (AMD Zen 5: vdpbf16ps at twice the float FMA's rate): the
+//   forward correlations of 3x3 kernels over more than one input channel
+//   (forward; input gradient at stride 1), except where Winograd's float
+//   form takes more than 16 channels either way. Against the float kernels
+//   the 28x28 x 16-channel forward and input gradient ran 1.32x and the
+//   stride-2 forwards 1.35-1.5x; Winograd over 32 and 64 channels
+//   0.6-0.93x, the dilated stride-2 input gradient 0.46x, the 1x1 kernel
+//   and the stem 0.6-0.7x, and every weight gradient 0.64-0.85x.
+constexpr bool bf16_convolution_pays(const convolution_shape& shape, convolution_pass pass, bf16_engine engine)
+{
+    if (shape.in_channels < 2) return false;
+    if (engine == bf16_engine::amx) return pass == convolution_pass::forward || shape.kernel == 3;
+    const bool correlation =
+        pass == convolution_pass::forward || (pass == convolution_pass::input_gradient && shape.stride == 1);
+    const bool wide_winograd = detail::winograd_applies(shape) && std::max(shape.in_channels, shape.out_channels) > 16;
+    return shape.kernel == 3 && correlation && !wide_winograd;
+}
+
+// Whether either engine takes `pass` over shape in bf16.
+constexpr bool bf16_convolution_pays_on_some_engine(const convolution_shape& shape, convolution_pass pass)
+{
+    return bf16_convolution_pays(shape, pass, bf16_engine::amx) ||
+           bf16_convolution_pays(shape, pass, bf16_engine::avx512_bf16);
+}
+
 // The scratch convolution_forward_bf16 takes (scratch.hpp): one image's
 // paired planes, a row of pairs, the packed weights and the taps' origins.
 constexpr scratch_demand convolution_forward_bf16_scratch(const convolution_shape& shape)
@@ -568,27 +862,28 @@ constexpr scratch_demand convolution_backward_input_bf16_scratch(const convoluti
 // output = convolution(input, weights) + beta * output (output not read
 // when beta == 0), as convolution_forward<float> computes it, except that
 // the input and the weights are first rounded to bf16 and the products
-// summed in float, on AMX tiles. Throws std::invalid_argument for a shape
-// the kernels do not take (validate) and, naming the instruction, on a CPU
-// without AMX-BF16. Scratch as convolution_forward's, of
+// summed in float, on `engine` (by default the best the CPU offers, AMX
+// tiles before vdpbf16ps). Throws std::invalid_argument for a shape the
+// kernels do not take (validate) and, naming its instruction, for an engine
+// the CPU lacks (by default: with neither). Scratch as convolution_forward's, of
 // convolution_forward_bf16_scratch(shape).region_bytes(). With an input map
 // (input_map.hpp; any shape), the input is read as if mapped first, and
 // the mapped values rounded.
 inline void convolution_forward_bf16(const convolution_shape& shape, const float* input, const float* weights,
                                      float* output, float beta = 0.0f, std::span<std::byte> scratch = {},
-                                     affine_relu_map<float> input_map = {})
+                                     affine_relu_map<float> input_map = {}, bf16_engine engine = best_bf16_engine())
 {
     PETRA_PROFILE_KERNEL(
         "convolution forward bf16", detail::convolution_geometry, detail::convolution_sizes(shape),
         double(shape.flops()),
         detail::convolution_bytes(shape.input_count() + shape.weight_count(), shape.output_count(), beta));
     validate(shape);
-    detail::require_amx("convolution_forward_bf16");
+    detail::require_bf16_engine(engine, "convolution_forward_bf16");
     if (shape.batch == 0) return;
     const std::size_t taps = shape.kernel * shape.kernel;
     scratch_source source(scratch);
     detail::bf16_correlation(
-        shape, input,
+        engine, shape, input,
         [&](std::size_t co, std::size_t ci, std::size_t t) {
             return weights[(co * shape.in_channels + ci) * taps + t];
         },
@@ -598,21 +893,22 @@ inline void convolution_forward_bf16(const convolution_shape& shape, const float
 // grad_x = (gradient of the forward pass with respect to its input, applied
 // to grad_y) + beta * grad_x (grad_x not read when beta == 0), as
 // convolution_backward_input<float> computes it, except that grad_y and
-// the weights are rounded to bf16 and the products summed in float, on AMX
-// tiles: the forward correlation of grad_y with the flipped weights; for
+// the weights are rounded to bf16 and the products summed in float, on
+// `engine`: the forward correlation of grad_y with the flipped weights; for
 // stride 2, of grad_y dilated, a few images at a time
 // (transposed_for_input_gradient: three quarters of its products are of
 // zeros, which AMX's rate affords). Otherwise as convolution_forward_bf16,
 // with convolution_backward_input_bf16_scratch(shape).
 inline void convolution_backward_input_bf16(const convolution_shape& shape, const float* grad_y, const float* weights,
-                                            float* grad_x, float beta = 0.0f, std::span<std::byte> scratch = {})
+                                            float* grad_x, float beta = 0.0f, std::span<std::byte> scratch = {},
+                                            bf16_engine engine = best_bf16_engine())
 {
     PETRA_PROFILE_KERNEL(
         "convolution input gradient bf16", detail::convolution_geometry, detail::convolution_sizes(shape),
         double(shape.flops()),
         detail::convolution_bytes(shape.output_count() + shape.weight_count(), shape.input_count(), beta));
     validate(shape);
-    detail::require_amx("convolution_backward_input_bf16");
+    detail::require_bf16_engine(engine, "convolution_backward_input_bf16");
     if (shape.batch == 0) return;
     const std::size_t taps = shape.kernel * shape.kernel;
     // Transposed out channel c is the shape's input channel c, and tap t is
@@ -622,8 +918,8 @@ inline void convolution_backward_input_bf16(const convolution_shape& shape, cons
     };
     scratch_source source(scratch);
     if (shape.stride == 1) {
-        detail::bf16_correlation(detail::transposed_for_input_gradient(shape, shape.batch), grad_y, flipped, grad_x,
-                                 beta, source);
+        detail::bf16_correlation(engine, detail::transposed_for_input_gradient(shape, shape.batch), grad_y, flipped,
+                                 grad_x, beta, source);
         return;
     }
     const std::size_t images = detail::dilated_chunk_images(shape);
@@ -646,8 +942,8 @@ inline void convolution_backward_input_bf16(const convolution_shape& shape, cons
         // Each chunk's correlation takes the same memory after the dilated
         // gradient again.
         scratch_source chunk_source = source;
-        detail::bf16_correlation(part, dilated, flipped, grad_x + first * shape.in_channels * shape.input_pixels(),
-                                 beta, chunk_source);
+        detail::bf16_correlation(engine, part, dilated, flipped,
+                                 grad_x + first * shape.in_channels * shape.input_pixels(), beta, chunk_source);
     }
 }
 
@@ -672,22 +968,23 @@ constexpr scratch_demand convolution_backward_weights_bf16_scratch(const convolu
 // applied to grad_y, summed over the batch) + beta * grad_weights
 // (grad_weights not read when beta == 0), as
 // convolution_backward_weights<float> computes it, except that the input
-// and grad_y are rounded to bf16 and the products summed in float, on AMX
-// tiles: per image, the gradient's rows (out channels by wide pixels) times
+// and grad_y are rounded to bf16 and the products summed in float, on
+// `engine`: per image, the gradient's rows (out channels by wide pixels) times
 // the input's pixel pairs at each tap's origin (pixels by input channels).
 // Throws as convolution_forward_bf16; scratch of
 // convolution_backward_weights_bf16_scratch(shape); the input mapped by
 // input_map where it is given, as in convolution_forward_bf16.
 inline void convolution_backward_weights_bf16(const convolution_shape& shape, const float* input, const float* grad_y,
                                               float* grad_weights, float beta = 0.0f, std::span<std::byte> scratch = {},
-                                              affine_relu_map<float> input_map = {})
+                                              affine_relu_map<float> input_map = {},
+                                              bf16_engine engine = best_bf16_engine())
 {
     PETRA_PROFILE_KERNEL(
         "convolution weight gradient bf16", detail::convolution_geometry, detail::convolution_sizes(shape),
         double(shape.flops()),
         detail::convolution_bytes(shape.input_count() + shape.output_count(), shape.weight_count(), beta));
     validate(shape);
-    detail::require_amx("convolution_backward_weights_bf16");
+    detail::require_bf16_engine(engine, "convolution_backward_weights_bf16");
     if (shape.batch == 0) {
         detail::scale_in_place(grad_weights, shape.weight_count(), beta);
         return;
@@ -704,8 +1001,13 @@ inline void convolution_backward_weights_bf16(const convolution_shape& shape, co
     auto* origins = source.take<detail::bf16_tap_origins_tag, std::size_t>(taps);
     std::fill(sums, sums + g.sums_count(), 0.0f);
     detail::bf16_tap_origins(shape, g.planes, origins);
-    detail::bf16_weight_gradient_images(shape, g, input, grad_y, origins, sums, phased, row_pairs, rows, pairs,
-                                        input_map);
+    if (engine == bf16_engine::amx) {
+        detail::bf16_weight_gradient_images(shape, g, input, grad_y, origins, sums, phased, row_pairs, rows, pairs,
+                                            input_map);
+    } else {
+        detail::bf16_weight_gradient_images_avx512(shape, g, input, grad_y, origins, sums, phased, row_pairs, rows,
+                                                   pairs, input_map);
+    }
     const std::size_t columns = g.in_blocks * 16;
     for (std::size_t co = 0; co < shape.out_channels; ++co) {
         for (std::size_t ci = 0; ci < shape.in_channels; ++ci) {
@@ -717,7 +1019,7 @@ inline void convolution_backward_weights_bf16(const convolution_shape& shape, co
         }
     }
 #else
-    (void)input, (void)grad_y, (void)scratch, (void)input_map;
+    (void)input, (void)grad_y, (void)scratch, (void)input_map, (void)engine;
 #endif
 }
 

@@ -5,10 +5,11 @@
 //
 // In float, under a thread precision of bf16 (layers/precision.hpp), the
 // passes whose bf16 kernels (kernels/convolution_bf16.hpp) are faster than
-// the float ones take them: every pass of a kernel over more than one input
-// channel, except the 1x1 kernel's two gradients (bench/RESULTS.md, "bf16
-// products": on AMX the stem's one input channel ran 0.52-0.59x its float
-// forward, the 1x1 gradients 0.74-0.84x; every other pass 1.03-3.2x).
+// the float ones on the CPU's bf16 engine take them
+// (kernels::bf16_convolution_pays): on AMX every pass of a kernel over more
+// than one input channel except the 1x1 kernel's two gradients; with
+// vdpbf16ps the 3x3 forward correlations where Winograd's float form does
+// not run faster.
 #pragma once
 
 #include <array>
@@ -63,6 +64,8 @@ struct conv2d {
                 ? forward_flops
                 : 0;
 
+        static constexpr kernels::convolution_shape one_image{1,           InChannels, Input::height, Input::width,
+                                                              OutChannels, Kernel,     Stride,        Padding};
         static constexpr kernels::convolution_shape geometry(std::size_t batch)
         {
             return {batch, InChannels, Input::height, Input::width, OutChannels, Kernel, Stride, Padding};
@@ -74,30 +77,56 @@ struct conv2d {
             he_normal<T>(parameters, InChannels * Kernel * Kernel, generator);
         }
 
-        // Which passes compute in bf16 under that precision (top of the file).
-        static constexpr bool bf16_forward = InChannels > 1;
-        static constexpr bool bf16_gradients = InChannels > 1 && Kernel == 3;
+        // Which passes some bf16 engine computes in bf16 under that
+        // precision (top of the file); bf16_taken says whether this CPU's does.
+        static constexpr bool bf16_forward =
+            kernels::bf16_convolution_pays_on_some_engine(one_image, kernels::convolution_pass::forward);
+        static constexpr bool bf16_input_gradient =
+            kernels::bf16_convolution_pays_on_some_engine(one_image, kernels::convolution_pass::input_gradient);
+        static constexpr bool bf16_weight_gradient =
+            kernels::bf16_convolution_pays_on_some_engine(one_image, kernels::convolution_pass::weight_gradient);
+
+        // Whether `pass` computes in bf16 on this thread now: its precision
+        // is bf16 and the CPU's engine (kernels::best_bf16_engine, which
+        // throws where there is none) takes it. In float only.
+        template <class T>
+        static bool bf16_taken(kernels::convolution_pass pass)
+        {
+            if constexpr (!std::is_same_v<T, float>) {
+                return false;
+            } else {
+                return thread_precision() == precision::bf16 &&
+                       kernels::bf16_convolution_pays(one_image, pass, kernels::best_bf16_engine());
+            }
+        }
 
         // The convolution kernels' scratch in `arithmetic` (layer.hpp).
+        // (Known at compile time, it covers every engine's choice: in bf16,
+        // a pass some engine takes in bf16 asks for both kernels' scratch.)
         template <class T>
         static constexpr kernels::scratch_demand forward_scratch(std::size_t batch,
                                                                  precision arithmetic = precision::fp32)
         {
-            if (in_bf16<T>(arithmetic, bf16_forward)) return kernels::convolution_forward_bf16_scratch(geometry(batch));
-            return kernels::convolution_forward_scratch<T>(geometry(batch));
+            const auto shape = geometry(batch);
+            kernels::scratch_demand demand = kernels::convolution_forward_scratch<T>(shape);
+            if (in_bf16<T>(arithmetic, bf16_forward)) demand.merge(kernels::convolution_forward_bf16_scratch(shape));
+            return demand;
         }
         template <class T>
         static constexpr kernels::scratch_demand backward_scratch(std::size_t batch, bool input_gradient,
                                                                   precision arithmetic = precision::fp32)
         {
             const auto shape = geometry(batch);
-            if (in_bf16<T>(arithmetic, bf16_gradients)) {
-                kernels::scratch_demand demand = kernels::convolution_backward_weights_bf16_scratch(shape);
-                if (input_gradient) demand.merge(kernels::convolution_backward_input_bf16_scratch(shape));
-                return demand;
-            }
             kernels::scratch_demand demand = kernels::convolution_backward_weights_scratch<T>(shape);
-            if (input_gradient) demand.merge(kernels::convolution_backward_input_scratch<T>(shape));
+            if (in_bf16<T>(arithmetic, bf16_weight_gradient)) {
+                demand.merge(kernels::convolution_backward_weights_bf16_scratch(shape));
+            }
+            if (input_gradient) {
+                demand.merge(kernels::convolution_backward_input_scratch<T>(shape));
+                if (in_bf16<T>(arithmetic, bf16_input_gradient)) {
+                    demand.merge(kernels::convolution_backward_input_bf16_scratch(shape));
+                }
+            }
             return demand;
         }
 
@@ -126,7 +155,7 @@ struct conv2d {
                             kernels::channel_statistics<T> output_statistics = {})
         {
             if constexpr (std::is_same_v<T, float> && bf16_forward) {
-                if (thread_precision() == precision::bf16) {
+                if (bf16_taken<T>(kernels::convolution_pass::forward)) {
                     kernels::convolution_forward_bf16(geometry(x.batch()), x.data(), parameters.data(), y.data(), 0.0f,
                                                       mode.kernel_scratch, input_map);
                     if (output_statistics) {
@@ -147,20 +176,25 @@ struct conv2d {
                              kernels::affine_relu_map<T> input_map = {})
         {
             const auto shape = geometry(x.batch());
-            if constexpr (std::is_same_v<T, float> && bf16_gradients) {
-                if (thread_precision() == precision::bf16) {
-                    if (grad_x) {
+            if (grad_x) {
+                if (bf16_taken<T>(kernels::convolution_pass::input_gradient)) {
+                    if constexpr (std::is_same_v<T, float>) {
                         kernels::convolution_backward_input_bf16(shape, grad_y.data(), parameters.data(),
                                                                  grad_x.data());
                     }
-                    kernels::convolution_backward_weights_bf16(shape, x.data(), grad_y.data(), grad_parameters.data(),
-                                                               1.0f, {}, input_map);
-                    return;
+                } else {
+                    kernels::convolution_backward_input(shape, grad_y.data(), parameters.data(), grad_x.data());
                 }
             }
-            if (grad_x) kernels::convolution_backward_input(shape, grad_y.data(), parameters.data(), grad_x.data());
-            kernels::convolution_backward_weights(shape, x.data(), grad_y.data(), grad_parameters.data(), T(1), {},
-                                                  input_map);
+            if (bf16_taken<T>(kernels::convolution_pass::weight_gradient)) {
+                if constexpr (std::is_same_v<T, float>) {
+                    kernels::convolution_backward_weights_bf16(shape, x.data(), grad_y.data(), grad_parameters.data(),
+                                                               1.0f, {}, input_map);
+                }
+            } else {
+                kernels::convolution_backward_weights(shape, x.data(), grad_y.data(), grad_parameters.data(), T(1), {},
+                                                      input_map);
+            }
         }
 
     private:

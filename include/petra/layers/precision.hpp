@@ -49,14 +49,16 @@ inline precision parse_precision(std::string_view text)
 }
 
 // Throws std::invalid_argument, naming what is missing, unless this CPU (and
-// its operating system) can compute in `value`: bf16 needs tdpbf16ps
-// (AMX-BF16 and AMX-TILE) for conv2d's kernels.
+// its operating system) can compute in `value`: bf16 needs vdpbf16ps
+// (AVX512-BF16) or tdpbf16ps (AMX-BF16 and AMX-TILE) for conv2d's kernels.
 inline void require_precision(precision value)
 {
-    if (value == precision::bf16 && !kernels::bf16_support().amx) {
+    const kernels::bf16_instructions& offered = kernels::bf16_support();
+    if (value == precision::bf16 && !offered.avx512_bf16 && !offered.amx) {
         raise_error(error_kind::invalid_argument,
-                    "petra: precision bf16 needs the tdpbf16ps instruction (AMX-BF16 and AMX-TILE, granted by the "
-                    "operating system) for its convolutions, which this CPU does not offer; train in fp32.");
+                    "petra: precision bf16 needs the vdpbf16ps instruction (AVX512-BF16) or tdpbf16ps (AMX-BF16 and "
+                    "AMX-TILE, granted by the operating system) for its convolutions, which this CPU does not offer; "
+                    "train in fp32.");
     }
 }
 
