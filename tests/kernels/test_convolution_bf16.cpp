@@ -63,7 +63,7 @@ void run_bf16(bf16_engine engine, pass p, const convolution_shape& s, const floa
               float* result, float beta)
 {
     namespace kernels = petra::kernels;
-    if (p == pass::forward) kernels::convolution_forward_bf16(s, first, second, result, beta, {}, {}, engine);
+    if (p == pass::forward) kernels::convolution_forward_bf16(s, first, second, result, beta, {}, {}, {}, engine);
     else if (p == pass::input_gradient) {
         kernels::convolution_backward_input_bf16(s, first, second, result, beta, {}, engine);
     } else {
@@ -269,7 +269,7 @@ TEST_CASE("the bf16 convolutions refuse an engine the CPU lacks, naming its inst
         const char* instruction = engine == bf16_engine::amx ? "tdpbf16ps" : "vdpbf16ps";
         if (!offered) {
             CHECK_THROWS_WITH_AS(kernels::convolution_forward_bf16(shape, input.data(), weights.data(), output.data(),
-                                                                   0.0f, {}, {}, engine),
+                                                                   0.0f, {}, {}, {}, engine),
                                  doctest::Contains(instruction), std::invalid_argument);
             CHECK_THROWS_WITH_AS(kernels::convolution_backward_input_bf16(shape, output.data(), weights.data(),
                                                                           input.data(), 0.0f, {}, engine),
@@ -278,7 +278,8 @@ TEST_CASE("the bf16 convolutions refuse an engine the CPU lacks, naming its inst
                                                                             weights.data(), 0.0f, {}, {}, engine),
                                  doctest::Contains(instruction), std::invalid_argument);
         } else {
-            kernels::convolution_forward_bf16(shape, input.data(), weights.data(), output.data(), 0.0f, {}, {}, engine);
+            kernels::convolution_forward_bf16(shape, input.data(), weights.data(), output.data(), 0.0f, {}, {}, {},
+                                              engine);
             CHECK(output[4] == 9.0f); // the centre sees every tap
             CHECK(output[0] == 4.0f); // a corner, four
         }
@@ -318,9 +319,10 @@ TEST_CASE("with an input map, the bf16 forward and weight gradient give their nu
 
             auto expected = petra::test::nan_vector<float>(shape.output_count()), actual = expected;
             CAPTURE(kernels::bf16_engine_name(engine));
-            kernels::convolution_forward_bf16(shape, mapped.data(), weights.data(), expected.data(), 0.0f, {}, {},
+            kernels::convolution_forward_bf16(shape, mapped.data(), weights.data(), expected.data(), 0.0f, {}, {}, {},
                                               engine);
-            kernels::convolution_forward_bf16(shape, x.data(), weights.data(), actual.data(), 0.0f, {}, map, engine);
+            kernels::convolution_forward_bf16(shape, x.data(), weights.data(), actual.data(), 0.0f, {}, map, {},
+                                              engine);
             CHECK(actual == expected);
 
             auto expected_weights = petra::test::random_vector<float>(shape.weight_count(), generator),
@@ -331,4 +333,35 @@ TEST_CASE("with an input map, the bf16 forward and weight gradient give their nu
                                                        map, engine);
             CHECK(actual_weights == expected_weights);
         }
+}
+
+TEST_CASE("the bf16 forward gives its output's batch statistics with channel_mean_variance's bits")
+{
+    namespace kernels = petra::kernels;
+    std::mt19937_64 generator(43);
+    // Up to 32 output channels the statistics are taken a group of images at
+    // a time (24 images of 28x28 x 32 channels, 2.4 MB, are more than one
+    // group where L2 is under 4 MiB);
+    // beyond, over the whole output.
+    for (const bf16_engine engine : offered_engines()) {
+        for (const convolution_shape& shape :
+             {convolution_shape{24, 16, 28, 28, 32, 3, 1, 1}, convolution_shape{3, 5, 9, 11, 7, 3, 2, 1},
+              convolution_shape{2, 6, 6, 5, 40, 3, 1, 1}}) {
+            CAPTURE(kernels::bf16_engine_name(engine));
+            CAPTURE(shape.out_channels);
+            const auto x = petra::test::random_vector<float>(shape.input_count(), generator);
+            const auto weights = petra::test::random_vector<float>(shape.weight_count(), generator);
+            auto plain = petra::test::nan_vector<float>(shape.output_count()), with_statistics = plain;
+            kernels::convolution_forward_bf16(shape, x.data(), weights.data(), plain.data(), 0.0f, {}, {}, {}, engine);
+            std::vector<float> mean(shape.out_channels), variance(shape.out_channels);
+            kernels::convolution_forward_bf16(shape, x.data(), weights.data(), with_statistics.data(), 0.0f, {}, {},
+                                              {mean.data(), variance.data()}, engine);
+            CHECK(with_statistics == plain);
+            std::vector<float> expected_mean(shape.out_channels), expected_variance(shape.out_channels);
+            kernels::channel_mean_variance(shape.batch, shape.out_channels, shape.output_pixels(), plain.data(),
+                                           expected_mean.data(), expected_variance.data());
+            CHECK(mean == expected_mean);
+            CHECK(variance == expected_variance);
+        }
+    }
 }

@@ -606,9 +606,17 @@ PETRA_TARGET_AVX512_BF16 inline void bf16_convolution_images_avx512(
     // Where each block's vectors go: the same for every image and channel.
     bf16_vector_piece pieces[3][18];
     std::size_t counts[3];
+    const std::size_t image_values = shape.in_channels * shape.input_pixels();
     for (std::size_t image = 0; image < shape.batch; ++image) {
-        prepare_bf16_image(shape, g, input + image * shape.in_channels * shape.input_pixels(), phased, row_pairs,
-                           input_map);
+        prepare_bf16_image(shape, g, input + image * image_values, phased, row_pairs, input_map);
+        // The next image's input on its way to L2 while this one is computed
+        // (in a training step it comes from memory).
+        if (image + 1 < shape.batch) {
+            const char* next = reinterpret_cast<const char*>(input + (image + 1) * image_values);
+            for (std::size_t byte = 0; byte < image_values * sizeof(float); byte += 64) {
+                _mm_prefetch(next + byte, _MM_HINT_T1);
+            }
+        }
         float* out_image = output + image * shape.out_channels * out_pixels;
         for (std::size_t j = 0; j < g.wide_pixels; j += block) {
             const std::size_t vectors = std::min<std::size_t>(3, (g.wide_pixels - j + width - 1) / width);
@@ -725,10 +733,17 @@ PETRA_TARGET_AVX512_BF16 inline void bf16_weight_gradient_images_avx512(
 
 // output = the correlation of shape (input, mapped by input_map where it is
 // given; weight(co, ci, t)) + beta * output, for a validated shape with a
-// non-empty batch, with an engine this CPU offers.
+// non-empty batch, with an engine this CPU offers. Where statistics are
+// given, also the batch mean and variance of each output channel, with
+// channel_mean_variance's bits: for at most channel_chunk channels the
+// batch is taken in its groups of images, each group's output added to
+// the statistics while it is in the core's caches (as the float direct
+// form does, convolution.hpp's forward_with_statistics); for more, over
+// the whole output after it.
 template <class Weight>
 void bf16_correlation(bf16_engine engine, const convolution_shape& shape, const float* input, Weight&& weight,
-                      float* output, float beta, scratch_source& source, affine_relu_map<float> input_map = {})
+                      float* output, float beta, scratch_source& source, affine_relu_map<float> input_map = {},
+                      channel_statistics<float> statistics = {})
 {
 #if defined(PETRA_BF16_X86)
     const bf16_convolution_geometry g(shape);
@@ -738,13 +753,32 @@ void bf16_correlation(bf16_engine engine, const convolution_shape& shape, const 
     auto* origins = source.take<bf16_tap_origins_tag, std::size_t>(g.taps);
     pack_bf16_convolution_weights(shape, g, weight, packed);
     bf16_tap_origins(shape, g, origins);
-    if (engine == bf16_engine::amx) {
-        bf16_convolution_images(shape, g, input, packed, origins, output, beta, phased, row_pairs, input_map);
-    } else {
-        bf16_convolution_images_avx512(shape, g, input, packed, origins, output, beta, phased, row_pairs, input_map);
+    const auto images = [&](const convolution_shape& part, const float* in, float* out) {
+        if (engine == bf16_engine::amx) {
+            bf16_convolution_images(part, g, in, packed, origins, out, beta, phased, row_pairs, input_map);
+        } else {
+            bf16_convolution_images_avx512(part, g, in, packed, origins, out, beta, phased, row_pairs, input_map);
+        }
+    };
+    const std::size_t pixels = shape.output_pixels(), channels = shape.out_channels;
+    if (!statistics || channels > channel_chunk) {
+        images(shape, input, output);
+        if (statistics) {
+            channel_mean_variance(shape.batch, channels, pixels, output, statistics.mean, statistics.variance);
+        }
+        return;
     }
+    const std::size_t in_values = shape.in_channels * shape.input_pixels(), out_values = channels * pixels;
+    mean_variance_groups<float> groups(shape.batch, channels, pixels, 0, channels, mean_variance_group_bytes());
+    for (std::size_t first = 0; first < shape.batch; first += groups.group()) {
+        const std::size_t count = std::min(groups.group(), shape.batch - first);
+        images(with_batch(shape, count), input + first * in_values, output + first * out_values);
+        groups.add(first, count, output + first * out_values);
+    }
+    groups.finish(statistics.mean, statistics.variance);
 #else
-    (void)engine, (void)shape, (void)input, (void)weight, (void)output, (void)beta, (void)source, (void)input_map;
+    (void)engine, (void)shape, (void)input, (void)weight, (void)output, (void)beta, (void)source, (void)input_map,
+        (void)statistics;
 #endif
 }
 
@@ -868,10 +902,16 @@ constexpr scratch_demand convolution_backward_input_bf16_scratch(const convoluti
 // the CPU lacks (by default: with neither). Scratch as convolution_forward's, of
 // convolution_forward_bf16_scratch(shape).region_bytes(). With an input map
 // (input_map.hpp; any shape), the input is read as if mapped first, and
-// the mapped values rounded.
+// the mapped values rounded. Where output_statistics is given (reduction.hpp),
+// also the batch mean and variance of each output channel, the bits
+// channel_mean_variance gives over the output, computed as the float
+// direct form computes them (for up to 32 channels, a group of images at a
+// time as soon as it is written).
 inline void convolution_forward_bf16(const convolution_shape& shape, const float* input, const float* weights,
                                      float* output, float beta = 0.0f, std::span<std::byte> scratch = {},
-                                     affine_relu_map<float> input_map = {}, bf16_engine engine = best_bf16_engine())
+                                     affine_relu_map<float> input_map = {},
+                                     channel_statistics<float> output_statistics = {},
+                                     bf16_engine engine = best_bf16_engine())
 {
     PETRA_PROFILE_KERNEL(
         "convolution forward bf16", detail::convolution_geometry, detail::convolution_sizes(shape),
@@ -887,7 +927,7 @@ inline void convolution_forward_bf16(const convolution_shape& shape, const float
         [&](std::size_t co, std::size_t ci, std::size_t t) {
             return weights[(co * shape.in_channels + ci) * taps + t];
         },
-        output, beta, source, input_map);
+        output, beta, source, input_map, output_statistics);
 }
 
 // grad_x = (gradient of the forward pass with respect to its input, applied

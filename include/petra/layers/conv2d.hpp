@@ -146,8 +146,8 @@ struct conv2d {
         // compute on the mapped x; grad_x is the gradient of the mapped x.
         // Where output_statistics is given, forward also writes there the
         // batch mean and variance of each channel of y
-        // (kernels::convolution_forward; in bf16 by channel_mean_variance
-        // over y).
+        // (kernels::convolution_forward; in bf16 kernels::
+        // convolution_forward_bf16, with channel_mean_variance's bits).
         template <forward_pass Pass, class T>
         static void forward(Pass mode, parameters_view<T, parameter_count> parameters, state_view<Pass, T, 0>,
                             const_batch<T, input> x, batch_view<T, output> y, std::span<T>,
@@ -157,11 +157,7 @@ struct conv2d {
             if constexpr (std::is_same_v<T, float> && bf16_forward) {
                 if (bf16_taken<T>(kernels::convolution_pass::forward)) {
                     kernels::convolution_forward_bf16(geometry(x.batch()), x.data(), parameters.data(), y.data(), 0.0f,
-                                                      mode.kernel_scratch, input_map);
-                    if (output_statistics) {
-                        kernels::channel_mean_variance(y.batch(), OutChannels, output::pixels, y.data(),
-                                                       output_statistics.mean, output_statistics.variance);
-                    }
+                                                      mode.kernel_scratch, input_map, output_statistics);
                     return;
                 }
             }
