@@ -408,6 +408,20 @@ PETRA_TARGET_AVX512_BF16 inline void prepare_bf16_pixel_pairs(const convolution_
     }
 }
 
+// The weight gradient's operands for one image of the batch, for either
+// engine: its paired planes (zeroed by the caller once), its gradient rows
+// and its pixel pairs.
+PETRA_TARGET_AVX512_BF16 inline void prepare_bf16_weight_gradient_image(
+    const convolution_shape& shape, const bf16_weight_gradient_geometry& g, const float* input, const float* grad_y,
+    std::size_t image, std::uint32_t* phased, std::uint32_t* row_pairs, std::uint16_t* rows, std::uint32_t* pairs,
+    affine_relu_map<float> input_map)
+{
+    prepare_bf16_image(shape, g.planes, input + image * shape.in_channels * shape.input_pixels(), phased, row_pairs,
+                       input_map);
+    prepare_bf16_gradient_rows(shape, g, grad_y + image * shape.out_channels * shape.output_pixels(), rows);
+    prepare_bf16_pixel_pairs(shape, g, phased, pairs);
+}
+
 // sums[t][co][ci] += the weight gradient of tap t over the batch: per
 // image, its paired planes, gradient rows and pixel pairs, then for every
 // tap and block of 32 out by 32 input channels the sums' four tiles (0 to
@@ -427,10 +441,7 @@ PETRA_TARGET_AMX inline void bf16_weight_gradient_images(const convolution_shape
     const std::size_t pair_row_bytes = columns * sizeof(std::uint32_t);
     std::fill(phased, phased + g.planes.image_pairs, 0u);
     for (std::size_t image = 0; image < shape.batch; ++image) {
-        prepare_bf16_image(shape, g.planes, input + image * shape.in_channels * shape.input_pixels(), phased, row_pairs,
-                           input_map);
-        prepare_bf16_gradient_rows(shape, g, grad_y + image * shape.out_channels * shape.output_pixels(), rows);
-        prepare_bf16_pixel_pairs(shape, g, phased, pairs);
+        prepare_bf16_weight_gradient_image(shape, g, input, grad_y, image, phased, row_pairs, rows, pairs, input_map);
         for (std::size_t t = 0; t < g.planes.taps; ++t) {
             const std::size_t parity = origins[t] % 2, first_pair = origins[t] / 2;
             const std::uint32_t* tap_pairs = pairs + (parity * g.pixel_pairs + first_pair) * columns;
@@ -694,10 +705,7 @@ PETRA_TARGET_AVX512_BF16 inline void bf16_weight_gradient_images_avx512(
     const auto* gradient_words = reinterpret_cast<const std::uint32_t*>(rows);
     std::fill(phased, phased + g.planes.image_pairs, 0u);
     for (std::size_t image = 0; image < shape.batch; ++image) {
-        prepare_bf16_image(shape, g.planes, input + image * shape.in_channels * shape.input_pixels(), phased, row_pairs,
-                           input_map);
-        prepare_bf16_gradient_rows(shape, g, grad_y + image * shape.out_channels * shape.output_pixels(), rows);
-        prepare_bf16_pixel_pairs(shape, g, phased, pairs);
+        prepare_bf16_weight_gradient_image(shape, g, input, grad_y, image, phased, row_pairs, rows, pairs, input_map);
         for (std::size_t t = 0; t < g.planes.taps; ++t) {
             const std::size_t parity = origins[t] % 2, first_pair = origins[t] / 2;
             const std::uint32_t* tap_pairs = pairs + (parity * g.pixel_pairs + first_pair) * columns;
