@@ -509,12 +509,7 @@ inline void gemm_bf16(const gemm_arguments<float>& arguments, bf16_engine engine
     PETRA_PROFILE_KERNEL(
         "gemm bf16", "%zu x %zu x %zu", {m, n, k}, 2.0 * double(m) * double(n) * double(k),
         double((m * k + k * n) * sizeof(float) + m * n * sizeof(float) * (arguments.beta == 0 ? 1 : 2)));
-    if (engine == bf16_engine::amx) detail::require_amx("gemm_bf16's amx engine");
-    if (engine == bf16_engine::avx512_bf16 && !bf16_support().avx512_bf16) {
-        raise_error(error_kind::invalid_argument,
-                    "petra::kernels::gemm_bf16: the avx512_bf16 engine needs vdpbf16ps (AVX512-BF16), which this "
-                    "CPU does not offer.");
-    }
+    detail::require_bf16_engine(engine, "gemm_bf16");
     if (m == 0 || n == 0) return;
     detail::require(arguments.c != nullptr, "C is null");
     detail::require(ldc >= n, "ldc is smaller than the number of columns of C");
