@@ -87,8 +87,10 @@ struct conv2d {
             kernels::bf16_convolution_pays_on_some_engine(one_image, kernels::convolution_pass::weight_gradient);
 
         // Whether `pass` computes in bf16 on this thread now: its precision
-        // is bf16 and the CPU's engine (kernels::best_bf16_engine, which
-        // throws where there is none) takes it. In float only.
+        // is bf16, some engine takes the pass, and the CPU's engine
+        // (kernels::best_bf16_engine, which throws where there is none) does.
+        // A pass no engine takes (the stem's) stays float without asking the
+        // CPU, so it runs where bf16 is missing, as in double.
         template <class T>
         static bool bf16_taken(kernels::convolution_pass pass)
         {
@@ -96,6 +98,7 @@ struct conv2d {
                 return false;
             } else {
                 return thread_precision() == precision::bf16 &&
+                       kernels::bf16_convolution_pays_on_some_engine(one_image, pass) &&
                        kernels::bf16_convolution_pays(one_image, pass, kernels::best_bf16_engine());
             }
         }
