@@ -76,6 +76,20 @@ TEST_CASE_TEMPLATE("channel_affine and channel_combination match the reference",
                                          .grad_x = grad_x.data()});
         check_against(grad_x, reference::channel_combination(N, C, S, grad_y, x, a, b, d),
                       4 * test::accumulation_tolerance<T>(3));
+#if defined(__FMA__) || defined(__aarch64__)
+        // Where the CPU fuses multiply-adds, every value is rounded as one
+        // scalar fma rounds it, wherever it falls in its row (a whole vector
+        // or the row's tail).
+        for (std::size_t i = 0; i < x.size(); ++i) {
+            const std::size_t c = i / S % C;
+            if (y[i] != std::fma(a[c], x[i], b[c]) ||
+                grad_x[i] != std::fma(a[c], grad_y[i], std::fma(b[c], x[i], d[c]))) {
+                INFO("value " << i << " of a row of " << S);
+                CHECK(false);
+                break;
+            }
+        }
+#endif
         // In place, over x.
         auto in_place = x;
         kernels::channel_affine<T>({.batch = N,

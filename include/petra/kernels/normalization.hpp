@@ -14,6 +14,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include <petra/kernels/elementwise.hpp>
+#include <petra/kernels/layout.hpp>
 #include <petra/kernels/profile.hpp>
 #include <petra/kernels/reduction.hpp>
 #include <petra/kernels/simd.hpp>
@@ -31,6 +32,9 @@ namespace detail {
 // that store-then-reload chain made channel_relu_combination 1.8 times
 // slower with its rows in cache and 1.3 times slower in the training step
 // (bench/RESULTS.md, "Training step").
+// On AVX-512 (float) a row's last S % width values are one masked vector
+// (masked loads do not fault past the row): the same fused operations on
+// each value as the scalars', so the same bits.
 template <class T, class ElementOf, class... Inputs>
 void channel_map(std::size_t N, std::size_t C, std::size_t S, ElementOf&& element_of, T* out, const Inputs*... inputs)
 {
@@ -45,6 +49,16 @@ void channel_map(std::size_t N, std::size_t C, std::size_t S, ElementOf&& elemen
             for (; s < vector_end; s += width) {
                 element(vector::load_unaligned(inputs + row + s)...).store_unaligned(out + row + s);
             }
+#if defined(__AVX512F__)
+            if constexpr (std::is_same_v<T, float> && (std::is_same_v<Inputs, float> && ...) && width == 16) {
+                if (s < S) {
+                    const __mmask16 tail = first_lanes(S - s);
+                    const vector values = element(vector(_mm512_maskz_loadu_ps(tail, inputs + row + s))...);
+                    _mm512_mask_storeu_ps(out + row + s, tail, values);
+                }
+                continue;
+            }
+#endif
             for (; s < S; ++s) out[row + s] = element(inputs[row + s]...);
         }
     }
@@ -165,7 +179,7 @@ void channel_combination(const channel_combination_arguments<T>& arguments)
         [grad_y_coefficient, x_coefficient, offset](std::size_t c) {
             return [a = grad_y_coefficient[c], b = x_coefficient[c], d = offset[c]](auto gradient, auto value) {
                 using V = decltype(value);
-                return xsimd::fma(V(a), gradient, xsimd::fma(V(b), value, V(d)));
+                return fused_multiply_add(V(a), gradient, fused_multiply_add(V(b), value, V(d)));
             };
         },
         arguments.grad_x, arguments.grad_y, arguments.x);
@@ -420,7 +434,7 @@ void channel_relu_combination(const channel_relu_combination_arguments<T>& argum
             return [gated = gate.of_channel(c), a = grad_y_coefficient[c], b = x_coefficient[c], d = offset[c]](
                        auto gradient, auto value) {
                 using V = decltype(value);
-                return xsimd::fma(V(a), gated(gradient, value), xsimd::fma(V(b), value, V(d)));
+                return fused_multiply_add(V(a), gated(gradient, value), fused_multiply_add(V(b), value, V(d)));
             };
         },
         arguments.grad_x, arguments.grad_y, arguments.x);
