@@ -18,9 +18,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -126,10 +128,27 @@ std::string quantiles(const std::vector<double>& errors, const char* format)
 
 } // namespace
 
+// The whole of text as a number of at least `least`, or nothing.
+std::optional<std::uint64_t> whole_number(const char* text, std::uint64_t least)
+{
+    char* end = nullptr;
+    const unsigned long long value = std::strtoull(text, &end, 10);
+    if (end == text || *end != '\0' || text[0] == '-' || value < least) return std::nullopt;
+    return value;
+}
+
 int main(int argc, char** argv)
 {
-    const std::size_t batch = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 64;
-    const std::uint64_t seed = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 1;
+    constexpr const char* usage = "usage: bench_reconstruction [batch, at least 2, default 64] [seed, default 1]\n";
+    const std::optional<std::uint64_t> batch_argument = argc > 1 ? whole_number(argv[1], 2) : 64;
+    const std::optional<std::uint64_t> seed_argument = argc > 2 ? whole_number(argv[2], 0) : 1;
+    if (argc > 3 || !batch_argument || !seed_argument) {
+        const bool asked = argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h");
+        std::fputs(usage, asked ? stdout : stderr);
+        return asked ? 0 : 2;
+    }
+    const std::size_t batch = *batch_argument;
+    const std::uint64_t seed = *seed_argument;
     const double epsilon = std::numeric_limits<float>::epsilon();
     const std::vector<double> steps{1e-4, 1e-3, 1e-2, 1e-1};
 
