@@ -14,7 +14,7 @@
 // again: PETRA's approximation, as a function of the step. Both precisions
 // start from the same parameters and images; each inverts its own forward.
 //
-// Usage: bench_reconstruction [batch, default 64] [seed, default 1]
+// Usage: bench_reconstruction [--batch N, at least 2, default 64] [--seed N, default 1]
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -22,12 +22,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
-#include <optional>
 #include <random>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "command_line.hpp"
 
 #include <petra/petra.hpp>
 #include <petra/random.hpp>
@@ -128,27 +129,19 @@ std::string quantiles(const std::vector<double>& errors, const char* format)
 
 } // namespace
 
-// The whole of text as a number of at least `least`, or nothing.
-std::optional<std::uint64_t> whole_number(const char* text, std::uint64_t least)
-{
-    char* end = nullptr;
-    const unsigned long long value = std::strtoull(text, &end, 10);
-    if (end == text || *end != '\0' || text[0] == '-' || value < least) return std::nullopt;
-    return value;
-}
-
 int main(int argc, char** argv)
 {
-    constexpr const char* usage = "usage: bench_reconstruction [batch, at least 2, default 64] [seed, default 1]\n";
-    const std::optional<std::uint64_t> batch_argument = argc > 1 ? whole_number(argv[1], 2) : 64;
-    const std::optional<std::uint64_t> seed_argument = argc > 2 ? whole_number(argv[2], 0) : 1;
-    if (argc > 3 || !batch_argument || !seed_argument) {
-        const bool asked = argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h");
-        std::fputs(usage, asked ? stdout : stderr);
-        return asked ? 0 : 2;
+    constexpr const char* usage = "usage: bench_reconstruction [--batch N] [--seed N]\n"
+                                  "  --batch N  images per batch, at least 2 (batch statistics), default 64\n"
+                                  "  --seed N   seed of the parameters, images and perturbations, default 1\n";
+    std::size_t batch = 64;
+    std::size_t seed = 1;
+    petra::bench::read_command_line(argc, argv, "bench_reconstruction", usage,
+                                    {{"--batch", &batch}, {"--seed", &seed}});
+    if (batch < 2) {
+        std::fprintf(stderr, "bench_reconstruction: --batch needs at least 2 images (batch statistics)\n%s", usage);
+        return 2;
     }
-    const std::size_t batch = *batch_argument;
-    const std::uint64_t seed = *seed_argument;
     const double epsilon = std::numeric_limits<float>::epsilon();
     const std::vector<double> steps{1e-4, 1e-3, 1e-2, 1e-1};
 
@@ -159,7 +152,7 @@ int main(int argc, char** argv)
     }
     std::printf("reference network, batch %zu, seed %zu; errors per example in units of float epsilon (%.3g); "
                 "median, 90th percentile, max%s\n\n",
-                batch, std::size_t(seed), epsilon,
+                batch, seed, epsilon,
                 runs.size() == 1 ? "; bf16 not measured (this CPU has neither AMX nor AVX512-BF16)" : "");
     std::printf("| block |");
     for (const auto& run : runs) std::printf(" %s |", petra::precision_name(run.first));
