@@ -583,9 +583,12 @@ TEST_CASE("a convolution's scratch demand is a compile-time figure, merged per b
     // The phased input of one chunk of images (16 channels x 4 phases of
     // 15 x 15 per image, 18 images within winograd_max_group_bytes, the
     // ceiling of any core's budget, and two vectors of slack), the tap
-    // offsets, the packed weights: each on its own cache lines.
+    // offsets, the packed weights and (its output rows of 14 values in one
+    // vector, the row blocks) an image's output planes of one block of
+    // channels: each on its own cache lines.
     constexpr scratch_demand forward = convolution_forward_scratch<float>(shape);
-    static_assert(forward.buffer_count() == 3);
+    static_assert(detail::uses_row_blocks<float>(shape));
+    static_assert(forward.buffer_count() == 4);
     static_assert(detail::forward_chunk_images<float>(shape) == 18);
     static_assert(forward.thread_bytes() >= 18 * 16 * 30 * 30 * sizeof(float));
     static_assert(forward.thread_bytes() < 2 * detail::winograd_max_group_bytes);
