@@ -969,9 +969,11 @@ void direct_correlation(std::size_t images, const T* source, std::size_t image_s
 // direct_correlation, which go to a buffer and from there, row piece by row
 // piece, to the output (for few taps that costs more than multiplying). Here a block
 // of Rows result channels times OutRows output rows of Vectors vectors each
-// stays in registers and is stored straight to the output, the last vector of
-// a row through a mask. Output row r of an image reads tap t's values at
-// source + offsets[t] + r * row_stride, a vector per simd_width pixels.
+// stays in registers and is stored to planes laid out as the output's, the
+// last vector of a row through a mask (correlation_by_row_blocks then stores
+// an image's planes to the output in one run). Output row r of an image reads
+// tap t's values at source + offsets[t] + r * row_stride, a vector per
+// simd_width pixels.
 template <class T>
 struct row_blocking {
     static constexpr std::size_t accumulators = gemm_blocking<T>::wide_register_file ? 24 : 12;
@@ -987,7 +989,7 @@ struct row_blocking {
 // Whether forward_accumulate takes the row blocks: rows of at most four
 // vectors, at least three quarters used. There the blocks use the lanes as
 // well as the tiles do (a tile's wide rows are a phase plane's, a pixel or
-// two longer than an output row) and skip the tiles' trip through a buffer.
+// two longer than an output row) and skip the tiles' piece-by-piece stores.
 // First taken for few taps only (the stem, 1x1 kernels); on a Zen 5 core the
 // 3x3 stride-2 forward at 28x28 (144 taps) then ran 1.07 to 1.11 times
 // faster in this form, and 3x3 stride-1 shapes too narrow for Winograd's
@@ -1069,6 +1071,14 @@ void correlation_row_block(std::size_t taps, const T* __restrict sliver, const T
     }
 }
 
+// Values of correlation_by_row_blocks' staged planes: one image's block of
+// channels.
+template <class T>
+constexpr std::size_t row_block_staging_count(const convolution_shape& shape)
+{
+    return row_blocking<T>::rows * shape.output_pixels();
+}
+
 // forward_accumulate's row blocks over every image, Vectors vectors per row.
 // Kept out of forward_accumulate: inlined there, g++ 12 -O2 spilled the
 // block's loaded values to the stack inside its loop over taps, and the
@@ -1100,12 +1110,11 @@ template <class T, std::size_t Vectors>
         const T* image_source = phased.data + image * phased.image_stride();
         for (std::size_t c0 = 0; c0 < channels; c0 += rows) {
             const T* sliver = packed + c0 * taps;
-            T* out = staged; // channel i's plane at out + i * pixels, as in the output
             const std::size_t count = std::min(rows, channels - c0);
             std::size_t r = 0;
             for (; r < whole_blocks_end; r += out_rows) {
                 correlation_row_block<T, rows, out_rows, Vectors>(taps, sliver, image_source + r * phased.width,
-                                                                  offsets, phased.width, out + r * out_width, pixels,
+                                                                  offsets, phased.width, staged + r * out_width, pixels,
                                                                   out_width, count, T(0));
             }
             // The last rows one at a time: a block reads whole blocks of
@@ -1114,8 +1123,8 @@ template <class T, std::size_t Vectors>
             // measured slower: the 3x3 stride-2 forward at 28x28 1.5 times.)
             for (; r < out_height; ++r) {
                 correlation_row_block<T, rows, 1, Vectors>(taps, sliver, image_source + r * phased.width, offsets,
-                                                           phased.width, out + r * out_width, pixels, out_width, count,
-                                                           T(0));
+                                                           phased.width, staged + r * out_width, pixels, out_width,
+                                                           count, T(0));
             }
             store_row(count * pixels, staged, output + (image * channels + c0) * pixels, beta);
         }
@@ -1145,7 +1154,7 @@ void forward_accumulate_images(const convolution_shape& shape, const T* input, c
         constexpr std::size_t rows = row_blocking<T>::rows;
         T* packed = scratch.take<correlation_weights_tag, T>((channels + rows - 1) / rows * rows * taps);
         pack_slivers<rows>(weights, taps, 1, channels, taps, packed);
-        T* staged = scratch.take<correlation_staging_tag, T>(rows * shape.output_pixels());
+        T* staged = scratch.take<correlation_staging_tag, T>(row_block_staging_count<T>(shape));
         const std::size_t vectors = (shape.out_width() + simd_width<T> - 1) / simd_width<T>;
         ([&]<std::size_t... Index>(std::index_sequence<Index...>) {
             ((vectors == Index + 1
@@ -1692,7 +1701,7 @@ constexpr scratch_demand convolution_forward_scratch(const convolution_shape& sh
             ? (shape.out_channels + block_rows - 1) / block_rows * block_rows * shape.patch_size()
             : detail::correlation_weights_count<T>(shape.out_channels, shape.patch_size(), wide_pixels));
     if (detail::uses_row_blocks<T>(shape)) {
-        demand.template ask<detail::correlation_staging_tag, T>(block_rows * shape.output_pixels());
+        demand.template ask<detail::correlation_staging_tag, T>(detail::row_block_staging_count<T>(shape));
     }
     return demand;
 }
