@@ -1,13 +1,19 @@
-// What the MPI tests share: this process's rank, and a directory every rank
-// of a one-machine job sees.
+// What the MPI tests share: this process's rank and the job's size, the
+// test network's pipeline on ranks, and a directory every rank of a
+// one-machine job sees.
 #pragma once
 
 #include <mpi.h>
 
 #include <unistd.h>
 
+#include <cstddef>
 #include <filesystem>
 #include <string>
+
+#include <petra/mpi.hpp>
+
+#include "pipeline/pipeline_support.hpp"
 
 namespace petra::test {
 
@@ -17,6 +23,17 @@ inline int world_rank()
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     return rank;
 }
+
+inline int world_size()
+{
+    int size = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    return size;
+}
+
+// The test network in J stages on ranks (pipeline_support.hpp).
+template <std::size_t J>
+using ranks_pipeline = mpi_pipeline<pipeline_network, cuts_of<J>, sgd<float>>;
 
 // A directory every rank sees (prefix and rank 0's process id in the
 // temporary directory), made by rank 0 and removed at the end.

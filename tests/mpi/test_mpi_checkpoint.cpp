@@ -24,6 +24,7 @@
 #include "pipeline/pipeline_support.hpp"
 
 using namespace petra;
+using test::feed_range;
 using test::pipeline_network;
 using test::plain_sgd;
 
@@ -33,10 +34,9 @@ using petra::test::shared_directory;
 using petra::test::world_rank;
 
 constexpr std::size_t J = 3;
-constexpr auto cuts = test::cuts_of<J>;
-using ranks_pipeline = mpi_pipeline<pipeline_network, cuts, sgd<float>>;
-using simulator = sequential_pipeline<pipeline_network, cuts, sgd<float>>;
-using threads = thread_pipeline<pipeline_network, cuts, sgd<float>>;
+using pipeline_on_ranks = test::ranks_pipeline<J>;
+using simulator = test::simulator<J>;
+using threads = test::threads<J>;
 constexpr std::size_t micro_batches_per_epoch = 13;
 constexpr std::uint64_t signature = pipeline_network::signature;
 
@@ -46,12 +46,6 @@ struct run_result {
     network_parameters<pipeline_network, float> parameters{0}; // on rank 0 for the ranks' runs
     std::vector<epoch_statistics> epochs;
 };
-
-template <class Pipeline>
-void feed_range(Pipeline& pipeline, const test::micro_batches& data, std::size_t first, std::size_t end)
-{
-    for (std::size_t m = first; m < end; ++m) pipeline.feed(data.images[m], data.labels[m]);
-}
 
 // The rest of epoch 2 from micro-batch `at`, then epoch 3.
 template <class Pipeline>
@@ -100,7 +94,7 @@ void check_same(const run_result& expected, const run_result& actual, std::size_
     CHECK(std::ranges::equal(expected.parameters.state(), actual.parameters.state()));
 }
 
-void gather(ranks_pipeline& pipeline, run_result& result)
+void gather(pipeline_on_ranks& pipeline, run_result& result)
 {
     pipeline.gather_parameters(world_rank() == 0 ? &result.parameters : nullptr);
 }
@@ -111,7 +105,7 @@ run_result saved_on_ranks(const test::micro_batches& data, const pipeline_option
                           const std::string& path)
 {
     run_result result;
-    ranks_pipeline pipeline(MPI_COMM_WORLD, 7, plain_sgd, decaying_rate, options);
+    pipeline_on_ranks pipeline(MPI_COMM_WORLD, 7, plain_sgd, decaying_rate, options);
     feed_range(pipeline, data, 0, micro_batches_per_epoch);
     result.epochs.push_back(pipeline.drain());
     feed_range(pipeline, data, 0, at);
@@ -126,7 +120,7 @@ run_result resumed_on_ranks(const test::micro_batches& data, const pipeline_opti
                             const std::string& path)
 {
     run_result result;
-    ranks_pipeline pipeline(MPI_COMM_WORLD, 99, plain_sgd, decaying_rate, options);
+    pipeline_on_ranks pipeline(MPI_COMM_WORLD, 99, plain_sgd, decaying_rate, options);
     job_records records{.text = ""};
     load_mpi_checkpoint(path, signature, pipeline, records);
     CHECK(records.text == "saved at micro-batch");
@@ -165,7 +159,7 @@ run_result resumed_on_simulator(const test::micro_batches& data, const pipeline_
 // The message of the checkpoint_error a load throws on this rank.
 std::string load_error(const std::string& path, const pipeline_options& options)
 {
-    ranks_pipeline pipeline(MPI_COMM_WORLD, 99, plain_sgd, decaying_rate, options);
+    pipeline_on_ranks pipeline(MPI_COMM_WORLD, 99, plain_sgd, decaying_rate, options);
     job_records records;
     try {
         load_mpi_checkpoint(path, signature, pipeline, records);
@@ -213,7 +207,7 @@ TEST_CASE("mpi checkpoints: a missing manifest, or a shard missing, truncated or
     const pipeline_options options{.batch = 4};
     const std::string path = directory.file("run.checkpoint"), other = directory.file("other.checkpoint");
     {
-        ranks_pipeline pipeline(MPI_COMM_WORLD, 7, plain_sgd, decaying_rate, options);
+        pipeline_on_ranks pipeline(MPI_COMM_WORLD, 7, plain_sgd, decaying_rate, options);
         feed_range(pipeline, data, 0, 4);
         save_mpi_checkpoint(path, signature, pipeline, job_records{});
         save_mpi_checkpoint(other, signature, pipeline, job_records{});
@@ -230,7 +224,7 @@ TEST_CASE("mpi checkpoints: a missing manifest, or a shard missing, truncated or
     // another rank failed.
     const auto check_refused = [&](std::size_t stage, const std::string& what) {
         const std::string message = load_error(path, options);
-        ranks_pipeline placement(MPI_COMM_WORLD, 1, plain_sgd, decaying_rate, options);
+        pipeline_on_ranks placement(MPI_COMM_WORLD, 1, plain_sgd, decaying_rate, options);
         CAPTURE(message);
         CAPTURE(world_rank());
         CAPTURE(placement.first_stage());
@@ -274,7 +268,7 @@ TEST_CASE("mpi checkpoints: a save interrupted before its manifest leaves the pr
     const std::string path = directory.file("run.checkpoint");
     const run_result reference = uninterrupted(data, options);
     {
-        ranks_pipeline pipeline(MPI_COMM_WORLD, 7, plain_sgd, decaying_rate, options);
+        pipeline_on_ranks pipeline(MPI_COMM_WORLD, 7, plain_sgd, decaying_rate, options);
         feed_range(pipeline, data, 0, micro_batches_per_epoch);
         pipeline.drain();
         feed_range(pipeline, data, 0, at);

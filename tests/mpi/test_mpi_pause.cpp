@@ -22,6 +22,7 @@
 
 using namespace petra;
 using test::pipeline_network;
+using test::ranks_pipeline;
 
 namespace {
 
@@ -45,9 +46,6 @@ stage_copies copy_stages(const Guard& paused, std::size_t stage_count)
 }
 
 bool paused_here(std::size_t micro_batch) { return micro_batch % 4 == 1; }
-
-template <std::size_t J>
-using ranks_pipeline = mpi_pipeline<pipeline_network, test::cuts_of<J>, sgd<float>>;
 
 // Trains 2 epochs on the ranks, pausing after the micro-batches
 // paused_here() names when `pause` is set (checking each guard against the

@@ -27,13 +27,7 @@ using test::plain_sgd;
 namespace {
 
 using petra::test::world_rank;
-
-int world_size()
-{
-    int size = 0;
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    return size;
-}
+using petra::test::world_size;
 template <std::size_t J>
 void check_ranks_equal_simulation(const pipeline_options& options)
 {

@@ -30,16 +30,11 @@ using namespace petra;
 using test::cuts_of;
 using test::pipeline_network;
 using test::plain_sgd;
+using test::ranks_pipeline;
 using test::world_rank;
+using test::world_size;
 
 namespace {
-
-int world_size()
-{
-    int size = 0;
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    return size;
-}
 
 // The first `ranks` ranks of the world, or none for the others (who skip
 // the case).
@@ -87,9 +82,6 @@ std::uint64_t digest_of_stages(const network_parameters<pipeline_network, float>
     }
     return hash;
 }
-
-template <std::size_t J>
-using ranks_pipeline = mpi_pipeline<pipeline_network, cuts_of<J>, sgd<float>>;
 
 template <class Pipeline>
 void feed_epoch(Pipeline& pipeline, const test::micro_batches& data)

@@ -58,6 +58,13 @@ using threads = thread_pipeline<pipeline_network, cuts_of<J>, sgd<float>>;
 template <std::size_t J>
 using simulator = sequential_pipeline<pipeline_network, cuts_of<J>, sgd<float>>;
 
+// Feeds micro-batches [first, end) of the data.
+template <class Pipeline>
+void feed_range(Pipeline& pipeline, const micro_batches& data, std::size_t first, std::size_t end)
+{
+    for (std::size_t m = first; m < end; ++m) pipeline.feed(data.images[m], data.labels[m]);
+}
+
 // Feeds every micro-batch, once per epoch, then drains; returns the epochs'
 // statistics.
 template <class Pipeline>

@@ -29,6 +29,7 @@
 
 using namespace petra;
 using test::cuts_of;
+using test::feed_range;
 using test::pipeline_network;
 using test::plain_sgd;
 using test::simulator;
@@ -49,13 +50,6 @@ struct run_result {
 
 constexpr std::size_t micro_batches_per_epoch = 13;
 constexpr std::size_t epochs = 3;
-
-// Feeds micro-batches [first, end) of the data.
-template <class Pipeline>
-void feed_range(Pipeline& pipeline, const test::micro_batches& data, std::size_t first, std::size_t end)
-{
-    for (std::size_t m = first; m < end; ++m) pipeline.feed(data.images[m], data.labels[m]);
-}
 
 // The rest of epoch 1 from micro-batch `at`, then epoch 2.
 template <class Pipeline>

@@ -25,6 +25,7 @@
 
 using namespace petra;
 using test::cuts_of;
+using test::feed_range;
 using test::pipeline_network;
 using test::plain_sgd;
 using test::simulator;
@@ -83,13 +84,6 @@ void check_guards_agree(std::size_t accumulation)
     const auto initial = pipeline_network::make_parameters<float>(3);
     CHECK(!std::ranges::equal(initial.values(), threaded.values()));
     if (accumulation > 1) CHECK(some_sum_nonzero);
-}
-
-// Feeds micro-batches [first, end).
-template <class Pipeline>
-void feed_range(Pipeline& pipeline, const test::micro_batches& data, std::size_t first, std::size_t end)
-{
-    for (std::size_t m = first; m < end; ++m) pipeline.feed(data.images[m], data.labels[m]);
 }
 
 // Under a guard, feed() and drain() are refused and feed nothing: once the

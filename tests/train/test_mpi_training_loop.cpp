@@ -32,7 +32,7 @@ using petra::test::shared_directory;
 using petra::test::world_rank;
 
 using net = petra::test::pipeline_network;
-using input = net::input;
+using image_shape = net::input;
 constexpr auto cuts = petra::test::cuts_of<3>;
 using on_ranks = petra::petra_on_ranks<net, cuts>;
 using on_simulator = petra::petra_on_simulator<net, cuts>;
@@ -58,7 +58,7 @@ struct run_end {
 run_end run_on_ranks(const std::string& path, std::size_t stop_at, double every_seconds = 0)
 {
     const examples data;
-    petra::tensor_source<input> source(data.images, data.labels, 4, 5);
+    petra::tensor_source<image_shape> source(data.images, data.labels, 4, 5);
     on_ranks method(MPI_COMM_WORLD, seed, optimizer, plan.schedule(), {.batch = 4, .accumulation = 2});
     std::size_t asked = 0;
     petra::training_loop loop(method, source, plan,
@@ -76,7 +76,7 @@ run_end run_on_ranks(const std::string& path, std::size_t stop_at, double every_
 run_end run_on_simulator(const std::string& path, std::size_t stop_at)
 {
     const examples data;
-    petra::tensor_source<input> source(data.images, data.labels, 4, 5);
+    petra::tensor_source<image_shape> source(data.images, data.labels, 4, 5);
     auto weights = net::make_parameters<float>(seed);
     on_simulator method(weights, optimizer, plan.schedule(), {.batch = 4, .accumulation = 2});
     std::size_t asked = 0;
@@ -162,7 +162,7 @@ constexpr petra::pipeline_options replicas_options{.batch = 4, .replicas = 2};
 run_end run_replicas_on_ranks(const std::string& path, std::size_t stop_at)
 {
     const examples data;
-    petra::tensor_source<input> source(data.images, data.labels, 8, 5);
+    petra::tensor_source<image_shape> source(data.images, data.labels, 8, 5);
     on_ranks method(MPI_COMM_WORLD, seed, optimizer, replicas_plan.schedule(), replicas_options);
     CHECK_FALSE(method.checkpoints_within_epoch());
     std::size_t asked = 0;
@@ -184,7 +184,7 @@ TEST_CASE("training loop on ranks: two replicas stopped within an epoch resume f
 {
     const shared_directory directory("petra_mpi_loop_");
     const examples data;
-    petra::tensor_source<input> source(data.images, data.labels, 8, 5);
+    petra::tensor_source<image_shape> source(data.images, data.labels, 8, 5);
     auto weights = net::make_parameters<float>(seed);
     on_simulator simulated(weights, optimizer, replicas_plan.schedule(), replicas_options);
     petra::training_loop(simulated, source, replicas_plan, {}).run();

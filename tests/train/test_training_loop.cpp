@@ -27,7 +27,7 @@
 namespace {
 
 using net = petra::test::pipeline_network;
-using input = net::input;
+using image_shape = net::input;
 constexpr std::size_t micro_batch = 4;
 
 using examples = petra::test::loop_examples;
@@ -65,7 +65,7 @@ template <class Method>
 run_end run(const std::string& path, std::size_t stop_at, std::size_t epochs = 3)
 {
     const examples data;
-    petra::tensor_source<input> source(data.images, data.labels, micro_batch, /*seed=*/5);
+    petra::tensor_source<image_shape> source(data.images, data.labels, micro_batch, /*seed=*/5);
     const petra::training_plan plan = plan_of(epochs);
     auto weights = net::make_parameters<float>(1);
     Method method(weights, optimizer, plan.schedule(), {.batch = micro_batch, .accumulation = 2});
@@ -166,7 +166,7 @@ TEST_CASE("training loop: a stop flag set mid-run stops it before the next micro
 {
     const temporary_directory directory;
     const examples data;
-    petra::tensor_source<input> source(data.images, data.labels, micro_batch);
+    petra::tensor_source<image_shape> source(data.images, data.labels, micro_batch);
     const petra::training_plan plan = plan_of(2);
     auto weights = net::make_parameters<float>(1);
     on_threads<2> method(weights, optimizer, plan.schedule(), {.batch = micro_batch, .accumulation = 2});
@@ -205,9 +205,9 @@ TEST_CASE("training loop: checkpoints of another plan, another network or other 
                                      petra::stem<petra::chain<petra::conv2d<1, 8>, petra::batch_norm<8>, petra::relu>>,
                                      petra::classifier_head<8, 3>>;
     {
-        std::vector<float> images(40 * input::size);
+        std::vector<float> images(40 * image_shape::size);
         std::vector<std::int32_t> labels(40);
-        petra::tensor_source<input> source(images, labels, micro_batch);
+        petra::tensor_source<image_shape> source(images, labels, micro_batch);
         const petra::training_plan plan = plan_of(3);
         auto weights = other_net::make_parameters<float>(1);
         petra::exact_backprop_method<other_net> method(weights, optimizer, plan.schedule(), {.batch = micro_batch});
@@ -218,7 +218,7 @@ TEST_CASE("training loop: checkpoints of another plan, another network or other 
     const examples data;
     const petra::training_plan plan = plan_of(3);
     const auto run_with_seed = [&](std::size_t seed) {
-        petra::tensor_source<input> source(data.images, data.labels, micro_batch);
+        petra::tensor_source<image_shape> source(data.images, data.labels, micro_batch);
         auto weights = net::make_parameters<float>(1);
         petra::exact_backprop_method<net> method(weights, optimizer, plan.schedule(),
                                                  {.batch = micro_batch, .accumulation = 2});
@@ -261,14 +261,14 @@ struct computed_examples {
 
     std::size_t batch_size() const { return micro_batch; }
     std::size_t batches_per_epoch() const { return 6; }
-    void batch(std::size_t epoch, std::size_t index, petra::batch_view<float, input> images,
+    void batch(std::size_t epoch, std::size_t index, petra::batch_view<float, image_shape> images,
                std::span<std::int32_t> labels)
     {
         for (std::size_t n = 0; n < micro_batch; ++n) {
             const std::size_t example = (index * micro_batch + n + 5 * epoch) % 24;
             labels[n] = std::int32_t(example % 3);
-            for (std::size_t i = 0; i < input::size; ++i) {
-                images.data()[n * input::size + i] = float(labels[n]) + 0.1f * float((example * 7 + i) % 5);
+            for (std::size_t i = 0; i < image_shape::size; ++i) {
+                images.data()[n * image_shape::size + i] = float(labels[n]) + 0.1f * float((example * 7 + i) % 5);
             }
         }
         ++served;
@@ -280,7 +280,7 @@ struct computed_examples {
         archive.count(served, petra::any_count);
     }
 };
-static_assert(petra::data_source<computed_examples, input>);
+static_assert(petra::data_source<computed_examples, image_shape>);
 
 } // namespace
 
@@ -327,7 +327,7 @@ TEST_CASE("training loop: checkpoints on the clock, and the data must fit the pl
 {
     const temporary_directory directory;
     const examples data;
-    petra::tensor_source<input> source(data.images, data.labels, micro_batch, 3);
+    petra::tensor_source<image_shape> source(data.images, data.labels, micro_batch, 3);
     const petra::training_plan plan = plan_of(1);
     auto weights = net::make_parameters<float>(1);
     petra::reversible_backprop_method<net> method(weights, optimizer, plan.schedule(), {.batch = micro_batch});
@@ -356,9 +356,9 @@ TEST_CASE("training loop: a labelled_images dataset as the source, augmented, re
     std::copy(data.images.begin(), data.images.end(), dataset.images.data());
     std::copy(data.labels.begin(), data.labels.end(), dataset.labels.data());
     const auto train = [&](const std::string& path, std::size_t stop_at) {
-        petra::dataset_source<input> source(dataset, dataset.size(), micro_batch, /*seed=*/3,
-                                            {.padding = 1, .flip = true, .fill = 0.0f});
-        static_assert(petra::data_source<petra::dataset_source<input>, input>);
+        petra::dataset_source<image_shape> source(dataset, dataset.size(), micro_batch, /*seed=*/3,
+                                                  {.padding = 1, .flip = true, .fill = 0.0f});
+        static_assert(petra::data_source<petra::dataset_source<image_shape>, image_shape>);
         const petra::training_plan plan = plan_of(3);
         auto weights = net::make_parameters<float>(1);
         petra::exact_backprop_method<net> method(weights, optimizer, plan.schedule(),
