@@ -38,7 +38,6 @@ std::size_t allocations_in_second_epoch(Pipeline& pipeline, const test::micro_ba
     return test::allocations.load() - before;
 }
 
-constexpr auto cuts = partition<pipeline_network, 3>();
 constexpr pipeline_options stashing{.batch = 4, .accumulation = 2, .input_buffer = true, .parameter_buffer = true};
 
 } // namespace
@@ -49,13 +48,11 @@ TEST_CASE("pipeline: no heap allocation per tick once running")
     for (const pipeline_options& options : {pipeline_options{.batch = 4}, stashing}) {
         auto parameters = pipeline_network::make_parameters<float>(1);
         {
-            sequential_pipeline<pipeline_network, cuts, sgd<float>> pipeline(parameters, sgd_options{},
-                                                                             test::constant_rate, options);
+            test::simulator<3> pipeline(parameters, sgd_options{}, test::constant_rate, options);
             CHECK(allocations_in_second_epoch(pipeline, data) == 0);
         }
         {
-            thread_pipeline<pipeline_network, cuts, sgd<float>> pipeline(parameters, sgd_options{}, test::constant_rate,
-                                                                         options);
+            test::threads<3> pipeline(parameters, sgd_options{}, test::constant_rate, options);
             CHECK(allocations_in_second_epoch(pipeline, data) == 0);
         }
     }

@@ -20,7 +20,6 @@
 namespace {
 
 using net = petra::test::pipeline_network;
-constexpr auto cuts = petra::test::cuts_of<3>;
 
 // Allocations during the second of two epochs of Method.
 template <class Method>
@@ -51,6 +50,6 @@ TEST_CASE("training loop: no heap allocation per micro-batch once running, with 
 {
     CHECK(allocations_in_second_epoch<petra::exact_backprop_method<net>>() == 0);
     CHECK(allocations_in_second_epoch<petra::reversible_backprop_method<net>>() == 0);
-    CHECK(allocations_in_second_epoch<petra::petra_on_simulator<net, cuts>>() == 0);
-    CHECK(allocations_in_second_epoch<petra::petra_on_threads<net, cuts>>() == 0);
+    CHECK(allocations_in_second_epoch<petra::petra_on_simulator<net, petra::test::cuts_of<3>>>() == 0);
+    CHECK(allocations_in_second_epoch<petra::petra_on_threads<net, petra::test::cuts_of<3>>>() == 0);
 }
