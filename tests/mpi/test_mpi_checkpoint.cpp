@@ -33,10 +33,12 @@ namespace {
 using petra::test::shared_directory;
 using petra::test::world_rank;
 
-constexpr std::size_t J = 3;
-using pipeline_on_ranks = test::ranks_pipeline<J>;
-using simulator = test::simulator<J>;
-using threads = test::threads<J>;
+// Stages, a rank each (not named J: the other sources built into test_mpi's
+// one unit take J as a template parameter, which would hide it).
+constexpr std::size_t stage_count = 3;
+using pipeline_on_ranks = test::ranks_pipeline<stage_count>;
+using simulator = test::simulator<stage_count>;
+using threads = test::threads<stage_count>;
 constexpr std::size_t micro_batches_per_epoch = 13;
 constexpr std::uint64_t signature = pipeline_network::signature;
 
@@ -239,17 +241,17 @@ TEST_CASE("mpi checkpoints: a missing manifest, or a shard missing, truncated or
 
     CHECK(load_error(directory.file("none.checkpoint"), options).find("cannot be opened") != std::string::npos);
 
-    const std::filesystem::path last = shard_of(path, J - 1), moved = last.string() + ".moved";
+    const std::filesystem::path last = shard_of(path, stage_count - 1), moved = last.string() + ".moved";
     if (world_rank() == 0) std::filesystem::rename(last, moved);
     MPI_Barrier(MPI_COMM_WORLD);
-    check_refused(J - 1, "is missing");
+    check_refused(stage_count - 1, "is missing");
 
     if (world_rank() == 0) {
         std::filesystem::copy_file(moved, last);
         std::filesystem::resize_file(last, std::filesystem::file_size(last) - 10);
     }
     MPI_Barrier(MPI_COMM_WORLD);
-    check_refused(J - 1, "(truncated)");
+    check_refused(stage_count - 1, "(truncated)");
     if (world_rank() == 0) std::filesystem::rename(moved, last); // whole again
 
     const std::filesystem::path first = shard_of(path, 0);
