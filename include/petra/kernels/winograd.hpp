@@ -605,14 +605,22 @@ void transform_products(const winograd_geometry<T>& geometry, const T* products,
                             column[r] = vector::load_aligned(m + (r * 6 + k) * stride + c);
                         product_column_f4(column, columns_of[k]);
                     }
-                    for (std::size_t r = 0; r < rows; ++r) { // (A^T M) A, row by row
-                        const vector row_values[6] = {columns_of[0][r], columns_of[1][r], columns_of[2][r],
-                                                      columns_of[3][r], columns_of[4][r], columns_of[5][r]};
-                        vector result[4];
-                        product_column_f4(row_values, result);
-                        for (std::size_t k = 0; k < columns; ++k) {
-                            result[k].store_aligned(out + (r * geometry.width + k) * stride + c);
+                    const auto store_rows = [&](std::size_t row_count, std::size_t column_count) {
+                        for (std::size_t r = 0; r < row_count; ++r) { // (A^T M) A, row by row
+                            const vector row_values[6] = {columns_of[0][r], columns_of[1][r], columns_of[2][r],
+                                                          columns_of[3][r], columns_of[4][r], columns_of[5][r]};
+                            vector result[4];
+                            product_column_f4(row_values, result);
+                            for (std::size_t k = 0; k < column_count; ++k) {
+                                result[k].store_aligned(out + (r * geometry.width + k) * stride + c);
+                            }
                         }
+                    };
+                    // Whole tiles with the counts known, the loops unrolled.
+                    if (rows == 4 && columns == 4) {
+                        store_rows(4, 4);
+                    } else {
+                        store_rows(rows, columns);
                     }
                 }
             }
