@@ -400,31 +400,61 @@ TEST_CASE_TEMPLATE("a 1x1 stride-2 weight gradient read in place matches the ref
     }
 }
 
-// A 1x1 stride-2 input gradient reads the output gradient in place for all
-// images but the last, which goes through the copy: the same bits as one
-// image at a time (every image through the copy), with beta 0 and not, on
-// the reference network's first downsampling and on an odd-sized image.
-TEST_CASE_TEMPLATE("a 1x1 stride-2 input gradient read in place equals the copy's, image by image", T, float, double)
+// A 1x1 stride-2 convolution is a 1x1 stride-1 convolution of its input's
+// even pixels: its matrix products image by image (pointwise.hpp) sum in the
+// direct form's order, so forward and input gradient equal, bit for bit,
+// the stride-1 kernel on the even pixels gathered here (the input gradient
+// spread back with zeros between), with beta 0 and not. Widths up to 16
+// (two rows to a vector), up to 32 (one) and wider (row by row), odd and
+// even sides, pixels that fill no whole vector and a tail of one.
+TEST_CASE_TEMPLATE("a 1x1 stride-2 convolution equals the stride-1 one on its even pixels", T, float, double)
 {
     using namespace petra::kernels;
     std::mt19937_64 generator(6);
     for (const convolution_shape& shape :
-         {convolution_shape{5, 16, 28, 28, 32, 1, 2, 0}, convolution_shape{4, 3, 13, 13, 5, 1, 2, 0}}) {
+         {convolution_shape{3, 16, 28, 28, 32, 1, 2, 0}, convolution_shape{2, 32, 14, 14, 64, 1, 2, 0},
+          convolution_shape{2, 3, 13, 13, 5, 1, 2, 0}, convolution_shape{2, 9, 31, 7, 17, 1, 2, 0},
+          convolution_shape{2, 4, 5, 33, 3, 1, 2, 0}, convolution_shape{1, 2, 1, 1, 9, 1, 2, 0},
+          convolution_shape{2, 5, 6, 64, 11, 1, 2, 0}}) {
+        REQUIRE(detail::uses_pointwise_products(shape));
         CAPTURE(shape.in_height);
-        CHECK(detail::input_gradient_reads_in_place<T>(shape));
-        const auto grad_y = petra::test::random_vector<T>(shape.output_count(), generator);
+        CAPTURE(shape.in_width);
+        const convolution_shape even{
+            shape.batch, shape.in_channels, shape.out_height(), shape.out_width(), shape.out_channels, 1, 1, 0};
+        REQUIRE(!detail::uses_pointwise_products(even));
+        const auto input = petra::test::random_vector<T>(shape.input_count(), generator);
         const auto weights = petra::test::random_vector<T>(shape.weight_count(), generator);
-        const auto prior = petra::test::random_vector<T>(shape.input_count(), generator);
-        const std::size_t in_values = shape.in_channels * shape.input_pixels();
-        const std::size_t out_values = shape.out_channels * shape.output_pixels();
-        for (T beta : {T(0), T(0.5)}) {
-            auto whole = prior, by_image = prior;
-            convolution_backward_input(shape, grad_y.data(), weights.data(), whole.data(), beta);
-            for (std::size_t n = 0; n < shape.batch; ++n) {
-                convolution_backward_input(detail::with_batch(shape, 1), grad_y.data() + n * out_values, weights.data(),
-                                           by_image.data() + n * in_values, beta);
-            }
-            CHECK(std::equal(whole.begin(), whole.end(), by_image.begin()));
+        const auto grad_y = petra::test::random_vector<T>(shape.output_count(), generator);
+        // The even pixels of the input, and the input gradient's positions
+        // they take.
+        std::vector<std::size_t> even_pixels;
+        for (std::size_t plane = 0; plane < shape.batch * shape.in_channels; ++plane)
+            for (std::size_t y = 0; y < shape.in_height; y += 2)
+                for (std::size_t x = 0; x < shape.in_width; x += 2)
+                    even_pixels.push_back((plane * shape.in_height + y) * shape.in_width + x);
+        std::vector<T> gathered(even.input_count());
+        for (std::size_t i = 0; i < even_pixels.size(); ++i) gathered[i] = input[even_pixels[i]];
+        for (T beta : {T(0), T(-0.5)}) {
+            CAPTURE(beta);
+            auto forward = beta == T(0) ? petra::test::nan_vector<T>(shape.output_count())
+                                        : petra::test::random_vector<T>(shape.output_count(), generator);
+            auto expected_forward = forward;
+            scratch_source scratch;
+            detail::forward_accumulate(shape, input.data(), weights.data(), forward.data(), beta, scratch);
+            detail::forward_accumulate(even, gathered.data(), weights.data(), expected_forward.data(), beta, scratch);
+            CHECK(std::equal(forward.begin(), forward.end(), expected_forward.begin()));
+
+            const auto prior = petra::test::random_vector<T>(shape.input_count(), generator);
+            auto gradient = beta == T(0) ? petra::test::nan_vector<T>(shape.input_count()) : prior;
+            convolution_backward_input(shape, grad_y.data(), weights.data(), gradient.data(), beta);
+            std::vector<T> even_gradient(even.input_count());
+            for (std::size_t i = 0; i < even_pixels.size(); ++i) even_gradient[i] = prior[even_pixels[i]];
+            convolution_backward_input(even, grad_y.data(), weights.data(), even_gradient.data(), beta);
+            std::vector<T> expected_gradient(shape.input_count());
+            for (std::size_t i = 0; i < expected_gradient.size(); ++i) expected_gradient[i] = beta * prior[i];
+            if (beta == T(0)) std::fill(expected_gradient.begin(), expected_gradient.end(), T(0));
+            for (std::size_t i = 0; i < even_pixels.size(); ++i) expected_gradient[even_pixels[i]] = even_gradient[i];
+            CHECK(std::equal(gradient.begin(), gradient.end(), expected_gradient.begin()));
         }
     }
 }

@@ -15,10 +15,10 @@
 // which loads those slices in place and multiplies them by the packed
 // weights; the weight gradient takes dot products of the same slices with
 // the output gradient. A 1x1 kernel with stride 2 and no padding, whose one
-// phase is every other value of every other input row, skips copies where
-// it can: its weight gradient reads the input in place
-// (weight_gradient_reads_in_place), its input gradient the output gradient
-// (input_gradient_reads_in_place).
+// phase is every other value of every other input row, takes matrix
+// products image by image for its forward and input gradient
+// (pointwise.hpp); its weight gradient reads the input in place
+// (weight_gradient_reads_in_place).
 //
 // Index names: a tap index q stands for one weight tap (ci, kh, kw),
 // q = (ci * K + kh) * K + kw; a "wide" pixel index j = row * plane_width +
@@ -41,6 +41,7 @@
 #include <petra/kernels/gemm.hpp>
 #include <petra/kernels/input_map.hpp>
 #include <petra/kernels/layout.hpp>
+#include <petra/kernels/pointwise.hpp>
 #include <petra/kernels/profile.hpp>
 #include <petra/kernels/reduction.hpp>
 #include <petra/kernels/scratch.hpp>
@@ -185,6 +186,18 @@ struct phased_input {
 };
 
 struct phased_input_tag {};
+
+// Whether the forward and the input gradient take pointwise.hpp's matrix
+// products, image by image: a 1x1 kernel with stride 2 (and so no padding).
+constexpr bool uses_pointwise_products(const convolution_shape& shape)
+{
+    return shape.kernel == 1 && shape.stride == 2 && shape.padding == 0;
+}
+
+constexpr pointwise_geometry pointwise_geometry_of(const convolution_shape& shape)
+{
+    return {shape.in_channels, shape.out_channels, shape.in_height, shape.in_width};
+}
 
 // Phases a tap reads along each axis: the stride, but one for a 1x1 kernel
 // (whose only tap reads phase (0, 0)), so that the phased input holds only
@@ -703,18 +716,6 @@ constexpr bool uses_dot_product_gradient(const convolution_shape& shape)
 }
 
 #if defined(__AVX512F__)
-// The first count <= simd_width values at p, the other lanes zero; nothing
-// past them is read.
-template <class T>
-inline simd<T> load_first(const T* p, std::size_t count)
-{
-    if constexpr (std::is_same_v<T, float>) {
-        return _mm512_maskz_loadu_ps(first_lanes(count), p);
-    } else {
-        return _mm512_maskz_loadu_pd(static_cast<__mmask8>((1u << count) - 1u), p);
-    }
-}
-
 // The pixels dot_product_block walks: `images` images, `runs` runs (output
 // rows) of `length` pixels in each; an operand's values for image n, run r
 // and pixel p at n * its image stride + r * its step + p.
@@ -1003,30 +1004,6 @@ constexpr bool uses_row_blocks(const convolution_shape& shape)
     return vectors <= 4 && 4 * out_width >= 3 * vectors * width;
 }
 
-// One vector of results, count <= simd_width of them, stored at out with
-// beta (store_row's masked form for a part).
-template <class T>
-inline void store_vector(const simd<T>& values, std::size_t count, T* out, T beta)
-{
-    if (count == simd_width<T>) {
-        if (beta == T(0)) {
-            values.store_unaligned(out);
-        } else {
-            xsimd::fma(simd<T>(beta), simd<T>::load_unaligned(out), values).store_unaligned(out);
-        }
-        return;
-    }
-#if defined(__AVX512F__)
-    if constexpr (std::is_same_v<T, float>) {
-        store_lanes(out, first_lanes(count), values, beta);
-        return;
-    }
-#endif
-    alignas(buffer_alignment) T lanes[simd_width<T>];
-    values.store_aligned(lanes);
-    store_row(count, lanes, out, beta);
-}
-
 // The block of Rows result channels (a packed sliver of taps x Rows weights)
 // and OutRows output rows of Vectors vectors at source (tap t of output row
 // r at source + offsets[t] + r * row_stride), stored to out (result channel
@@ -1166,7 +1143,7 @@ void forward_accumulate_images(const convolution_shape& shape, const T* input, c
     }
     const std::size_t out_width = shape.out_width(), pixels = shape.output_pixels();
     // Where a phase plane's rows are as wide as the output's (a 1x1 kernel
-    // with stride 2 and no padding), wide pixel j is output pixel j: a
+    // without padding), wide pixel j is output pixel j: a
     // tile's row goes out whole, not row piece by row piece.
     const bool wide_rows_are_output_rows = phased.width == out_width;
     direct_correlation(
@@ -1203,11 +1180,16 @@ constexpr std::size_t forward_chunk_images(const convolution_shape& shape)
     return chunk_images(shape.batch, phased_input_count<T>(with_batch(shape, 1)) * sizeof(T));
 }
 
-// forward_accumulate_images over chunks of the batch (see chunk_images).
+// forward_accumulate_images over chunks of the batch (see chunk_images); a
+// 1x1 kernel with stride 2 as matrix products instead (pointwise.hpp).
 template <class T>
 void forward_accumulate(const convolution_shape& shape, const T* input, const T* weights, T* output, T beta,
                         scratch_source& scratch)
 {
+    if (uses_pointwise_products(shape)) {
+        pointwise_forward(pointwise_geometry_of(shape), shape.batch, input, weights, output, beta, scratch);
+        return;
+    }
     for_each_chunk(shape, forward_chunk_images<T>(shape), scratch,
                    [&](const convolution_shape& part, std::size_t in, std::size_t out, scratch_source& chunk_scratch) {
                        forward_accumulate_images(part, input + in, weights, output + out, beta, chunk_scratch);
@@ -1296,20 +1278,6 @@ constexpr bool pairs_phase_columns(const convolution_shape& shape)
     return shape.kernel == 3 && shape.stride == 2 && shape.padding == 1 && shape.in_width % 2 == 0;
 }
 
-// Whether a 1x1 stride-2 input gradient stores its even rows whole: padding
-// 0 and an even width, where row 2 r's odd columns, which no tap reaches,
-// are zeros interleaved with its phase's values as the row is stored
-// (store_row_interleaved), instead of zeroing (or scaling) the whole result
-// first and then adding every other value of the even rows onto it.
-constexpr bool interleaves_zero_columns(const convolution_shape& shape)
-{
-    return shape.kernel == 1 && shape.stride == 2 && shape.padding == 0 && shape.in_width % 2 == 0;
-}
-
-// The zeros those stores read: twice the longest row piece of a tile.
-template <class T>
-inline constexpr std::size_t zero_columns_capacity = 4 * simd_width<T> * 2;
-
 // grad_x = input gradient of the convolution + beta * grad_x, for a
 // validated shape with a non-empty batch (grad_x not read when beta == 0).
 //
@@ -1325,13 +1293,10 @@ inline constexpr std::size_t zero_columns_capacity = 4 * simd_width<T> * 2;
 // convolution with transposed, flipped weights. Only phase rows that land
 // inside the image are computed.
 //
-// With in_place (see input_gradient_reads_in_place), grad_y is that copy
-// already and is read where it lies; the caller vouches that simd_width - 1
-// values past its last image may be read (the correlation's whole-vector
-// loads past a tile's last pixel).
+// A 1x1 kernel with stride 2 never comes here (pointwise.hpp takes it).
 template <class T>
 void backward_input_by_phases_images(const convolution_shape& shape, const T* grad_y, const T* weights, T* grad_x,
-                                     T beta, scratch_source& scratch, bool in_place = false)
+                                     T beta, scratch_source& scratch)
 {
     const std::size_t stride = shape.stride, kernel = shape.kernel, padding = shape.padding;
     const std::size_t in_channels = shape.in_channels, out_channels = shape.out_channels;
@@ -1343,69 +1308,50 @@ void backward_input_by_phases_images(const convolution_shape& shape, const T* gr
     const std::size_t border = geometry.border, source_width = geometry.source_width;
     const std::size_t source_plane = geometry.source_plane;
     const std::size_t out_height = shape.out_height(), out_width = shape.out_width();
-    const T* source = grad_y;
-    if (!in_place) {
-        T* copy = scratch.take<phase_source_tag, T>(geometry.source_count<T>(shape));
-        source = copy;
-        // Output pixel (oh, ow) lands at copy row oh + border - first_row and
-        // column ow + border - first_column. These are never negative:
-        // first_row and first_column are at most ceil((padding - stride + 1)
-        // / stride), which padding < kernel keeps within border. Everything
-        // else is zero, written in the same pass.
-        const std::size_t row_shift = border - first_row, column_shift = border - first_column;
-        const std::size_t copy_rows = source_plane / source_width;
-        const std::size_t copied_end = std::min(source_width, column_shift + out_width);
-        const auto copy_rows_of_planes = [&](auto&& copy_row, auto&& zero_row) {
-            for (std::size_t plane = 0; plane < shape.batch * out_channels; ++plane) {
-                for (std::size_t row = 0; row < copy_rows; ++row) {
-                    T* target = copy + plane * source_plane + row * source_width;
-                    if (row < row_shift || row - row_shift >= out_height) {
-                        zero_row(target);
-                    } else {
-                        copy_row(grad_y + (plane * out_height + row - row_shift) * out_width, target);
-                    }
+    T* copy = scratch.take<phase_source_tag, T>(geometry.source_count<T>(shape));
+    const T* source = copy;
+    // Output pixel (oh, ow) lands at copy row oh + border - first_row and
+    // column ow + border - first_column. These are never negative:
+    // first_row and first_column are at most ceil((padding - stride + 1)
+    // / stride), which padding < kernel keeps within border. Everything
+    // else is zero, written in the same pass.
+    const std::size_t row_shift = border - first_row, column_shift = border - first_column;
+    const std::size_t copy_rows = source_plane / source_width;
+    const std::size_t copied_end = std::min(source_width, column_shift + out_width);
+    const auto copy_rows_of_planes = [&](auto&& copy_row, auto&& zero_row) {
+        for (std::size_t plane = 0; plane < shape.batch * out_channels; ++plane) {
+            for (std::size_t row = 0; row < copy_rows; ++row) {
+                T* target = copy + plane * source_plane + row * source_width;
+                if (row < row_shift || row - row_shift >= out_height) {
+                    zero_row(target);
+                } else {
+                    copy_row(grad_y + (plane * out_height + row - row_shift) * out_width, target);
                 }
             }
-        };
-        bool copied = false;
+        }
+    };
+    bool copied = false;
 #if defined(__AVX512F__)
-        if constexpr (std::is_same_v<T, float>) {
-            if (padded_row_gather::fits(source_width, out_width)) {
-                // Each row written whole in one masked store, its zeros with it.
-                const padded_row_gather shifted(source_width, 1, -static_cast<std::ptrdiff_t>(column_shift), out_width);
-                copy_rows_of_planes(shifted, [&](T* target) { shifted.zero(target); });
-                copied = true;
-            }
+    if constexpr (std::is_same_v<T, float>) {
+        if (padded_row_gather::fits(source_width, out_width)) {
+            // Each row written whole in one masked store, its zeros with it.
+            const padded_row_gather shifted(source_width, 1, -static_cast<std::ptrdiff_t>(column_shift), out_width);
+            copy_rows_of_planes(shifted, [&](T* target) { shifted.zero(target); });
+            copied = true;
         }
+    }
 #endif
-        if (!copied) {
-            copy_rows_of_planes(
-                [&](const T* row, T* target) {
-                    std::fill(target, target + column_shift, T(0));
-                    std::memcpy(target + column_shift, row, (copied_end - column_shift) * sizeof(T));
-                    std::fill(target + copied_end, target + source_width, T(0));
-                },
-                [&](T* target) { std::fill(target, target + source_width, T(0)); });
-        }
-        std::fill(copy + shape.batch * out_channels * source_plane,
-                  copy + shape.batch * out_channels * source_plane + 2 * simd_width<T>, T(0));
+    if (!copied) {
+        copy_rows_of_planes(
+            [&](const T* row, T* target) {
+                std::fill(target, target + column_shift, T(0));
+                std::memcpy(target + column_shift, row, (copied_end - column_shift) * sizeof(T));
+                std::fill(target + copied_end, target + source_width, T(0));
+            },
+            [&](T* target) { std::fill(target, target + source_width, T(0)); });
     }
-    // A kernel smaller than the stride (1x1, stride 2) leaves phases that no
-    // tap reaches: their gradient is zero. With an even width the odd
-    // columns' zeros go into each even row as it is stored (see
-    // interleaves_zero_columns) and the odd rows are only scaled; otherwise
-    // everything is scaled first and the phases that have taps accumulate.
-    const bool zero_columns = interleaves_zero_columns(shape);
-    alignas(buffer_alignment) static constexpr T zeros[zero_columns_capacity<T>] = {};
-    if (zero_columns) {
-        for (std::size_t plane = 0; plane < shape.batch * in_channels; ++plane) {
-            for (std::size_t y = 1; y < height; y += 2)
-                scale_in_place(grad_x + (plane * height + y) * width, width, beta);
-        }
-    } else if (kernel < stride) {
-        scale_in_place(grad_x, shape.input_count(), beta);
-        beta = T(1);
-    }
+    std::fill(copy + shape.batch * out_channels * source_plane,
+              copy + shape.batch * out_channels * source_plane + 2 * simd_width<T>, T(0));
     const std::size_t max_taps = geometry.max_taps;
     const std::size_t correlations = pairs_phase_columns(shape) ? 2 : 1;
     T* matrices = scratch.take<phase_weights_tag, T>(correlations * in_channels * max_taps);
@@ -1507,8 +1453,6 @@ void backward_input_by_phases_images(const convolution_shape& shape, const T* gr
                                 const T* in = tile + r * tile_stride + offset + valid.begin;
                                 if (stride == 1) {
                                     store_row(count, in, out, beta);
-                                } else if (zero_columns) {
-                                    store_row_interleaved(count, in, zeros, out, beta);
                                 } else {
                                     store_row_stride_two(count, in, out, beta);
                                 }
@@ -1529,44 +1473,15 @@ constexpr std::size_t input_gradient_chunk_images(const convolution_shape& shape
     return chunk_images(shape.batch, input_gradient_geometry(image).source_count<T>(image) * sizeof(T));
 }
 
-// Whether the copy of grad_y that backward_input_by_phases_images correlates
-// is grad_y itself, but for its slack: a 1x1 kernel with stride 2 and no
-// padding, whose copy has no border and rows as wide as grad_y's (its one
-// phase reads grad_y's pixels in order; on the reference network the copy
-// moved 1.6 MB for nothing), where an image's gradient holds at least the
-// copy's slack (two vectors; the loads past the image before it reach
-// simd_width - 1 values into it).
-template <class T>
-constexpr bool input_gradient_reads_in_place(const convolution_shape& shape)
-{
-    return shape.kernel == 1 && shape.stride == 2 && shape.padding == 0 &&
-           shape.out_channels * shape.output_pixels() >= 2 * simd_width<T>;
-}
-
-// The images of the input gradient read through a copy of grad_y: all of
-// them in chunks (chunk_images), or where the copy is grad_y's own layout
-// only the last, whose whole-vector loads would run past grad_y's end
-// without the copy's slack (the others' run into the next image).
-template <class T>
-constexpr std::size_t input_gradient_copied_images(const convolution_shape& shape)
-{
-    return input_gradient_reads_in_place<T>(shape) ? std::min<std::size_t>(shape.batch, 1)
-                                                   : input_gradient_chunk_images<T>(shape);
-}
-
-// backward_input_by_phases_images over chunks of the batch (see chunk_images),
-// or over all images but the last in place and the last through its copy.
+// backward_input_by_phases_images over chunks of the batch (see
+// chunk_images); a 1x1 kernel with stride 2 as matrix products instead
+// (pointwise.hpp).
 template <class T>
 void backward_input_by_phases(const convolution_shape& shape, const T* grad_y, const T* weights, T* grad_x, T beta,
                               scratch_source& scratch)
 {
-    if (input_gradient_reads_in_place<T>(shape) && shape.batch > 1) {
-        const std::size_t head = shape.batch - 1;
-        scratch_source head_scratch = scratch, last_scratch = scratch;
-        backward_input_by_phases_images(with_batch(shape, head), grad_y, weights, grad_x, beta, head_scratch, true);
-        backward_input_by_phases_images(with_batch(shape, 1),
-                                        grad_y + head * shape.out_channels * shape.output_pixels(), weights,
-                                        grad_x + head * shape.in_channels * shape.input_pixels(), beta, last_scratch);
+    if (uses_pointwise_products(shape)) {
+        pointwise_backward_input(pointwise_geometry_of(shape), shape.batch, grad_y, weights, grad_x, beta, scratch);
         return;
     }
     // The forward's output is this gradient's source, its input the result.
@@ -1691,6 +1606,14 @@ constexpr scratch_demand convolution_forward_scratch(const convolution_shape& sh
             demand, detail::forward_winograd_geometry<T>(shape, detail::winograd_output_tile(shape)), false);
         return demand;
     }
+    if (detail::uses_pointwise_products(shape)) {
+        const detail::pointwise_geometry geometry = detail::pointwise_geometry_of(shape);
+        demand.template ask<detail::pointwise_weights_tag, T>(
+            detail::pointwise_weights_count<T>(shape.out_channels, shape.in_channels));
+        demand.template ask<detail::pointwise_pixels_tag, T>(
+            detail::pointwise_pixels_count<T>(geometry, shape.in_channels));
+        return demand;
+    }
     demand.template ask<detail::phased_input_tag, T>(
         detail::phased_input_count<T>(detail::with_batch(shape, detail::forward_chunk_images<T>(shape))));
     demand.template ask<detail::tap_offsets_tag, std::size_t>(shape.patch_size());
@@ -1716,11 +1639,19 @@ constexpr scratch_demand convolution_backward_input_scratch(const convolution_sh
             demand, detail::input_gradient_winograd_geometry<T>(shape, detail::winograd_output_tile(shape)), true);
         return demand;
     }
+    if (detail::uses_pointwise_products(shape)) {
+        const detail::pointwise_geometry geometry = detail::pointwise_geometry_of(shape);
+        demand.template ask<detail::pointwise_weights_tag, T>(
+            detail::pointwise_weights_count<T>(shape.in_channels, shape.out_channels));
+        demand.template ask<detail::pointwise_pixels_tag, T>(
+            detail::pointwise_pixels_count<T>(geometry, shape.in_channels));
+        return demand;
+    }
     const detail::input_gradient_geometry geometry(shape);
     const bool paired = detail::pairs_phase_columns(shape);
     const std::size_t correlations = paired ? 2 : 1;
     demand.template ask<detail::phase_source_tag, T>(
-        geometry.source_count<T>(detail::with_batch(shape, detail::input_gradient_copied_images<T>(shape))));
+        geometry.source_count<T>(detail::with_batch(shape, detail::input_gradient_chunk_images<T>(shape))));
     demand.template ask<detail::phase_weights_tag, T>(correlations * shape.in_channels * geometry.max_taps);
     demand.template ask<detail::tap_offsets_tag, std::size_t>(correlations * geometry.max_taps);
     for (std::size_t a = 0; a < geometry.phases; ++a) {

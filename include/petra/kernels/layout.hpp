@@ -208,6 +208,49 @@ inline void store_row(std::size_t count, const T* in, T* out, T beta)
     }
 }
 
+// One vector of results, count <= simd_width of them, stored at out with
+// beta (store_row's masked form for a part).
+template <class T>
+inline void store_vector(const simd<T>& values, std::size_t count, T* out, T beta)
+{
+    if (count == simd_width<T>) {
+        if (beta == T(0)) {
+            values.store_unaligned(out);
+        } else {
+            xsimd::fma(simd<T>(beta), simd<T>::load_unaligned(out), values).store_unaligned(out);
+        }
+        return;
+    }
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+        store_lanes(out, first_lanes(count), values, beta);
+        return;
+    }
+#endif
+    alignas(buffer_alignment) T lanes[simd_width<T>];
+    values.store_aligned(lanes);
+    store_row(count, lanes, out, beta);
+}
+
+// The first count <= simd_width values at in as a vector, its other lanes
+// zero, reading nothing past in + count: a masked load on AVX-512, a copy
+// through the stack elsewhere.
+template <class T>
+inline simd<T> load_first(const T* in, std::size_t count)
+{
+    if (count == simd_width<T>) return simd<T>::load_unaligned(in);
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+        return _mm512_maskz_loadu_ps(first_lanes(count), in);
+    } else if constexpr (std::is_same_v<T, double>) {
+        return _mm512_maskz_loadu_pd(static_cast<__mmask8>((1u << count) - 1u), in);
+    }
+#endif
+    alignas(buffer_alignment) T lanes[simd_width<T>] = {};
+    std::copy(in, in + count, lanes);
+    return simd<T>::load_aligned(lanes);
+}
+
 // out[2 t] = in[t] + beta * out[2 t] for t < count (not read when beta ==
 // 0), the odd positions left as they are: a phase row of a stride-2 input
 // gradient stored into its image row. On AVX-512, float values go 16 at a

@@ -1,0 +1,436 @@
+// 1x1 convolutions with stride 2 and no padding (a downsampling's shortcut)
+// as matrix products, image by image.
+//
+// Output pixel (oh, ow) of such a convolution reads input pixel (2 oh, 2 ow)
+// of every input channel and nothing else. An image's forward is therefore
+// one matrix product, the weights (out x in channels) times the image's even
+// pixels (in channels x output pixels), and its input gradient another, the
+// transposed weights times the output gradient, whose values go back to the
+// even pixels with zeros between them.
+//
+// Each image's even pixels are gathered (split_row_stride_two) into rows of
+// whole vectors that stay in the core's L1, and the products are taken by
+// register tiles of gemm_blocking's shape (8 rows x 3 vectors on AVX-512)
+// that load the weights as broadcasts of a packed sliver and store their
+// results where they belong, with beta. The sums run over the depth in
+// order, one fused multiply-add each: the direct form's order (a 1x1
+// kernel's taps are the input channels), so the same values.
+//
+// The direct correlation these replace took the even pixels of a chunk of
+// images at once (a phased copy that the caches no longer held when the
+// products read it: 29% of the forward at 28x28 x 16) and stored its input
+// gradient row piece by row piece (41% of that kernel); see bench/RESULTS.md.
+// The weight gradient stays with the direct form (convolution.hpp), which
+// reads the input in place: dot products along the gathered pixels ran at
+// half to 0.85 times its speed (Zen 5, kernels alone).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <type_traits>
+#include <utility>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#include <petra/kernels/gemm.hpp>
+#include <petra/kernels/layout.hpp>
+#include <petra/kernels/scratch.hpp>
+#include <petra/kernels/simd.hpp>
+
+namespace petra::kernels::detail {
+
+// The sizes a 1x1 stride-2 convolution without padding works on: an image's
+// input channels x in_height x in_width, its output out_channels x
+// out_height() x out_width().
+struct pointwise_geometry {
+    std::size_t in_channels;
+    std::size_t out_channels;
+    std::size_t in_height;
+    std::size_t in_width;
+
+    constexpr std::size_t out_height() const { return (in_height + 1) / 2; }
+    constexpr std::size_t out_width() const { return (in_width + 1) / 2; }
+    constexpr std::size_t pixels() const { return out_height() * out_width(); }
+    // A channel's row in the gathered buffers: its pixels, then zeros up to
+    // a whole vector.
+    template <class T>
+    constexpr std::size_t row_stride() const
+    {
+        return (pixels() + simd_width<T> - 1) / simd_width<T> * simd_width<T>;
+    }
+};
+
+struct pointwise_weights_tag {};
+struct pointwise_pixels_tag {};
+
+// Values of the packed weights (rows x depth, in slivers of gemm_blocking's
+// mr rows, the last padded with zero rows, then the same weights as depth x
+// rows for the forward's pointwise_columns) and of the gathered pixels
+// (channels rows of row_stride, then a row of out_width zeros the input
+// gradient interleaves).
+template <class T>
+constexpr std::size_t pointwise_weights_count(std::size_t rows, std::size_t depth)
+{
+    constexpr std::size_t mr = gemm_blocking<T>::mr;
+    return (rows + mr - 1) / mr * mr * depth + rows * depth;
+}
+template <class T>
+constexpr std::size_t pointwise_pixels_count(const pointwise_geometry& geometry, std::size_t channels)
+{
+    return channels * geometry.row_stride<T>() + geometry.out_width();
+}
+
+// The rows x columns results of one register tile: result (i, j) = sum
+// over d < depth, in order, of sliver[d * Rows + i] * b[d * b_stride + j],
+// stored at out + i * out_stride + j with beta (store_vector), for i < rows
+// and j < columns <= Vectors * width. Where Whole, every load of b is a
+// whole vector (b's rows are padded, or the tile's columns fill it);
+// otherwise the last vector reads only the values of its columns.
+template <class T, std::size_t Rows, std::size_t Vectors, bool Whole>
+[[gnu::noinline]] void pointwise_tile(std::size_t depth, const T* __restrict sliver, const T* b, std::size_t b_stride,
+                                      std::size_t columns, T* out, std::size_t out_stride, std::size_t rows, T beta)
+{
+    using vector = simd<T>;
+    constexpr std::size_t width = vector::size;
+    const std::size_t last = columns - (Vectors - 1) * width;
+    vector accumulator[Rows][Vectors];
+#pragma GCC unroll 16
+    for (std::size_t i = 0; i < Rows; ++i) {
+#pragma GCC unroll 4
+        for (std::size_t v = 0; v < Vectors; ++v) accumulator[i][v] = vector(T(0));
+    }
+    for (std::size_t d = 0; d < depth; ++d) {
+        const T* row = b + d * b_stride;
+        vector values[Vectors];
+#pragma GCC unroll 4
+        for (std::size_t v = 0; v < Vectors; ++v) {
+            values[v] =
+                Whole || v + 1 < Vectors ? vector::load_unaligned(row + v * width) : load_first(row + v * width, last);
+        }
+#pragma GCC unroll 16
+        for (std::size_t i = 0; i < Rows; ++i) {
+            const vector weight(sliver[i]);
+#pragma GCC unroll 4
+            for (std::size_t v = 0; v < Vectors; ++v)
+                accumulator[i][v] = fused_multiply_add(weight, values[v], accumulator[i][v]);
+        }
+        sliver += Rows;
+    }
+    for (std::size_t i = 0; i < rows; ++i) {
+#pragma GCC unroll 4
+        for (std::size_t v = 0; v < Vectors; ++v) {
+            store_vector(accumulator[i][v], v + 1 < Vectors ? width : last, out + i * out_stride + v * width, beta);
+        }
+    }
+}
+
+// The same results as pointwise_tile's for a few columns, column by
+// column with the rows along the vectors: result (i, j) = sum over d <
+// depth, in order, of a[d * a_stride + i] * b[d * b_stride + j] (a: the
+// operand transposed, depth x rows), for i < rows and j < columns, stored
+// value by value. A tile would compute whole vectors of columns for them
+// (at 7x7, 49 pixels: a fourth vector of which one lane is stored, a
+// quarter of the products).
+template <class T>
+[[gnu::noinline]] void pointwise_columns(std::size_t rows, std::size_t depth, const T* a, std::size_t a_stride,
+                                         const T* b, std::size_t b_stride, std::size_t columns, T* out,
+                                         std::size_t out_stride, T beta)
+{
+    using vector = simd<T>;
+    constexpr std::size_t width = vector::size, group = 4;
+    alignas(buffer_alignment) T lanes[group * width];
+    for (std::size_t j = 0; j < columns; ++j) {
+        for (std::size_t i0 = 0; i0 < rows; i0 += group * width) {
+            const std::size_t count = std::min(group * width, rows - i0);
+            const std::size_t vectors = (count + width - 1) / width;
+            vector accumulator[group] = {vector(T(0)), vector(T(0)), vector(T(0)), vector(T(0))};
+            for (std::size_t d = 0; d < depth; ++d) {
+                const vector value(b[d * b_stride + j]);
+                const T* row = a + d * a_stride + i0;
+                for (std::size_t v = 0; v < vectors; ++v) {
+                    accumulator[v] = fused_multiply_add(load_first(row + v * width, std::min(width, count - v * width)),
+                                                        value, accumulator[v]);
+                }
+            }
+            for (std::size_t v = 0; v < vectors; ++v) accumulator[v].store_aligned(lanes + v * width);
+            for (std::size_t i = 0; i < count; ++i) {
+                T& target = out[(i0 + i) * out_stride + j];
+                target = beta == T(0) ? lanes[i] : std::fma(beta, target, lanes[i]);
+            }
+        }
+    }
+}
+
+// out (rows x columns, rows out_stride apart) = the operand packed by
+// pack_slivers<mr> (rows x depth) times b (depth x columns, rows b_stride
+// apart) + beta * out (not read where beta == 0). b_padded: b's rows hold
+// whole vectors (zeros past columns), which the last tile then loads whole.
+// transposed: the same operand as depth x rows, rows transposed_stride
+// apart, for the columns past the last whole vector (pointwise_columns).
+template <class T>
+void pointwise_product(std::size_t rows, std::size_t depth, const T* packed, const T* transposed,
+                       std::size_t transposed_stride, const T* b, std::size_t b_stride, std::size_t columns,
+                       bool b_padded, T* out, std::size_t out_stride, T beta)
+{
+    constexpr std::size_t mr = gemm_blocking<T>::mr, vectors = gemm_blocking<T>::vectors_per_row;
+    constexpr std::size_t width = simd_width<T>, tile = vectors * width;
+    const std::size_t whole_end = columns - columns % tile, rest = columns - whole_end;
+    // The vectors of the last tile: a last vector with fewer than a quarter
+    // of its lanes used goes to pointwise_columns, whose products are
+    // latency-bound chains, one per vector of rows (a column there costs
+    // about as much as 4 of a tile's lanes at 8 rows and a depth of 16).
+    const std::size_t rest_vectors = rest / width + (rest % width >= width / 4 ? 1 : 0);
+    const std::size_t tiled_end = std::min(columns, whole_end + rest_vectors * width);
+    for (std::size_t r0 = 0; r0 < rows; r0 += mr) {
+        const T* sliver = packed + r0 * depth;
+        const std::size_t count = std::min(mr, rows - r0);
+        T* out_rows = out + r0 * out_stride;
+        for (std::size_t j = 0; j < whole_end; j += tile) {
+            pointwise_tile<T, mr, vectors, true>(depth, sliver, b + j, b_stride, tile, out_rows + j, out_stride, count,
+                                                 beta);
+        }
+        if (rest_vectors == 0) continue;
+        const std::size_t last = tiled_end - whole_end;
+        [&]<std::size_t... Index>(std::index_sequence<Index...>)
+        {
+            ((rest_vectors == Index + 1
+                  ? (b_padded ? pointwise_tile<T, mr, Index + 1, true>(depth, sliver, b + whole_end, b_stride, last,
+                                                                       out_rows + whole_end, out_stride, count, beta)
+                              : pointwise_tile<T, mr, Index + 1, false>(depth, sliver, b + whole_end, b_stride, last,
+                                                                        out_rows + whole_end, out_stride, count, beta))
+                  : void()),
+             ...);
+        }
+        (std::make_index_sequence<vectors>{});
+    }
+    if (tiled_end < columns) {
+        pointwise_columns(rows, depth, transposed, transposed_stride, b + tiled_end, b_stride, columns - tiled_end,
+                          out + tiled_end, out_stride, beta);
+    }
+}
+
+#if defined(__AVX512F__)
+// The even pixels of a float plane's even rows, up to 32 values wide, a
+// vector at a time: two masked loads and one permutation of their lanes per
+// store. Rows of at most 16 values give two output rows to a store (rows 2 oh
+// and 2 oh + 2, one from each load), wider ones one. Masks and permutation
+// are built once per shape: split_row_stride_two, which builds them per row,
+// took 29% of the forward at 28x28 x 16 in that form (Zen 5).
+struct even_pixel_rows {
+    __m512i index;
+    __mmask16 first_load, second_load;
+    std::size_t second_offset; // of the second load, in values from the first
+    std::size_t rows;          // output rows per store: 1 or 2
+    std::size_t out_width;
+
+    static constexpr bool fits(std::size_t width) { return width <= 32; }
+
+    explicit even_pixel_rows(std::size_t width) : rows(width <= 16 ? 2 : 1), out_width((width + 1) / 2)
+    {
+        alignas(64) int lanes[16] = {};
+        for (std::size_t c = 0; c < out_width; ++c) {
+            lanes[c] = static_cast<int>(2 * c);
+            if (rows == 2) lanes[out_width + c] = static_cast<int>(16 + 2 * c);
+        }
+        index = _mm512_load_si512(lanes);
+        first_load = first_lanes(std::min<std::size_t>(width, 16));
+        second_load = first_lanes(rows == 2 ? width : width - 16);
+        second_offset = rows == 2 ? 2 * width : 16;
+    }
+
+    // Output rows [0, out_height) of the plane (rows `width` apart) into
+    // out, out_width values each, one after another.
+    void operator()(const float* plane, std::size_t width, std::size_t out_height, float* out) const
+    {
+        for (std::size_t oh = 0; oh < out_height; oh += rows) {
+            const float* row = plane + 2 * oh * width;
+            // The last output row alone where the rows go in pairs: its
+            // second load would read past the plane.
+            const bool whole = rows == 1 || oh + 1 < out_height;
+            const __m512 first = _mm512_maskz_loadu_ps(first_load, row);
+            const __m512 second = _mm512_maskz_loadu_ps(whole ? second_load : __mmask16(0), row + second_offset);
+            _mm512_mask_storeu_ps(out + oh * out_width, first_lanes((whole ? rows : 1) * out_width),
+                                  _mm512_permutex2var_ps(first, index, second));
+        }
+    }
+};
+#endif
+
+// The even pixels of one image's channels (input rows 2 oh, columns 2 ow)
+// into rows of geometry.row_stride<T>() values, zeros past the pixels.
+template <class T>
+void gather_even_pixels(const pointwise_geometry& geometry, std::size_t channels, const T* image, T* gathered)
+{
+    const std::size_t height = geometry.in_height, width = geometry.in_width;
+    const std::size_t out_height = geometry.out_height(), out_width = geometry.out_width();
+    const std::size_t pixels = geometry.pixels(), stride = geometry.row_stride<T>();
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+        if (even_pixel_rows::fits(width)) {
+            const even_pixel_rows gather(width);
+            for (std::size_t c = 0; c < channels; ++c) {
+                T* row = gathered + c * stride;
+                gather(image + c * height * width, width, out_height, row);
+                std::fill(row + pixels, row + stride, T(0));
+            }
+            return;
+        }
+    }
+#endif
+    for (std::size_t c = 0; c < channels; ++c) {
+        const T* plane = image + c * height * width;
+        T* row = gathered + c * stride;
+        for (std::size_t oh = 0; oh < out_height; ++oh) {
+            split_row_stride_two(width, plane + 2 * oh * width, row + oh * out_width, static_cast<T*>(nullptr));
+        }
+        std::fill(row + pixels, row + stride, T(0));
+    }
+}
+
+#if defined(__AVX512F__)
+// The inverse of even_pixel_rows for the input gradient: a float plane's
+// rows, up to 32 values wide, written whole from its even pixels' values,
+// zeros between them and in the odd rows. Rows 2 oh and 2 oh + 1 lie one
+// after the other; their 2 width values go out as up to four vectors, each
+// a permutation of the row's (at most 16) values with the lanes that hold
+// zeros masked off, and with beta (store_lanes). Per shape, the
+// permutations and masks are built once.
+struct even_pixel_spread {
+    __m512i index[4];
+    __mmask16 taken[4]; // the lanes that take a value
+    std::size_t out_width;
+    std::size_t width;
+
+    static constexpr bool fits(std::size_t width) { return width <= 32; }
+
+    explicit even_pixel_spread(std::size_t width) : out_width((width + 1) / 2), width(width)
+    {
+        for (std::size_t k = 0; k < 4; ++k) {
+            alignas(64) int lanes[16] = {};
+            unsigned mask = 0;
+            for (std::size_t lane = 0; lane < 16; ++lane) {
+                const std::size_t position = 16 * k + lane;
+                if (position >= width || position % 2 == 1) continue;
+                lanes[lane] = static_cast<int>(position / 2);
+                mask |= 1u << lane;
+            }
+            index[k] = _mm512_load_si512(lanes);
+            taken[k] = static_cast<__mmask16>(mask);
+        }
+    }
+
+    // The plane's `height` rows from out_height rows of out_width values.
+    void operator()(const float* values, std::size_t height, float* plane, float beta) const
+    {
+        for (std::size_t y = 0; y < height; y += 2) {
+            const std::size_t count = std::min<std::size_t>(2, height - y) * width;
+            const __m512 row = _mm512_maskz_loadu_ps(first_lanes(out_width), values + (y / 2) * out_width);
+            float* out = plane + y * width;
+            for (std::size_t k = 0; 16 * k < count; ++k) {
+                store_lanes(out + 16 * k, first_lanes(count - 16 * k),
+                            _mm512_maskz_permutexvar_ps(taken[k], index[k], row), beta);
+            }
+        }
+    }
+};
+#endif
+
+// One image's input gradient from its even pixels' values (rows of
+// geometry.row_stride<T>(), as gather_even_pixels lays them out): image =
+// those values at the even pixels and zeros elsewhere, + beta * image (not
+// read where beta == 0). zeros: out_width zeros.
+template <class T>
+void scatter_even_pixels(const pointwise_geometry& geometry, std::size_t channels, const T* gathered, const T* zeros,
+                         T* image, T beta)
+{
+    const std::size_t height = geometry.in_height, width = geometry.in_width;
+    const std::size_t out_width = geometry.out_width(), stride = geometry.row_stride<T>();
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+        if (even_pixel_spread::fits(width)) {
+            const even_pixel_spread spread(width);
+            for (std::size_t c = 0; c < channels; ++c)
+                spread(gathered + c * stride, height, image + c * height * width, beta);
+            return;
+        }
+    }
+#endif
+    // Pairs (even, odd column) of a row; an odd width ends on an even column.
+    const std::size_t pairs = width / 2;
+    for (std::size_t c = 0; c < channels; ++c) {
+        const T* values = gathered + c * stride;
+        T* plane = image + c * height * width;
+        for (std::size_t y = 0; y < height; ++y) {
+            T* out = plane + y * width;
+            if (y % 2 == 1) {
+                if (beta == T(0)) {
+                    std::fill(out, out + width, T(0));
+                } else {
+                    for (std::size_t x = 0; x < width; ++x) out[x] *= beta;
+                }
+                continue;
+            }
+            const T* row = values + (y / 2) * out_width;
+            store_row_interleaved(pairs, row, zeros, out, beta);
+            if (width % 2 == 1) {
+                T& target = out[width - 1];
+                target = beta == T(0) ? row[out_width - 1] : std::fma(beta, target, row[out_width - 1]);
+            }
+        }
+    }
+}
+
+// y = the convolution of x (batch images) + beta * y (not read where beta ==
+// 0), image by image: its even pixels gathered, then the product.
+template <class T>
+void pointwise_forward(const pointwise_geometry& geometry, std::size_t batch, const T* x, const T* weights, T* y,
+                       T beta, scratch_source& scratch)
+{
+    const std::size_t in_channels = geometry.in_channels, out_channels = geometry.out_channels;
+    const std::size_t pixels = geometry.pixels(), in_values = in_channels * geometry.in_height * geometry.in_width;
+    constexpr std::size_t mr = gemm_blocking<T>::mr;
+    T* packed = scratch.take<pointwise_weights_tag, T>(pointwise_weights_count<T>(out_channels, in_channels));
+    pack_slivers<mr>(weights, in_channels, 1, out_channels, in_channels, packed);
+    // The weights transposed (in x out channels), after the slivers.
+    T* transposed = packed + (out_channels + mr - 1) / mr * mr * in_channels;
+    for (std::size_t ci = 0; ci < in_channels; ++ci)
+        for (std::size_t co = 0; co < out_channels; ++co)
+            transposed[ci * out_channels + co] = weights[co * in_channels + ci];
+    T* gathered = scratch.take<pointwise_pixels_tag, T>(pointwise_pixels_count<T>(geometry, in_channels));
+    for (std::size_t n = 0; n < batch; ++n) {
+        gather_even_pixels(geometry, in_channels, x + n * in_values, gathered);
+        pointwise_product(out_channels, in_channels, packed, transposed, out_channels, gathered,
+                          geometry.row_stride<T>(), pixels, true, y + n * out_channels * pixels, pixels, beta);
+    }
+}
+
+// grad_x = the input gradient of the convolution applied to grad_y + beta *
+// grad_x (not read where beta == 0), image by image: the product of the
+// transposed weights and grad_y (read where it lies), then spread over the
+// even pixels.
+template <class T>
+void pointwise_backward_input(const pointwise_geometry& geometry, std::size_t batch, const T* grad_y, const T* weights,
+                              T* grad_x, T beta, scratch_source& scratch)
+{
+    const std::size_t in_channels = geometry.in_channels, out_channels = geometry.out_channels;
+    const std::size_t pixels = geometry.pixels(), in_values = in_channels * geometry.in_height * geometry.in_width;
+    const std::size_t stride = geometry.row_stride<T>();
+    constexpr std::size_t mr = gemm_blocking<T>::mr;
+    T* packed = scratch.take<pointwise_weights_tag, T>(pointwise_weights_count<T>(in_channels, out_channels));
+    pack_slivers<mr>(weights, 1, in_channels, in_channels, out_channels, packed);
+    T* gathered = scratch.take<pointwise_pixels_tag, T>(pointwise_pixels_count<T>(geometry, in_channels));
+    T* zeros = gathered + in_channels * stride;
+    std::fill(zeros, zeros + geometry.out_width(), T(0));
+    for (std::size_t n = 0; n < batch; ++n) {
+        // The weights as they lie are the transposed operand (out x in
+        // channels).
+        pointwise_product(in_channels, out_channels, packed, weights, in_channels, grad_y + n * out_channels * pixels,
+                          pixels, pixels, false, gathered, stride, T(0));
+        scatter_even_pixels(geometry, in_channels, gathered, zeros, grad_x + n * in_values, beta);
+    }
+}
+
+} // namespace petra::kernels::detail
