@@ -1607,12 +1607,8 @@ constexpr scratch_demand convolution_forward_scratch(const convolution_shape& sh
         return demand;
     }
     if (detail::uses_pointwise_products(shape)) {
-        const detail::pointwise_geometry geometry = detail::pointwise_geometry_of(shape);
-        demand.template ask<detail::pointwise_weights_tag, T>(
-            detail::pointwise_weights_count<T>(shape.out_channels, shape.in_channels));
-        demand.template ask<detail::pointwise_pixels_tag, T>(
-            detail::pointwise_pixels_count<T>(geometry, shape.in_channels));
-        return demand;
+        return detail::pointwise_scratch<T>(detail::pointwise_geometry_of(shape), shape.out_channels,
+                                            shape.in_channels);
     }
     demand.template ask<detail::phased_input_tag, T>(
         detail::phased_input_count<T>(detail::with_batch(shape, detail::forward_chunk_images<T>(shape))));
@@ -1640,12 +1636,8 @@ constexpr scratch_demand convolution_backward_input_scratch(const convolution_sh
         return demand;
     }
     if (detail::uses_pointwise_products(shape)) {
-        const detail::pointwise_geometry geometry = detail::pointwise_geometry_of(shape);
-        demand.template ask<detail::pointwise_weights_tag, T>(
-            detail::pointwise_weights_count<T>(shape.in_channels, shape.out_channels));
-        demand.template ask<detail::pointwise_pixels_tag, T>(
-            detail::pointwise_pixels_count<T>(geometry, shape.in_channels));
-        return demand;
+        return detail::pointwise_scratch<T>(detail::pointwise_geometry_of(shape), shape.in_channels,
+                                            shape.out_channels);
     }
     const detail::input_gradient_geometry geometry(shape);
     const bool paired = detail::pairs_phase_columns(shape);

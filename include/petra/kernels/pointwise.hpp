@@ -83,6 +83,18 @@ constexpr std::size_t pointwise_pixels_count(const pointwise_geometry& geometry,
     return channels * geometry.row_stride<T>() + geometry.out_width();
 }
 
+// What pointwise_forward (rows: the output channels, depth: the input
+// channels) or pointwise_backward_input (the other way round) takes from
+// scratch.
+template <class T>
+constexpr scratch_demand pointwise_scratch(const pointwise_geometry& geometry, std::size_t rows, std::size_t depth)
+{
+    scratch_demand demand;
+    demand.template ask<pointwise_weights_tag, T>(pointwise_weights_count<T>(rows, depth));
+    demand.template ask<pointwise_pixels_tag, T>(pointwise_pixels_count<T>(geometry, geometry.in_channels));
+    return demand;
+}
+
 // The rows x columns results of one register tile: result (i, j) = sum
 // over d < depth, in order, of sliver[d * Rows + i] * b[d * b_stride + j],
 // stored at out + i * out_stride + j with beta (store_vector), for i < rows
