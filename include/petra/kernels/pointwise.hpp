@@ -8,11 +8,12 @@
 // transposed weights times the output gradient, whose values go back to the
 // even pixels with zeros between them.
 //
-// Each image's even pixels are gathered (split_row_stride_two) into rows of
-// whole vectors that stay in the core's L1, and the products are taken by
-// register tiles of gemm_blocking's shape (8 rows x 3 vectors on AVX-512)
-// that load the weights as broadcasts of a packed sliver and store their
-// results where they belong, with beta. The sums run over the depth in
+// Each image's even pixels are gathered (on AVX-512 two masked loads and a
+// permutation per row, or per two rows up to 16 wide; split_row_stride_two
+// elsewhere) into rows of whole vectors that stay in the core's L1, and the
+// products are taken by register tiles of gemm_blocking's shape (8 rows x 3
+// vectors on AVX-512) that load the weights as broadcasts of a packed
+// sliver and store their results where they belong, with beta. The sums run over the depth in
 // order, one fused multiply-add each: the direct form's order (a 1x1
 // kernel's taps are the input channels), so the same values.
 //
