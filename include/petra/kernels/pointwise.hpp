@@ -13,9 +13,11 @@
 // elsewhere) into rows of whole vectors that stay in the core's L1, and the
 // products are taken by register tiles of gemm_blocking's shape (8 rows x 3
 // vectors on AVX-512) that load the weights as broadcasts of a packed
-// sliver and store their results where they belong, with beta. The sums run over the depth in
-// order, one fused multiply-add each: the direct form's order (a 1x1
-// kernel's taps are the input channels), so the same values.
+// sliver and store their results where they belong, with beta. The sums
+// run over the depth in order through xsimd::fma, as the direct form's do
+// (a 1x1 kernel's taps are the input channels): the same values under
+// either compiler (xsimd's AVX-512 fma is a multiply and an add, which g++
+// fuses and clang++ does not; fused_multiply_add here changed clang++'s).
 //
 // The direct correlation these replace took the even pixels of a chunk of
 // images at once (a phased copy that the caches no longer held when the
@@ -128,7 +130,7 @@ template <class T, std::size_t Rows, std::size_t Vectors, bool Whole>
             const vector weight(sliver[i]);
 #pragma GCC unroll 4
             for (std::size_t v = 0; v < Vectors; ++v)
-                accumulator[i][v] = fused_multiply_add(weight, values[v], accumulator[i][v]);
+                accumulator[i][v] = xsimd::fma(weight, values[v], accumulator[i][v]);
         }
         sliver += Rows;
     }
@@ -164,8 +166,8 @@ template <class T>
                 const vector value(b[d * b_stride + j]);
                 const T* row = a + d * a_stride + i0;
                 for (std::size_t v = 0; v < vectors; ++v) {
-                    accumulator[v] = fused_multiply_add(load_first(row + v * width, std::min(width, count - v * width)),
-                                                        value, accumulator[v]);
+                    accumulator[v] = xsimd::fma(load_first(row + v * width, std::min(width, count - v * width)), value,
+                                                accumulator[v]);
                 }
             }
             for (std::size_t v = 0; v < vectors; ++v) accumulator[v].store_aligned(lanes + v * width);
