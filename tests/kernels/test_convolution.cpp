@@ -478,6 +478,52 @@ TEST_CASE_TEMPLATE("a 1x1 stride-2 convolution equals the stride-1 one on its ev
 // phase rows hold at most 16 floats), hold the same bits as the planes
 // zeroed first and then filled (split_stride_two): both kernels, every
 // padding, odd and even sides, up to the widest row the rows take.
+#if defined(__AVX512F__)
+// The forward of a 3x3 stride-2 convolution as patch products (pointwise.hpp)
+// against the direct correlation it replaces for rows of at most a vector:
+// bit for bit with beta 0 (the same products in the same order), to rounding
+// with beta != 0 (each applies beta in its own stores). Widths 1 to 16, odd
+// and even sides, paddings 0 to 2, channel counts that are and are not
+// multiples of the tile's 8 rows.
+TEST_CASE("a 3x3 stride-2 forward as patch products equals the direct correlation")
+{
+    using namespace petra::kernels;
+    std::mt19937_64 generator(13);
+    std::size_t shapes = 0;
+    for (const std::size_t width : {1, 2, 3, 7, 8, 13, 14, 16})
+        for (const std::size_t height : {1, 4, 14})
+            for (const std::size_t padding : {0, 1, 2})
+                for (const auto& channels : {std::pair<std::size_t, std::size_t>{1, 1}, {3, 8}, {17, 33}}) {
+                    const std::size_t in_channels = channels.first, out_channels = channels.second;
+                    const convolution_shape shape{3, in_channels, height, width, out_channels, 3, 2, padding};
+                    if (height + 2 * padding < 3 || width + 2 * padding < 3) continue;
+                    INFO("channels " << in_channels << " -> " << out_channels << ", input " << height << "x" << width
+                                     << ", padding " << padding);
+                    REQUIRE(detail::uses_patch_products<float>(shape));
+                    ++shapes;
+                    const auto input = petra::test::random_vector<float>(shape.input_count(), generator);
+                    const auto weights = petra::test::random_vector<float>(shape.weight_count(), generator);
+                    for (const float beta : {0.0f, -0.5f}) {
+                        auto direct = beta == 0.0f ? petra::test::nan_vector<float>(shape.output_count())
+                                                   : petra::test::random_vector<float>(shape.output_count(), generator);
+                        auto products = direct;
+                        scratch_source scratch;
+                        detail::forward_accumulate_images(shape, input.data(), weights.data(), direct.data(), beta,
+                                                          scratch);
+                        detail::patch_forward(detail::patch_geometry_of(shape), shape.batch, input.data(),
+                                              weights.data(), products.data(), beta, scratch);
+                        if (beta == 0.0f) {
+                            CHECK(products == direct);
+                        } else {
+                            petra::test::check_close(products, direct,
+                                                     petra::test::accumulation_tolerance<float>(shape.patch_size()));
+                        }
+                    }
+                }
+    CHECK(shapes > 100);
+}
+#endif
+
 TEST_CASE("a stride-2 phased copy written in whole rows equals the planes zeroed and then filled")
 {
     using namespace petra::kernels;

@@ -199,6 +199,18 @@ constexpr pointwise_geometry pointwise_geometry_of(const convolution_shape& shap
     return {shape.in_channels, shape.out_channels, shape.in_height, shape.in_width};
 }
 
+// Whether the forward takes pointwise.hpp's patch products, image by image:
+// a 3x3 kernel with stride 2 where takes_patch_products accepts the sizes.
+constexpr patch_geometry patch_geometry_of(const convolution_shape& shape)
+{
+    return {shape.in_channels, shape.out_channels, shape.in_height, shape.in_width, shape.padding};
+}
+template <class T>
+constexpr bool uses_patch_products(const convolution_shape& shape)
+{
+    return shape.kernel == 3 && shape.stride == 2 && takes_patch_products<T>(patch_geometry_of(shape));
+}
+
 // Phases a tap reads along each axis: the stride, but one for a 1x1 kernel
 // (whose only tap reads phase (0, 0)), so that the phased input holds only
 // planes some tap reads.
@@ -1181,7 +1193,9 @@ constexpr std::size_t forward_chunk_images(const convolution_shape& shape)
 }
 
 // forward_accumulate_images over chunks of the batch (see chunk_images); a
-// 1x1 kernel with stride 2 as matrix products instead (pointwise.hpp).
+// 1x1 kernel with stride 2, and a 3x3 one with stride 2 where
+// uses_patch_products, as matrix products instead (pointwise.hpp): the same
+// values.
 template <class T>
 void forward_accumulate(const convolution_shape& shape, const T* input, const T* weights, T* output, T beta,
                         scratch_source& scratch)
@@ -1190,6 +1204,14 @@ void forward_accumulate(const convolution_shape& shape, const T* input, const T*
         pointwise_forward(pointwise_geometry_of(shape), shape.batch, input, weights, output, beta, scratch);
         return;
     }
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+        if (uses_patch_products<T>(shape)) {
+            patch_forward(patch_geometry_of(shape), shape.batch, input, weights, output, beta, scratch);
+            return;
+        }
+    }
+#endif
     for_each_chunk(shape, forward_chunk_images<T>(shape), scratch,
                    [&](const convolution_shape& part, std::size_t in, std::size_t out, scratch_source& chunk_scratch) {
                        forward_accumulate_images(part, input + in, weights, output + out, beta, chunk_scratch);
@@ -1610,6 +1632,7 @@ constexpr scratch_demand convolution_forward_scratch(const convolution_shape& sh
         return detail::pointwise_scratch<T>(detail::pointwise_geometry_of(shape), shape.out_channels,
                                             shape.in_channels);
     }
+    if (detail::uses_patch_products<T>(shape)) return detail::patch_scratch<T>(detail::patch_geometry_of(shape));
     demand.template ask<detail::phased_input_tag, T>(
         detail::phased_input_count<T>(detail::with_batch(shape, detail::forward_chunk_images<T>(shape))));
     demand.template ask<detail::tap_offsets_tag, std::size_t>(shape.patch_size());

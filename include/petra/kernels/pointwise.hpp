@@ -19,6 +19,16 @@
 // either compiler (xsimd's AVX-512 fma is a multiply and an add, which g++
 // fuses and clang++ does not; fused_multiply_add here changed clang++'s).
 //
+// A 3x3 convolution with stride 2 on images whose rows fit one vector (a
+// network's last downsampling, 14x14 -> 7x7) takes its forward pass the same
+// way: the weights as they lie (out channels x in channels * 9) times the
+// image's patches, row (ci, kh, kw) holding the input value under tap (kh,
+// kw) of every output pixel (zero outside the image; gather_patches). The
+// products run over the taps in the direct form's order, so the values are
+// the direct form's; its phase planes' wide rows (8 pixels for 7 output
+// columns) and one tile per image of four vectors, 49 lanes of 64 used,
+// gave way to tiles whose lanes are all output pixels.
+//
 // The direct correlation these replace took the even pixels of a chunk of
 // images at once (a phased copy that the caches no longer held when the
 // products read it: 29% of the forward at 28x28 x 16) and stored its input
@@ -95,6 +105,50 @@ constexpr scratch_demand pointwise_scratch(const pointwise_geometry& geometry, s
     scratch_demand demand;
     demand.template ask<pointwise_weights_tag, T>(pointwise_weights_count<T>(rows, depth));
     demand.template ask<pointwise_pixels_tag, T>(pointwise_pixels_count<T>(geometry, geometry.in_channels));
+    return demand;
+}
+
+// The sizes a 3x3 stride-2 convolution with `padding` works on (an image's
+// input channels x in_height x in_width, its output out_channels x
+// out_height() x out_width()) and its patches: depth() rows, (ci, kh, kw) in
+// the weights' order, of pixels() values.
+struct patch_geometry {
+    std::size_t in_channels;
+    std::size_t out_channels;
+    std::size_t in_height;
+    std::size_t in_width;
+    std::size_t padding;
+
+    constexpr std::size_t out_height() const { return (in_height + 2 * padding - 3) / 2 + 1; }
+    constexpr std::size_t out_width() const { return (in_width + 2 * padding - 3) / 2 + 1; }
+    constexpr std::size_t pixels() const { return out_height() * out_width(); }
+    constexpr std::size_t depth() const { return 9 * in_channels; }
+};
+
+// Whether patch_forward takes a shape: float on AVX-512 (gather_patches'
+// one masked load and three permutations per input row), rows of at most
+// one vector. Elsewhere the direct form computes the same values.
+template <class T>
+constexpr bool takes_patch_products(const patch_geometry& geometry)
+{
+#if defined(__AVX512F__)
+    return std::is_same_v<T, float> && geometry.in_width <= 16;
+#else
+    (void)geometry;
+    return false;
+#endif
+}
+
+struct patch_matrix_tag {};
+
+// What patch_forward takes from scratch: the packed weights and one
+// image's patches.
+template <class T>
+constexpr scratch_demand patch_scratch(const patch_geometry& geometry)
+{
+    scratch_demand demand;
+    demand.template ask<pointwise_weights_tag, T>(pointwise_weights_count<T>(geometry.out_channels, geometry.depth()));
+    demand.template ask<patch_matrix_tag, T>(geometry.depth() * geometry.pixels());
     return demand;
 }
 
@@ -398,6 +452,21 @@ void scatter_even_pixels(const pointwise_geometry& geometry, std::size_t channel
     }
 }
 
+// A forward's weights (rows x depth, as they lie) as pointwise_product
+// takes them: packed in slivers (the operand), then transposed (depth x
+// rows, for pointwise_columns), in the scratch's pointwise_weights buffer.
+// Returns the transposed copy; the packed one is at the buffer's start.
+template <class T>
+const T* pack_forward_weights(const T* weights, std::size_t rows, std::size_t depth, T* packed)
+{
+    constexpr std::size_t mr = gemm_blocking<T>::mr;
+    pack_slivers<mr>(weights, depth, 1, rows, depth, packed);
+    T* transposed = packed + (rows + mr - 1) / mr * mr * depth;
+    for (std::size_t d = 0; d < depth; ++d)
+        for (std::size_t r = 0; r < rows; ++r) transposed[d * rows + r] = weights[r * depth + d];
+    return transposed;
+}
+
 // y = the convolution of x (batch images) + beta * y (not read where beta ==
 // 0), image by image: its even pixels gathered, then the product.
 template <class T>
@@ -406,14 +475,8 @@ void pointwise_forward(const pointwise_geometry& geometry, std::size_t batch, co
 {
     const std::size_t in_channels = geometry.in_channels, out_channels = geometry.out_channels;
     const std::size_t pixels = geometry.pixels(), in_values = in_channels * geometry.in_height * geometry.in_width;
-    constexpr std::size_t mr = gemm_blocking<T>::mr;
     T* packed = scratch.take<pointwise_weights_tag, T>(pointwise_weights_count<T>(out_channels, in_channels));
-    pack_slivers<mr>(weights, in_channels, 1, out_channels, in_channels, packed);
-    // The weights transposed (in x out channels), after the slivers.
-    T* transposed = packed + (out_channels + mr - 1) / mr * mr * in_channels;
-    for (std::size_t ci = 0; ci < in_channels; ++ci)
-        for (std::size_t co = 0; co < out_channels; ++co)
-            transposed[ci * out_channels + co] = weights[co * in_channels + ci];
+    const T* transposed = pack_forward_weights(weights, out_channels, in_channels, packed);
     T* gathered = scratch.take<pointwise_pixels_tag, T>(pointwise_pixels_count<T>(geometry, in_channels));
     for (std::size_t n = 0; n < batch; ++n) {
         gather_even_pixels(geometry, in_channels, x + n * in_values, gathered);
@@ -421,6 +484,70 @@ void pointwise_forward(const pointwise_geometry& geometry, std::size_t batch, co
                           geometry.row_stride<T>(), pixels, true, y + n * out_channels * pixels, pixels, beta);
     }
 }
+
+#if defined(__AVX512F__)
+// One image's patches (patch_geometry): patch row (ci, kh, kw), output pixel
+// (oh, ow) = image[ci][2 oh + kh - padding][2 ow + kw - padding], zero
+// outside the image. Each input row (at most 16 values) is loaded once per
+// tap row kh that reads it, and each of its three column phases is one
+// permutation of it, zero lanes where the column falls outside, stored as
+// one masked run of out_width values (the permutations and masks built
+// once per call).
+inline void gather_patches(const patch_geometry& geometry, const float* image, float* patches)
+{
+    const std::size_t height = geometry.in_height, width = geometry.in_width, padding = geometry.padding;
+    const std::size_t out_height = geometry.out_height(), out_width = geometry.out_width(), pixels = geometry.pixels();
+    __m512i columns[3];
+    __mmask16 inside[3];
+    for (std::size_t kw = 0; kw < 3; ++kw) {
+        alignas(64) int lanes[16] = {};
+        unsigned mask = 0;
+        for (std::size_t ow = 0; ow < out_width; ++ow) {
+            const std::size_t column = 2 * ow + kw; // + padding
+            if (column < padding || column - padding >= width) continue;
+            lanes[ow] = static_cast<int>(column - padding);
+            mask |= 1u << ow;
+        }
+        columns[kw] = _mm512_load_si512(lanes);
+        inside[kw] = static_cast<__mmask16>(mask);
+    }
+    const __mmask16 row_lanes = first_lanes(width), out_lanes = first_lanes(out_width);
+    for (std::size_t ci = 0; ci < geometry.in_channels; ++ci) {
+        const float* plane = image + ci * height * width;
+        for (std::size_t kh = 0; kh < 3; ++kh) {
+            float* rows = patches + (ci * 9 + kh * 3) * pixels;
+            for (std::size_t oh = 0; oh < out_height; ++oh) {
+                const std::size_t row = 2 * oh + kh; // + padding
+                const __m512 values = row < padding || row - padding >= height
+                                          ? _mm512_setzero_ps()
+                                          : _mm512_maskz_loadu_ps(row_lanes, plane + (row - padding) * width);
+                for (std::size_t kw = 0; kw < 3; ++kw) {
+                    _mm512_mask_storeu_ps(rows + kw * pixels + oh * out_width, out_lanes,
+                                          _mm512_maskz_permutexvar_ps(inside[kw], columns[kw], values));
+                }
+            }
+        }
+    }
+}
+
+// y = the 3x3 stride-2 convolution of x (batch images) + beta * y (not read
+// where beta == 0), image by image: its patches gathered, then the product
+// of the weights and the patches, stored into y (takes_patch_products).
+inline void patch_forward(const patch_geometry& geometry, std::size_t batch, const float* x, const float* weights,
+                          float* y, float beta, scratch_source& scratch)
+{
+    const std::size_t out_channels = geometry.out_channels, depth = geometry.depth(), pixels = geometry.pixels();
+    const std::size_t in_values = geometry.in_channels * geometry.in_height * geometry.in_width;
+    float* packed = scratch.take<pointwise_weights_tag, float>(pointwise_weights_count<float>(out_channels, depth));
+    const float* transposed = pack_forward_weights(weights, out_channels, depth, packed);
+    float* patches = scratch.take<patch_matrix_tag, float>(depth * pixels);
+    for (std::size_t n = 0; n < batch; ++n) {
+        gather_patches(geometry, x + n * in_values, patches);
+        pointwise_product(out_channels, depth, packed, transposed, out_channels, patches, pixels, pixels, false,
+                          y + n * out_channels * pixels, pixels, beta);
+    }
+}
+#endif
 
 // grad_x = the input gradient of the convolution applied to grad_y + beta *
 // grad_x (not read where beta == 0), image by image: the product of the
