@@ -210,6 +210,13 @@ constexpr bool uses_patch_products(const convolution_shape& shape)
 {
     return shape.kernel == 3 && shape.stride == 2 && takes_patch_products<T>(patch_geometry_of(shape));
 }
+// Whether the input gradient takes them: where takes_patch_input_gradient
+// accepts the sizes too.
+template <class T>
+constexpr bool uses_patch_input_gradient(const convolution_shape& shape)
+{
+    return shape.kernel == 3 && shape.stride == 2 && takes_patch_input_gradient<T>(patch_geometry_of(shape));
+}
 
 // Phases a tap reads along each axis: the stride, but one for a 1x1 kernel
 // (whose only tap reads phase (0, 0)), so that the phased input holds only
@@ -397,6 +404,15 @@ constexpr std::size_t chunk_images(std::size_t batch, std::size_t bytes_per_imag
 {
     return std::clamp<std::size_t>(winograd_group_bytes() / std::max<std::size_t>(bytes_per_image, 1), 1,
                                    std::max<std::size_t>(batch, 1));
+}
+
+// The images patch_backward_input takes at a time: as many as keep their
+// patches and results within the group budget (chunk_images), at most 8
+// (at 7x7, 8 images' 392 columns of a phase leave the tiles half a vector).
+template <class T>
+constexpr std::size_t patch_group_images(const convolution_shape& shape)
+{
+    return std::min<std::size_t>(8, chunk_images(shape.batch, patch_phases::image_bytes<T>(patch_geometry_of(shape))));
 }
 
 // Calls body(part, input_offset, output_offset, chunk_scratch) for
@@ -1506,6 +1522,15 @@ void backward_input_by_phases(const convolution_shape& shape, const T* grad_y, c
         pointwise_backward_input(pointwise_geometry_of(shape), shape.batch, grad_y, weights, grad_x, beta, scratch);
         return;
     }
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+        if (uses_patch_input_gradient<T>(shape)) {
+            patch_backward_input(patch_geometry_of(shape), shape.batch, patch_group_images<T>(shape), grad_y, weights,
+                                 grad_x, beta, scratch);
+            return;
+        }
+    }
+#endif
     // The forward's output is this gradient's source, its input the result.
     for_each_chunk(shape, input_gradient_chunk_images<T>(shape), scratch,
                    [&](const convolution_shape& part, std::size_t in, std::size_t out, scratch_source& chunk_scratch) {
@@ -1661,6 +1686,9 @@ constexpr scratch_demand convolution_backward_input_scratch(const convolution_sh
     if (detail::uses_pointwise_products(shape)) {
         return detail::pointwise_scratch<T>(detail::pointwise_geometry_of(shape), shape.in_channels,
                                             shape.out_channels);
+    }
+    if (detail::uses_patch_input_gradient<T>(shape)) {
+        return detail::patch_scratch<T>(detail::patch_geometry_of(shape), detail::patch_group_images<T>(shape));
     }
     const detail::input_gradient_geometry geometry(shape);
     const bool paired = detail::pairs_phase_columns(shape);
