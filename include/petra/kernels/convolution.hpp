@@ -199,12 +199,13 @@ constexpr pointwise_geometry pointwise_geometry_of(const convolution_shape& shap
     return {shape.in_channels, shape.out_channels, shape.in_height, shape.in_width};
 }
 
-// Whether the forward takes pointwise.hpp's patch products, image by image:
-// a 3x3 kernel with stride 2 where takes_patch_products accepts the sizes.
 constexpr patch_geometry patch_geometry_of(const convolution_shape& shape)
 {
     return {shape.in_channels, shape.out_channels, shape.in_height, shape.in_width, shape.padding};
 }
+
+// Whether the forward takes pointwise.hpp's patch products, image by image:
+// a 3x3 kernel with stride 2 where takes_patch_products accepts the sizes.
 template <class T>
 constexpr bool uses_patch_products(const convolution_shape& shape)
 {
