@@ -473,12 +473,6 @@ TEST_CASE_TEMPLATE("a 1x1 stride-2 convolution equals the stride-1 one on its ev
 }
 
 #if defined(__AVX512F__)
-// The stride-2 phase planes written row by row, each phase row whole with its
-// zeros (split_stride_two_by_row_gathers, taken by prepare_input_into where
-// phase rows hold at most 16 floats), hold the same bits as the planes
-// zeroed first and then filled (split_stride_two): both kernels, every
-// padding, odd and even sides, up to the widest row the rows take.
-#if defined(__AVX512F__)
 // The forward of a 3x3 stride-2 convolution as patch products (pointwise.hpp)
 // against the direct correlation it replaces for rows of at most a vector:
 // bit for bit with beta 0 (the same products in the same order), to rounding
@@ -545,6 +539,12 @@ TEST_CASE("a 3x3 stride-2 convolution as patch products equals the direct correl
 }
 #endif
 
+#if defined(__AVX512F__)
+// The stride-2 phase planes written row by row, each phase row whole with its
+// zeros (split_stride_two_by_row_gathers, taken by prepare_input_into where
+// phase rows hold at most 16 floats), hold the same bits as the planes
+// zeroed first and then filled (split_stride_two): both kernels, every
+// padding, odd and even sides, up to the widest row the rows take.
 TEST_CASE("a stride-2 phased copy written in whole rows equals the planes zeroed and then filled")
 {
     using namespace petra::kernels;
