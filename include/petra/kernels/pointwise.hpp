@@ -129,13 +129,14 @@ struct patch_geometry {
 };
 
 // Whether patch_forward takes a shape: float on AVX-512 (gather_patches'
-// one masked load and three permutations per input row), rows of at most
-// one vector. Elsewhere the direct form computes the same values.
+// one or two masked loads and three permutations per input row), input rows
+// of at most two vectors and output rows of at most one. Elsewhere the
+// direct form computes the same values.
 template <class T>
 constexpr bool takes_patch_products(const patch_geometry& geometry)
 {
 #if defined(__AVX512F__)
-    return std::is_same_v<T, float> && geometry.in_width <= 16;
+    return std::is_same_v<T, float> && geometry.in_width <= 32 && geometry.out_width() <= 16;
 #else
     (void)geometry;
     return false;
@@ -145,12 +146,13 @@ constexpr bool takes_patch_products(const patch_geometry& geometry)
 // Whether patch_backward_input takes a shape: as takes_patch_products, with
 // padding 1 and an even width, where each row of the input gradient is its
 // two column phases interleaved (the direct form's pairs_phase_columns),
-// and at most 16 rows (an image's phase then holds at most 4 vectors).
+// rows of at most 16 values and at most 16 rows (an image's phase then
+// holds at most 4 vectors).
 template <class T>
 constexpr bool takes_patch_input_gradient(const patch_geometry& geometry)
 {
     return takes_patch_products<T>(geometry) && geometry.padding == 1 && geometry.in_width % 2 == 0 &&
-           geometry.in_height <= 16;
+           geometry.in_width <= 16 && geometry.in_height <= 16;
 }
 
 struct patch_matrix_tag {};
@@ -559,11 +561,11 @@ void pointwise_forward(const pointwise_geometry& geometry, std::size_t batch, co
 #if defined(__AVX512F__)
 // One image's patches (patch_geometry): patch row (ci, kh, kw), output pixel
 // (oh, ow) = image[ci][2 oh + kh - padding][2 ow + kw - padding], zero
-// outside the image. Each input row (at most 16 values) is loaded once per
-// tap row kh that reads it, and each of its three column phases is one
-// permutation of it, zero lanes where the column falls outside, stored as
-// one masked run of out_width values (the permutations and masks built
-// once per call).
+// outside the image. Each input row (at most 32 values: one or two masked
+// loads) is loaded once per tap row kh that reads it, and each of its three
+// column phases is one permutation of it (of the pair), zero lanes where
+// the column falls outside, stored as one masked run of out_width values
+// (the permutations and masks built once per call).
 inline void gather_patches(const patch_geometry& geometry, const float* image, float* patches)
 {
     const std::size_t height = geometry.in_height, width = geometry.in_width, padding = geometry.padding;
@@ -582,22 +584,35 @@ inline void gather_patches(const patch_geometry& geometry, const float* image, f
         columns[kw] = _mm512_load_si512(lanes);
         inside[kw] = static_cast<__mmask16>(mask);
     }
-    const __mmask16 row_lanes = first_lanes(width), out_lanes = first_lanes(out_width);
-    for (std::size_t ci = 0; ci < geometry.in_channels; ++ci) {
-        const float* plane = image + ci * height * width;
-        for (std::size_t kh = 0; kh < 3; ++kh) {
-            float* rows = patches + (ci * 9 + kh * 3) * pixels;
-            for (std::size_t oh = 0; oh < out_height; ++oh) {
-                const std::size_t row = 2 * oh + kh; // + padding
-                const __m512 values = row < padding || row - padding >= height
-                                          ? _mm512_setzero_ps()
-                                          : _mm512_maskz_loadu_ps(row_lanes, plane + (row - padding) * width);
-                for (std::size_t kw = 0; kw < 3; ++kw) {
-                    _mm512_mask_storeu_ps(rows + kw * pixels + oh * out_width, out_lanes,
-                                          _mm512_maskz_permutexvar_ps(inside[kw], columns[kw], values));
+    const __mmask16 out_lanes = first_lanes(out_width);
+    // Rows of one vector, or of two (the first whole).
+    const auto gather = [&]<bool Wide>() {
+        const __mmask16 first_part = first_lanes(std::min<std::size_t>(width, 16));
+        const __mmask16 second_part = first_lanes(width - std::min<std::size_t>(width, 16));
+        for (std::size_t ci = 0; ci < geometry.in_channels; ++ci) {
+            const float* plane = image + ci * height * width;
+            for (std::size_t kh = 0; kh < 3; ++kh) {
+                float* rows = patches + (ci * 9 + kh * 3) * pixels;
+                for (std::size_t oh = 0; oh < out_height; ++oh) {
+                    const std::size_t row = 2 * oh + kh; // + padding
+                    const bool outside = row < padding || row - padding >= height;
+                    const float* values = plane + (outside ? 0 : (row - padding) * width);
+                    const __m512 low = outside ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(first_part, values);
+                    const __m512 high =
+                        !Wide || outside ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(second_part, values + 16);
+                    for (std::size_t kw = 0; kw < 3; ++kw) {
+                        const __m512 phase = Wide ? _mm512_maskz_permutex2var_ps(inside[kw], low, columns[kw], high)
+                                                  : _mm512_maskz_permutexvar_ps(inside[kw], columns[kw], low);
+                        _mm512_mask_storeu_ps(rows + kw * pixels + oh * out_width, out_lanes, phase);
+                    }
                 }
             }
         }
+    };
+    if (width > 16) {
+        gather.template operator()<true>();
+    } else {
+        gather.template operator()<false>();
     }
 }
 
