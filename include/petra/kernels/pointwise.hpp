@@ -19,18 +19,19 @@
 // either compiler (xsimd's AVX-512 fma is a multiply and an add, which g++
 // fuses and clang++ does not; fused_multiply_add here changed clang++'s).
 //
-// A 3x3 convolution with stride 2 on images whose rows fit one vector (a
-// network's last downsampling, 14x14 -> 7x7) takes its forward pass the same
-// way: the weights as they lie (out channels x in channels * 9) times the
-// image's patches, row (ci, kh, kw) holding the input value under tap (kh,
-// kw) of every output pixel (zero outside the image; gather_patches). The
-// products run over the taps in the direct form's order, so the values are
+// A 3x3 convolution with stride 2 on images whose rows fit two vectors (a
+// network's downsamplings, 28x28 -> 14x14 and 14x14 -> 7x7) takes its forward
+// pass the same way: the weights as they lie (out channels x in channels * 9)
+// times the image's patches, row (ci, kh, kw) holding the input value under
+// tap (kh, kw) of every output pixel (zero outside the image; gather_patches).
+// The products run over the taps in the direct form's order, so the values are
 // the direct form's; its phase planes' wide rows (8 pixels for 7 output
-// columns) and one tile per image of four vectors, 49 lanes of 64 used,
-// gave way to tiles whose lanes are all output pixels. Its input gradient
-// (padding 1, even widths) is four such products per group of images, one
-// per phase of the input (patch_backward_input), in the order of the
-// direct form's paired phases.
+// columns) and one tile per image of four vectors, 49 lanes of 64 used (or at
+// 14 output columns row blocks of 14 lanes of 16), gave way to tiles whose
+// lanes are all output pixels. Its input gradient (rows of one vector, padding
+// 1, even widths) is four such products per group of images, one per phase of
+// the input (patch_backward_input), in the order of the direct form's paired
+// phases.
 //
 // The direct correlation these replace took the even pixels of a chunk of
 // images at once (a phased copy that the caches no longer held when the
