@@ -1399,21 +1399,16 @@ void backward_input_by_phases_images(const convolution_shape& shape, const T* gr
     // offset of each tap, `shift` columns further: returns the taps.
     const auto phase_matrix = [&](std::size_t a, std::size_t b, std::size_t shift, T* matrix, std::size_t* offsets) {
         const std::size_t taps_u = geometry.phase_taps(a), taps_v = geometry.phase_taps(b);
-        const std::size_t taps = out_channels * taps_u * taps_v;
         // Tap (u, v) reads copy row (result row - first_row) + border - u.
         for (std::size_t co = 0; co < out_channels; ++co) {
             for (std::size_t u = 0; u < taps_u; ++u) {
                 for (std::size_t v = 0; v < taps_v; ++v) {
-                    const std::size_t t = (co * taps_u + u) * taps_v + v;
-                    offsets[t] = co * source_plane + (border - u) * source_width + (border - v) + shift;
-                    for (std::size_t ci = 0; ci < in_channels; ++ci) {
-                        matrix[ci * taps + t] =
-                            weights[((co * in_channels + ci) * kernel + a + stride * u) * kernel + b + stride * v];
-                    }
+                    offsets[(co * taps_u + u) * taps_v + v] =
+                        co * source_plane + (border - u) * source_width + (border - v) + shift;
                 }
             }
         }
-        return taps;
+        return gather_phase_weights(weights, out_channels, in_channels, kernel, stride, a, b, taps_u, taps_v, matrix);
     };
     for (std::size_t a = 0; a < geometry.phases; ++a) {
         const std::size_t phase_first_row = first_index(a), phase_end_row = end_index(a, height);
@@ -1658,7 +1653,8 @@ constexpr scratch_demand convolution_forward_scratch(const convolution_shape& sh
         return detail::pointwise_scratch<T>(detail::pointwise_geometry_of(shape), shape.out_channels,
                                             shape.in_channels);
     }
-    if (detail::uses_patch_products<T>(shape)) return detail::patch_scratch<T>(detail::patch_geometry_of(shape));
+    if (detail::uses_patch_products<T>(shape))
+        return detail::patch_forward_scratch<T>(detail::patch_geometry_of(shape));
     demand.template ask<detail::phased_input_tag, T>(
         detail::phased_input_count<T>(detail::with_batch(shape, detail::forward_chunk_images<T>(shape))));
     demand.template ask<detail::tap_offsets_tag, std::size_t>(shape.patch_size());
@@ -1689,7 +1685,8 @@ constexpr scratch_demand convolution_backward_input_scratch(const convolution_sh
                                             shape.out_channels);
     }
     if (detail::uses_patch_input_gradient<T>(shape)) {
-        return detail::patch_scratch<T>(detail::patch_geometry_of(shape), detail::patch_group_images<T>(shape));
+        return detail::patch_input_gradient_scratch<T>(detail::patch_geometry_of(shape),
+                                                       detail::patch_group_images<T>(shape));
     }
     const detail::input_gradient_geometry geometry(shape);
     const bool paired = detail::pairs_phase_columns(shape);

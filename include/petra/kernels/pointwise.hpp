@@ -156,6 +156,32 @@ constexpr bool takes_patch_input_gradient(const patch_geometry& geometry)
            geometry.in_width <= 16 && geometry.in_height <= 16;
 }
 
+// The weights that the input gradient's phase (a, b) of a convolution
+// (kernel x kernel, stride `stride`) multiplies: an in_channels x taps
+// matrix, taps = out_channels x taps_u x taps_v in (co, u, v) order, tap
+// (co, u, v) of input channel ci the kernel's value at row a + stride u and
+// column b + stride v: matrix[ci * taps + (co * taps_u + u) * taps_v + v] =
+// weights[co][ci][a + stride u][b + stride v]. Returns taps.
+template <class T>
+std::size_t gather_phase_weights(const T* weights, std::size_t out_channels, std::size_t in_channels,
+                                 std::size_t kernel, std::size_t stride, std::size_t a, std::size_t b,
+                                 std::size_t taps_u, std::size_t taps_v, T* matrix)
+{
+    const std::size_t taps = out_channels * taps_u * taps_v;
+    for (std::size_t co = 0; co < out_channels; ++co) {
+        for (std::size_t u = 0; u < taps_u; ++u) {
+            for (std::size_t v = 0; v < taps_v; ++v) {
+                const std::size_t t = (co * taps_u + u) * taps_v + v;
+                for (std::size_t ci = 0; ci < in_channels; ++ci) {
+                    matrix[ci * taps + t] =
+                        weights[((co * in_channels + ci) * kernel + a + stride * u) * kernel + b + stride * v];
+                }
+            }
+        }
+    }
+    return taps;
+}
+
 struct patch_matrix_tag {};
 struct patch_results_tag {};
 
@@ -204,21 +230,25 @@ struct patch_phases {
     }
 };
 
-// What patch_forward, or patch_backward_input where `group` (its images
-// at a time) is not 0, takes from scratch: the packed weights (for the
-// input gradient also the four phases' weight matrices as they are
-// gathered, first) and one image's patches (the group's, and their two
-// column phases' results).
+// What patch_forward takes from scratch: the packed weights and one
+// image's patches.
 template <class T>
-constexpr scratch_demand patch_scratch(const patch_geometry& geometry, std::size_t group = 0)
+constexpr scratch_demand patch_forward_scratch(const patch_geometry& geometry)
 {
     scratch_demand demand;
-    if (group == 0) {
-        demand.template ask<pointwise_weights_tag, T>(
-            pointwise_weights_count<T>(geometry.out_channels, geometry.depth()));
-        demand.template ask<patch_matrix_tag, T>(geometry.depth() * geometry.pixels());
-        return demand;
-    }
+    demand.template ask<pointwise_weights_tag, T>(pointwise_weights_count<T>(geometry.out_channels, geometry.depth()));
+    demand.template ask<patch_matrix_tag, T>(geometry.depth() * geometry.pixels());
+    return demand;
+}
+
+// What patch_backward_input takes from scratch for `group` images at a
+// time: the four phases' weight matrices as they are gathered and their
+// packed weights, the group's patches and their two column phases'
+// results (patch_phases::counts).
+template <class T>
+constexpr scratch_demand patch_input_gradient_scratch(const patch_geometry& geometry, std::size_t group)
+{
+    scratch_demand demand;
     const auto counts = patch_phases::counts<T>(geometry, group);
     demand.template ask<pointwise_weights_tag, T>(counts.weights);
     demand.template ask<patch_matrix_tag, T>(counts.patches);
@@ -665,15 +695,8 @@ inline void patch_backward_input(const patch_geometry& geometry, std::size_t bat
     float* next = matrix + in_channels * phases::depth(geometry, 0, 0);
     for (std::size_t a = 0; a < 2; ++a) {
         for (std::size_t b = 0; b < 2; ++b) {
-            const std::size_t taps_u = phases::taps(a), taps_v = phases::taps(b);
-            const std::size_t depth = phases::depth(geometry, a, b);
-            for (std::size_t co = 0; co < out_channels; ++co)
-                for (std::size_t u = 0; u < taps_u; ++u)
-                    for (std::size_t v = 0; v < taps_v; ++v)
-                        for (std::size_t ci = 0; ci < in_channels; ++ci) {
-                            matrix[ci * depth + (co * taps_u + u) * taps_v + v] =
-                                weights[((co * in_channels + ci) * 3 + a + 2 * u) * 3 + b + 2 * v];
-                        }
+            const std::size_t depth = gather_phase_weights(weights, out_channels, in_channels, 3, 2, a, b,
+                                                           phases::taps(a), phases::taps(b), matrix);
             packed[a][b] = next;
             transposed[a][b] = pack_forward_weights<float>(matrix, in_channels, depth, next);
             next += pointwise_weights_count<float>(in_channels, depth);
