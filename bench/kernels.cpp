@@ -5,13 +5,15 @@
 // petra's bf16 GEMM there, on each engine the CPU offers), and the
 // three convolution kernels on the reference network's layers (batch 64),
 // the couplings' also in the direct form where the library takes
-// Winograd's. Every benchmark but the streaming ones reports FLOP/s as a
-// counter.
+// Winograd's, and a batch normalisation's backward passes behind a ReLU
+// with their input in cache and out of it. Every benchmark but the
+// streaming and the batch-norm ones reports FLOP/s as a counter.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <benchmark/benchmark.h>
@@ -22,6 +24,7 @@
 #include <petra/kernels/convolution.hpp>
 #include <petra/kernels/convolution_bf16.hpp>
 #include <petra/kernels/gemm.hpp>
+#include <petra/kernels/normalization.hpp>
 #include <petra/random.hpp>
 
 extern "C" char* openblas_get_corename();
@@ -346,6 +349,89 @@ BENCHMARK(convolution_benchmark<pass::backward_input, kernels_of::bf16>)
 BENCHMARK(convolution_benchmark<pass::backward_weights, kernels_of::bf16>)
     ->Name("convolution_bf16/backward_weights")
     ->Apply(convolution_shapes)
+    ->Unit(benchmark::kMicrosecond);
+
+// A batch normalisation's backward passes behind a ReLU on the reference
+// network's shapes (batch 64): the gated gradient sums (the output gradient
+// and the batch norm's input x read) and the combination (both read, the
+// input gradient written). x_cold:0 leaves every array where the last
+// iteration put it; x_cold:1 first walks a 64 MiB buffer (twice the largest
+// L3 met, outside the timing) and then reads the output gradient back, as a
+// step finds them: the gradient just written by the convolution after the
+// batch norm, x written in the forward pass and long out of the caches.
+enum class channel_pass { relu_gradient_sums, relu_combination };
+
+template <channel_pass Pass>
+void channel_backward_benchmark(benchmark::State& state)
+{
+    constexpr std::size_t batch = 64;
+    const auto channels = std::size_t(state.range(0)), positions = std::size_t(state.range(1));
+    const bool x_cold = state.range(2) != 0;
+    const std::size_t count = batch * channels * positions;
+    const auto grad_y = random_values(count, 3), x = random_values(count, 4);
+    const auto scale = random_values(channels, 5), shift = random_values(channels, 6);
+    const auto mean = random_values(channels, 7), coefficients = random_values(3 * channels, 8);
+    std::vector<float> grad_x(count), sums(2 * channels);
+    std::vector<float> eviction(x_cold ? (std::size_t(64) << 20) / sizeof(float) : 0);
+    for (auto _ : state) {
+        if (x_cold) {
+            state.PauseTiming();
+            for (std::size_t i = 0; i < eviction.size(); i += 16) eviction[i] += 1.0f;
+            float total = 0.0f;
+            for (std::size_t i = 0; i < count; i += 16) total += grad_y[i];
+            benchmark::DoNotOptimize(total);
+            benchmark::ClobberMemory();
+            state.ResumeTiming();
+        }
+        if constexpr (Pass == channel_pass::relu_gradient_sums) {
+            petra::kernels::channel_relu_gradient_sums<float>({.batch = batch,
+                                                               .channels = channels,
+                                                               .positions = positions,
+                                                               .grad_y = grad_y.data(),
+                                                               .x = x.data(),
+                                                               .mean = mean.data(),
+                                                               .scale = scale.data(),
+                                                               .shift = shift.data(),
+                                                               .sum_grad_y = sums.data(),
+                                                               .sum_grad_y_deviation = sums.data() + channels});
+        } else {
+            petra::kernels::channel_relu_combination<float>({.batch = batch,
+                                                             .channels = channels,
+                                                             .positions = positions,
+                                                             .grad_y = grad_y.data(),
+                                                             .x = x.data(),
+                                                             .scale = scale.data(),
+                                                             .shift = shift.data(),
+                                                             .grad_y_coefficient = coefficients.data(),
+                                                             .x_coefficient = coefficients.data() + channels,
+                                                             .offset = coefficients.data() + 2 * channels,
+                                                             .grad_x = grad_x.data()});
+        }
+        benchmark::ClobberMemory();
+    }
+    const std::size_t arrays = Pass == channel_pass::relu_gradient_sums ? 2 : 3;
+    state.SetBytesProcessed(std::int64_t(state.iterations()) * std::int64_t(arrays * count * sizeof(float)));
+}
+
+void channel_shapes(benchmark::internal::Benchmark* benchmark)
+{
+    benchmark->ArgNames({"channels", "positions", "x_cold"});
+    for (long x_cold : {0, 1}) {
+        for (const auto& [channels, positions] : {std::pair<long, long>{16, 784}, {32, 784}, {32, 196}, {64, 49}}) {
+            benchmark->Args({channels, positions, x_cold});
+        }
+    }
+    // A fixed count: each cold iteration walks 64 MiB outside the timing.
+    benchmark->Iterations(200);
+}
+
+BENCHMARK(channel_backward_benchmark<channel_pass::relu_gradient_sums>)
+    ->Name("channel/relu_gradient_sums")
+    ->Apply(channel_shapes)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(channel_backward_benchmark<channel_pass::relu_combination>)
+    ->Name("channel/relu_combination")
+    ->Apply(channel_shapes)
     ->Unit(benchmark::kMicrosecond);
 
 } // namespace
