@@ -521,25 +521,34 @@ void tap_group_gradient(std::size_t first_row, std::size_t end_row, std::size_t 
 // channel vectors: image by image and a few rows at a time (so that those
 // rows' gradients stay in L1 while every tap passes over them), groups of
 // the blocking's tap count, then the remaining taps three and one at a time.
-// image_tap holds taps pointers (the taps of the image at hand).
+// image_tap holds taps pointers (the taps of the image at hand). The bytes
+// of next_input (the next chunk's input, or none) are asked toward L2 in
+// equal shares before each pass (prefetch_stream): in a training step the
+// input comes from memory, and a chunk's phased copy of it waited on that
+// (a Zen 5 core: the 28x28 stride-2 weight gradient with its input out of
+// the caches 1.12 ms without, 0.82 ms with; 0.71 ms with it in cache).
 struct image_tap_tag {};
 
 template <class T, std::size_t Vectors, std::size_t ColumnStep>
 void tap_gradients(std::size_t images, std::size_t rows, std::size_t row_length, const T* const* tap, std::size_t taps,
                    std::size_t image_stride, std::size_t plane_width, const T* gradients, std::size_t channel_stride,
-                   T* sums, std::size_t sum_stride, const T** image_tap)
+                   T* sums, std::size_t sum_stride, const T** image_tap, std::span<const std::byte> next_input)
 {
     using blocking = weight_gradient_blocking<T>;
     constexpr std::size_t pixels = blocking::pixels_for(Vectors);
     // Half of the core's L1 data cache (cache_sizes.hpp) for the rows' gradients.
     const std::size_t l1_values = this_core_caches().l1_data / 2 / sizeof(T);
     const std::size_t row_block = std::clamp<std::size_t>(l1_values / (row_length * channel_stride), 1, rows);
+    const std::size_t passes = taps / blocking::taps + (blocking::taps > 3 ? taps % blocking::taps / 3 : 0) +
+                               taps % blocking::taps % (blocking::taps > 3 ? 3 : blocking::taps);
+    prefetch_stream prefetch(next_input, images * ((rows + row_block - 1) / row_block) * passes);
     for (std::size_t image = 0; image < images; ++image) {
         for (std::size_t t = 0; t < taps; ++t) image_tap[t] = tap[t] + image * image_stride;
         const T* image_gradients = gradients + image * rows * row_length * channel_stride;
         for (std::size_t first = 0; first < rows; first += row_block) {
             const std::size_t end = std::min(rows, first + row_block);
             auto pass = [&]<std::size_t Taps>(std::size_t t) {
+                prefetch.advance();
                 tap_group_gradient<T, Taps, Vectors, pixels, ColumnStep>(first, end, row_length, image_tap + t,
                                                                          plane_width, image_gradients, channel_stride,
                                                                          sums + t * sum_stride, sum_stride);
@@ -680,15 +689,23 @@ void weight_gradient(const convolution_shape& shape, const T* x, const T* grad_y
                     }
                 }
             }
+            // The next chunk's input on its way to L2 during the first
+            // block of channels' passes (in a training step it comes from
+            // memory).
+            const std::size_t input_values = shape.in_channels * shape.input_pixels();
+            const std::size_t next_first = in / input_values + part.batch;
+            const std::span<const std::byte> next_input =
+                images_bytes(x, input_values, next_first, std::min(chunk, shape.batch - next_first));
             const auto passes = [&]<std::size_t ColumnStep>() {
                 for (std::size_t v0 = 0; v0 < channel_vectors; v0 += blocking::max_vectors) {
                     const std::size_t vectors = std::min(blocking::max_vectors, channel_vectors - v0);
                     ([&]<std::size_t... V>(std::index_sequence<V...>) {
-                        ((vectors == V + 1 ? tap_gradients<T, V + 1, ColumnStep>(
-                                                 part.batch, out_height, row_length, tap, taps, image_stride,
-                                                 plane_width, gradients + v0 * width, channel_stride, sums + v0 * width,
-                                                 channel_stride, image_tap)
-                                           : void()),
+                        ((vectors == V + 1
+                              ? tap_gradients<T, V + 1, ColumnStep>(
+                                    part.batch, out_height, row_length, tap, taps, image_stride, plane_width,
+                                    gradients + v0 * width, channel_stride, sums + v0 * width, channel_stride,
+                                    image_tap, v0 == 0 ? next_input : std::span<const std::byte>{})
+                              : void()),
                          ...);
                     })(std::make_index_sequence<blocking::max_vectors>{});
                 }
