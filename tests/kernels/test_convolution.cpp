@@ -474,7 +474,7 @@ TEST_CASE_TEMPLATE("a 1x1 stride-2 convolution equals the stride-1 one on its ev
 
 #if defined(__AVX512F__)
 // The forward of a 3x3 stride-2 convolution as patch products (pointwise.hpp)
-// against the direct correlation it replaces for rows of at most a vector:
+// against the direct correlation it replaces for rows of at most two vectors:
 // bit for bit with beta 0 (the same products in the same order), to rounding
 // with beta != 0 (each applies beta in its own stores); and the input
 // gradient (padding 1, even widths) against the direct form's paired

@@ -539,6 +539,7 @@ void tap_gradients(std::size_t images, std::size_t rows, std::size_t row_length,
     // Half of the core's L1 data cache (cache_sizes.hpp) for the rows' gradients.
     const std::size_t l1_values = this_core_caches().l1_data / 2 / sizeof(T);
     const std::size_t row_block = std::clamp<std::size_t>(l1_values / (row_length * channel_stride), 1, rows);
+    // The passes of one row block, as the loop below groups the taps.
     const std::size_t passes = taps / blocking::taps + (blocking::taps > 3 ? taps % blocking::taps / 3 : 0) +
                                taps % blocking::taps % (blocking::taps > 3 ? 3 : blocking::taps);
     prefetch_stream prefetch(next_input, images * ((rows + row_block - 1) / row_block) * passes);
