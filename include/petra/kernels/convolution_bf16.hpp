@@ -621,13 +621,8 @@ PETRA_TARGET_AVX512_BF16 inline void bf16_convolution_images_avx512(
     for (std::size_t image = 0; image < shape.batch; ++image) {
         prepare_bf16_image(shape, g, input + image * image_values, phased, row_pairs, input_map);
         // The next image's input on its way to L2 while this one is computed
-        // (in a training step it comes from memory).
-        if (image + 1 < shape.batch) {
-            const char* next = reinterpret_cast<const char*>(input + (image + 1) * image_values);
-            for (std::size_t byte = 0; byte < image_values * sizeof(float); byte += 64) {
-                _mm_prefetch(next + byte, _MM_HINT_T1);
-            }
-        }
+        // (in a training step it comes from memory): asked for at once.
+        if (image + 1 < shape.batch) prefetch_stream(images_bytes(input, image_values, image + 1, 1), 1).advance();
         float* out_image = output + image * shape.out_channels * out_pixels;
         for (std::size_t j = 0; j < g.wide_pixels; j += block) {
             const std::size_t vectors = std::min<std::size_t>(3, (g.wide_pixels - j + width - 1) / width);

@@ -481,7 +481,10 @@ inline void broadcast_block(std::size_t depth, const T* __restrict a, std::size_
 // and input-gradient convolutions of a training step (medians of alternated
 // pairs; nothing measurable on a Zen 5 core); spread the same way
 // over the weight gradient's blocks (few and long, so in bursts of hundreds
-// of lines) it slowed that kernel, which does without.
+// of lines) it slowed that kernel on the Intel core and changed a Zen 5
+// step by nothing measurable (bench/RESULTS.md), so that kernel does
+// without. The direct weight gradient (convolution.hpp) and the bf16
+// correlation (convolution_bf16.hpp, one call: at once) take it too.
 class prefetch_stream {
 public:
     prefetch_stream(std::span<const std::byte> range, std::size_t calls)
