@@ -74,6 +74,11 @@ def main(argv):
             continue
         print(f"| {name} | {statistics.median(base_values):.2f} | {statistics.median(tree_values):.2f} "
               f"| **{statistics.median(ratios):.3f}x** | {min(ratios):.3f}-{max(ratios):.3f} |")
+    # The machine line of the first round's base report (CPU, caches, FMA peak, date).
+    with open(os.path.join(directory, f"base-{rounds[0]}.txt")) as report:
+        machine = next((line.strip() for line in report if line.startswith("machine: ")), None)
+    if machine:
+        print(f"\nMachine (base, round {rounds[0]}): {machine[len('machine: '):]}")
 
 
 if __name__ == "__main__":
