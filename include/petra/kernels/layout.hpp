@@ -1,10 +1,12 @@
 // Moving values between layouts inside the kernels: channel rows to pixel
 // rows (the transposition the convolutions use to put channels along the
-// vectors and back), and a row's store that accumulates onto what is there.
+// vectors and back), a row's store that accumulates onto what is there, and
+// the prefetches that bring a kernel's next images closer while it works.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
+#include <span>
 #include <type_traits>
 
 #if defined(__AVX512F__)
@@ -410,6 +412,49 @@ inline void split_row_stride_two(std::size_t count, const T* in, T* even, T* odd
         if (even != nullptr) even[t] = in[2 * t];
         if (odd != nullptr && 2 * t + 1 < count) odd[t] = in[2 * t + 1];
     }
+}
+
+// Brings a kernel's next images toward the L2 cache while it works on the ones
+// before: `calls` calls of advance() each ask for an equal share of the range's
+// cache lines (prefetches to L2, which do not fault), so that the copies
+// reading the images find them closer than memory: in a training step a
+// convolution's input was written passes before and comes from L3 or memory.
+// Its users: the Winograd forward and input gradient over their products
+// (winograd.hpp; on an Intel Xeon core, about 26 GB/s from its L3, 2-5% off
+// those convolutions in a step, medians of alternated pairs; nothing measurable
+// on a Zen 5 core), the direct weight gradient before each tap pass
+// (convolution.hpp), the bf16 correlation and the 1x1 and 3x3 stride-2
+// forwards' matrix products, one call (at once) per image
+// (convolution_bf16.hpp, pointwise.hpp; the forwards 1.07-1.21x and 1.02-1.05x
+// in a Zen 5 step). Spread over the Winograd weight gradient's blocks (few and
+// long, so in bursts of hundreds of lines) it slowed that kernel on the Intel
+// core and changed a Zen 5 step by nothing measurable (bench/RESULTS.md), so
+// that kernel does without.
+class prefetch_stream {
+public:
+    prefetch_stream(std::span<const std::byte> range, std::size_t calls)
+        : next_(range.data()), end_(range.data() + range.size()),
+          lines_per_call_(calls == 0 ? 0 : (range.size() / line + calls) / calls)
+    {}
+    void advance()
+    {
+        for (std::size_t k = 0; k < lines_per_call_ && next_ < end_; ++k, next_ += line)
+            __builtin_prefetch(next_, 0, 2);
+    }
+
+private:
+    static constexpr std::size_t line = 64;
+    const std::byte* next_;
+    const std::byte* end_;
+    std::size_t lines_per_call_;
+};
+
+// The bytes of `count` images of `image_values` values each from image
+// `first` of `values`.
+template <class T>
+std::span<const std::byte> images_bytes(const T* values, std::size_t image_values, std::size_t first, std::size_t count)
+{
+    return std::as_bytes(std::span<const T>(values + first * image_values, count * image_values));
 }
 
 } // namespace petra::kernels::detail

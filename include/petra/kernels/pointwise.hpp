@@ -584,6 +584,8 @@ void pointwise_forward(const pointwise_geometry& geometry, std::size_t batch, co
     T* gathered = scratch.take<pointwise_pixels_tag, T>(pointwise_pixels_count<T>(geometry, in_channels));
     for (std::size_t n = 0; n < batch; ++n) {
         gather_even_pixels(geometry, in_channels, x + n * in_values, gathered);
+        // The next image toward L2 while this one's product runs (layout.hpp).
+        if (n + 1 < batch) prefetch_stream(images_bytes(x, in_values, n + 1, 1), 1).advance();
         pointwise_product(out_channels, in_channels, packed, transposed, out_channels, gathered,
                           geometry.row_stride<T>(), pixels, true, y + n * out_channels * pixels, pixels, beta);
     }
@@ -660,6 +662,8 @@ inline void patch_forward(const patch_geometry& geometry, std::size_t batch, con
     float* patches = scratch.take<patch_matrix_tag, float>(depth * pixels);
     for (std::size_t n = 0; n < batch; ++n) {
         gather_patches(geometry, x + n * in_values, patches);
+        // The next image toward L2 while this one's product runs (layout.hpp).
+        if (n + 1 < batch) prefetch_stream(images_bytes(x, in_values, n + 1, 1), 1).advance();
         pointwise_product(out_channels, depth, packed, transposed, out_channels, patches, pixels, pixels, false,
                           y + n * out_channels * pixels, pixels, beta);
     }

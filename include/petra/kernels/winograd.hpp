@@ -473,45 +473,6 @@ inline void broadcast_block(std::size_t depth, const T* __restrict a, std::size_
     }
 }
 
-// Brings the next group's images toward the L2 cache while this group's
-// products compute: `calls` calls of advance() each ask for an equal share
-// of the range's cache lines (prefetches to L2, which do not fault), so that
-// the transposes reading the images find them closer than memory. On an
-// Intel Xeon core (about 26 GB/s from its L3) it took 2-5% off the forward
-// and input-gradient convolutions of a training step (medians of alternated
-// pairs; nothing measurable on a Zen 5 core); spread the same way
-// over the weight gradient's blocks (few and long, so in bursts of hundreds
-// of lines) it slowed that kernel on the Intel core and changed a Zen 5
-// step by nothing measurable (bench/RESULTS.md), so that kernel does
-// without. The direct weight gradient (convolution.hpp) and the bf16
-// correlation (convolution_bf16.hpp, one call: at once) take it too.
-class prefetch_stream {
-public:
-    prefetch_stream(std::span<const std::byte> range, std::size_t calls)
-        : next_(range.data()), end_(range.data() + range.size()),
-          lines_per_call_(calls == 0 ? 0 : (range.size() / line + calls) / calls)
-    {}
-    void advance()
-    {
-        for (std::size_t k = 0; k < lines_per_call_ && next_ < end_; ++k, next_ += line)
-            __builtin_prefetch(next_, 0, 2);
-    }
-
-private:
-    static constexpr std::size_t line = 64;
-    const std::byte* next_;
-    const std::byte* end_;
-    std::size_t lines_per_call_;
-};
-
-// The bytes of `count` images of `image_values` values each from image
-// `first` of `values`.
-template <class T>
-std::span<const std::byte> images_bytes(const T* values, std::size_t image_values, std::size_t first, std::size_t count)
-{
-    return std::as_bytes(std::span<const T>(values + first * image_values, count * image_values));
-}
-
 template <class T, std::size_t Vectors, std::size_t FixedStride>
 void winograd_vector_group_products(const winograd_geometry<T>& geometry, const T* patches, const T* weights,
                                     std::size_t v0, T* products, prefetch_stream& prefetch)
