@@ -64,5 +64,39 @@ TEST_CASE("a Winograd group holds half of L2, within its bounds, and the compile
         const kernels::detail::winograd_geometry<float> ceiling(64, 28, 28, 16, 16, 2, at_compile_time);
         CHECK(chosen.group_images <= ceiling.group_images);
         CHECK(chosen.patches_count() <= ceiling.patches_count());
+        CHECK(chosen.one_vector_rows == ceiling.one_vector_rows);
+    }
+}
+
+TEST_CASE("a Winograd group's tiles are padded to rows that waste the fewest products")
+{
+    using geometry = kernels::detail::winograd_geometry<float>;
+    using blocking = kernels::detail::winograd_blocking<float>;
+    // One vector of result channels: the rows are one of the candidates.
+    for (const std::size_t tile : {std::size_t(2), std::size_t(4)}) {
+        for (const std::size_t side : {std::size_t(7), std::size_t(14), std::size_t(28), std::size_t(32)}) {
+            CAPTURE(tile);
+            CAPTURE(side);
+            const geometry one(64, side, side, 16, kernels::simd_width<float>, tile);
+            CHECK(std::find(blocking::one_vector_rows.begin(), blocking::one_vector_rows.end(), one.one_vector_rows) !=
+                  blocking::one_vector_rows.end());
+            CHECK(one.row_multiple == one.one_vector_rows);
+            CHECK(one.group_tiles % one.row_multiple == 0);
+            CHECK(one.group_tiles >= one.group_images * one.tiles);
+        }
+    }
+    if constexpr (blocking::wide && kernels::simd_width<float> == 16) {
+        // The reference network's 28x28 x 16-channel couplings: 49 tiles an
+        // image in F(4x4, 3x3), 196 in F(2x2, 3x3); 14 rows divide both
+        // groups, where 24 computed 120 rows for two images' 98 tiles.
+        for (const std::size_t tile : {std::size_t(2), std::size_t(4)}) {
+            CAPTURE(tile);
+            const geometry reference(64, 28, 28, 16, 16, tile);
+            CHECK(reference.one_vector_rows == 14);
+            CHECK(reference.group_tiles == reference.group_images * reference.tiles);
+        }
+        // More than one vector: the blocking's rows, as before.
+        const geometry wider(64, 14, 14, 32, 32, 4);
+        CHECK(wider.row_multiple == blocking::rows_for(2));
     }
 }

@@ -145,19 +145,23 @@ TEST_CASE("precision: which passes of conv2d have bf16 kernels")
     static_assert(pointwise::bf16_forward && !pointwise::bf16_input_gradient && !pointwise::bf16_weight_gradient);
     static_assert(!stem_convolution::bf16_forward && !stem_convolution::bf16_input_gradient &&
                   !stem_convolution::bf16_weight_gradient);
-    // With vdpbf16ps, the reference network's passes that run faster in
-    // bf16 (kernels::bf16_convolution_pays): the 3x3 forward correlations
-    // except Winograd's over more than 16 channels; no weight gradient.
+    // With vdpbf16ps, the passes that run faster in bf16
+    // (kernels::bf16_convolution_pays): the 3x3 forward correlations that
+    // Winograd's float form does not take (of the reference network: the
+    // downsampling's forward); no weight gradient.
     {
         using kernels::convolution_pass;
         using kernels::convolution_shape;
         constexpr auto vdp = kernels::bf16_engine::avx512_bf16;
         constexpr convolution_shape couplings_28{1, 16, 28, 28, 16, 3, 1, 1}, couplings_14{1, 32, 14, 14, 32, 3, 1, 1},
             couplings_7{1, 64, 7, 7, 64, 3, 1, 1}, downsampling{1, 16, 28, 28, 32, 3, 2, 1},
-            shortcut{1, 16, 28, 28, 32, 1, 2, 0}, stem{1, 1, 28, 28, 32, 3, 1, 1};
-        static_assert(kernels::bf16_convolution_pays(couplings_28, convolution_pass::forward, vdp) &&
-                      kernels::bf16_convolution_pays(couplings_28, convolution_pass::input_gradient, vdp) &&
+            shortcut{1, 16, 28, 28, 32, 1, 2, 0}, stem{1, 1, 28, 28, 32, 3, 1, 1},
+            few_channels{1, 4, 28, 28, 4, 3, 1, 1};
+        static_assert(!kernels::bf16_convolution_pays(couplings_28, convolution_pass::forward, vdp) &&
+                      !kernels::bf16_convolution_pays(couplings_28, convolution_pass::input_gradient, vdp) &&
                       !kernels::bf16_convolution_pays(couplings_28, convolution_pass::weight_gradient, vdp));
+        static_assert(kernels::bf16_convolution_pays(few_channels, convolution_pass::forward, vdp) &&
+                      kernels::bf16_convolution_pays(few_channels, convolution_pass::input_gradient, vdp));
         static_assert(!kernels::bf16_convolution_pays(couplings_14, convolution_pass::forward, vdp) &&
                       !kernels::bf16_convolution_pays(couplings_7, convolution_pass::input_gradient, vdp));
         static_assert(kernels::bf16_convolution_pays(downsampling, convolution_pass::forward, vdp) &&

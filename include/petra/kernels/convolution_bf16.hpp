@@ -848,20 +848,22 @@ enum class convolution_pass { forward, input_gradient, weight_gradient };
 //   pass 1.03-3.2x.
 // - avx512_bf16 (AMD Zen 5: vdpbf16ps at twice the float FMA's rate): the
 //   forward correlations of 3x3 kernels over more than one input channel
-//   (forward; input gradient at stride 1), except where Winograd's float
-//   form takes more than 16 channels either way. Against the float kernels
-//   the 28x28 x 16-channel forward and input gradient ran 1.32x and the
-//   stride-2 forwards 1.35-1.5x; Winograd over 32 and 64 channels
-//   0.6-0.93x, the dilated stride-2 input gradient 0.46x, the 1x1 kernel
-//   and the stem 0.6-0.7x, and every weight gradient 0.64-0.85x.
+//   (forward; input gradient at stride 1) that Winograd's float form does
+//   not take. Against the float kernels the stride-2 forwards ran 1.35-1.5x;
+//   Winograd over 32 and 64 channels 0.6-0.93x, and over 16 channels at
+//   28x28 1.32x until the float products' blocks stopped wasting rows, then
+//   about 0.8x in a step (F(4x4, 3x3) multiplies 4 times less than a direct
+//   form, which bf16's doubled rate does not make up; bf16 inside Winograd's
+//   form loses the accuracy: bench/RESULTS.md, "bf16 in training"); the
+//   dilated stride-2 input gradient 0.46x, the 1x1 kernel and the stem
+//   0.6-0.7x, and every weight gradient 0.64-0.85x.
 constexpr bool bf16_convolution_pays(const convolution_shape& shape, convolution_pass pass, bf16_engine engine)
 {
     if (shape.in_channels < 2) return false;
     if (engine == bf16_engine::amx) return pass == convolution_pass::forward || shape.kernel == 3;
     const bool correlation =
         pass == convolution_pass::forward || (pass == convolution_pass::input_gradient && shape.stride == 1);
-    const bool wide_winograd = detail::winograd_applies(shape) && std::max(shape.in_channels, shape.out_channels) > 16;
-    return shape.kernel == 3 && correlation && !wide_winograd;
+    return shape.kernel == 3 && correlation && !detail::winograd_applies(shape);
 }
 
 // Whether either engine takes `pass` over shape in bf16.

@@ -8,8 +8,8 @@
 // the float ones on the CPU's bf16 engine take them
 // (kernels::bf16_convolution_pays): on AMX every pass of a kernel over more
 // than one input channel except the 1x1 kernel's two gradients; with
-// vdpbf16ps the 3x3 forward correlations where Winograd's float form does
-// not run faster.
+// vdpbf16ps the 3x3 forward correlations that Winograd's float form, faster
+// there, does not take.
 #pragma once
 
 #include <array>
