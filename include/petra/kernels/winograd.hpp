@@ -989,7 +989,7 @@ void winograd_weight_gradient(const winograd_geometry<T>& geometry, const T* sou
     T* tiles = scratch.take<winograd_gradient_tiles_tag, T>(sizes::tiles_count(geometry));
     T* sums = scratch.take<winograd_gradient_sums_tag, T>(sizes::sums_count(geometry));
     zero_unwritten(geometry, bordered, patches);
-    std::fill(products, products + geometry.products_count(), T(0));
+    // dM needs no zeros: each group writes every row its sums read.
     std::fill(tiles, tiles + sizes::tiles_count(geometry), T(0));
     std::fill(sums, sums + sizes::sums_count(geometry), T(0));
     const std::size_t pixels = geometry.pixels(), results = geometry.result_channels;
