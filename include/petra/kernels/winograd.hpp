@@ -284,30 +284,58 @@ inline void transform_weights_f4(const V (&g)[3][3], std::size_t plane, typename
     }
 }
 
+// Row R of B^T d for one column of six patch values, d(i) the column's
+// value i: each row is computed from the column's values alone, so that a
+// row computed by itself has the bits it has among the six.
+template <std::size_t R, class V, class Value>
+inline V patch_column_f4_row(Value&& d)
+{
+    using T = typename V::value_type;
+    const V four(T(4)), minus_five(T(-5)), two(T(2));
+    if constexpr (R == 0) return xsimd::fma(minus_five, d(2), xsimd::fma(four, d(0), d(4)));
+    else if constexpr (R == 1) return xsimd::fma(-four, d(1) + d(2), d(3) + d(4));
+    else if constexpr (R == 2) return xsimd::fma(four, d(1) - d(2), d(4) - d(3));
+    else if constexpr (R == 3) return xsimd::fma(-two, d(1) - d(3), d(4) - d(2));
+    else if constexpr (R == 4) return xsimd::fma(two, d(1) - d(3), d(4) - d(2));
+    else return xsimd::fma(minus_five, d(3), xsimd::fma(four, d(1), d(5)));
+}
+
 // B^T d for one column of six patch values.
 template <class V>
 inline void patch_column_f4(const V (&d)[6], V (&out)[6])
 {
+    const auto value = [&d](std::size_t i) { return d[i]; };
+    [&]<std::size_t... R>(std::index_sequence<R...>) {
+        ((out[R] = patch_column_f4_row<R, V>(value)), ...);
+    }(std::make_index_sequence<6>{});
+}
+
+// Rows Pair and Pair + 2 of A^T m for one column of six products, m(i)
+// the column's value i: rows 0 and 2 share m[1] + m[2] and m[3] + m[4], rows
+// 1 and 3 the differences, so a pair is computed from the column alone with
+// the bits it has among the four.
+template <std::size_t Pair, class V, class Value>
+inline void product_column_f4_pair(Value&& m, V& first, V& second)
+{
     using T = typename V::value_type;
-    const V four(T(4)), minus_five(T(-5)), two(T(2));
-    out[0] = xsimd::fma(minus_five, d[2], xsimd::fma(four, d[0], d[4]));
-    out[1] = xsimd::fma(-four, d[1] + d[2], d[3] + d[4]);
-    out[2] = xsimd::fma(four, d[1] - d[2], d[4] - d[3]);
-    out[3] = xsimd::fma(-two, d[1] - d[3], d[4] - d[2]);
-    out[4] = xsimd::fma(two, d[1] - d[3], d[4] - d[2]);
-    out[5] = xsimd::fma(minus_five, d[3], xsimd::fma(four, d[1], d[5]));
+    if constexpr (Pair == 0) {
+        const V plus = m(1) + m(2), outer_plus = m(3) + m(4);
+        first = m(0) + plus + outer_plus;
+        second = xsimd::fma(V(T(4)), outer_plus, plus);
+    } else {
+        const V minus = m(1) - m(2), outer_minus = m(3) - m(4);
+        first = xsimd::fma(V(T(2)), outer_minus, minus);
+        second = xsimd::fma(V(T(8)), outer_minus, minus) + m(5);
+    }
 }
 
 // A^T m for one column of six products.
 template <class V>
 inline void product_column_f4(const V (&m)[6], V (&out)[4])
 {
-    using T = typename V::value_type;
-    const V plus = m[1] + m[2], minus = m[1] - m[2], outer_plus = m[3] + m[4], outer_minus = m[3] - m[4];
-    out[0] = m[0] + plus + outer_plus;
-    out[1] = xsimd::fma(V(T(2)), outer_minus, minus);
-    out[2] = xsimd::fma(V(T(4)), outer_plus, plus);
-    out[3] = xsimd::fma(V(T(8)), outer_minus, minus) + m[5];
+    const auto value = [&m](std::size_t i) { return m[i]; };
+    product_column_f4_pair<0>(value, out[0], out[2]);
+    product_column_f4_pair<1>(value, out[1], out[3]);
 }
 
 // U[e][s][r] = (G g G^T)[e / 4][e % 4] for the 3x3 weights g = tap(r, s, kh, kw)
@@ -375,6 +403,35 @@ void gather_image(const winograd_geometry<T>& geometry, const T* source, std::si
                                pixel_rows{geometry.width, geometry.bordered_width * stride, stride}, map);
 }
 
+// Row R of (B^T d) B (F(4x4, 3x3)) for every tile of a row of tiles and one
+// vector of channels: first_patch is the row of tiles' first bordered pixel
+// (bordered rows `row` values apart, pixels `stride` apart), first_out its
+// first tile's V values (tiles `stride` apart, the 36 products `plane`
+// apart). The tile's six columns' row R of B^T d, then their B: the first
+// two columns' values come from the tile before.
+template <std::size_t R, class T>
+inline void transform_patch_row_f4(const T* first_patch, std::size_t row, std::size_t stride,
+                                   std::size_t tile_columns, T* first_out, std::size_t plane)
+{
+    using vector = simd<T>;
+    const auto column = [row](const T* at) {
+        return patch_column_f4_row<R, vector>([at, row](std::size_t k) { return vector::load_aligned(at + k * row); });
+    };
+    vector columns[6];
+    columns[4] = column(first_patch);
+    columns[5] = column(first_patch + stride);
+    for (std::size_t tx = 0; tx < tile_columns; ++tx) {
+        const T* patch = first_patch + 4 * tx * stride;
+        columns[0] = columns[4];
+        columns[1] = columns[5];
+        for (std::size_t k = 2; k < 6; ++k) columns[k] = column(patch + k * stride);
+        vector transformed[6];
+        patch_column_f4(columns, transformed);
+        T* out = first_out + tx * stride + R * 6 * plane;
+        for (std::size_t k = 0; k < 6; ++k) transformed[k].store_aligned(out + k * plane);
+    }
+}
+
 // V[e][t][s] = (B^T d B)[e / 4][e % 4] for every tile t of image i of the
 // group, tile (ty, tx) t = (i * tile_rows + ty) * tile_columns + tx, whose
 // patch starts at bordered pixel (output_tile ty, output_tile tx) of the
@@ -388,67 +445,69 @@ void gather_image(const winograd_geometry<T>& geometry, const T* source, std::si
 // batch 64, 9 alternated runs) the forward and input gradient ran 1.08-1.10
 // times faster at 28x28 x 16 channels (F(4x4, 3x3)), 1.04-1.06 at 14x14
 // and 7x7, the weight gradient (F(2x2, 3x3)) 1.01-1.05.
+//
+// F(4x4, 3x3) goes one row of B^T d at a time (patch_column_f4_row: the
+// same bits): a row of the six columns of a tile is six vectors, where the
+// whole B^T d of a tile is 36, more than the registers hold; the spilled
+// columns, their copies from tile to tile and their reloads took more stores
+// than the 36 of V each tile stores. The columns' values are loaded again
+// for each row, from the row of tiles' bordered rows (11.5 KiB at 16
+// channels, 28x28: in L1). The sizes are read into locals before the loops:
+// a vector store may alias anything, so a size read through a reference
+// would be read again after every store. With transform_products' pairs of
+// rows, on a Zen 5 core the forwards and input gradients ran 1.07-1.13
+// times faster alone (medians of 7 alternated runs' ratios, the three
+// sizes), 1.04-1.10 in a training step (bench/RESULTS.md).
 template <class T>
 void transform_patches(const winograd_geometry<T>& geometry, const T* bordered, std::size_t i, T* patches)
 {
     using vector = simd<T>;
     const std::size_t stride = geometry.source_stride, plane = geometry.patch_plane();
     const std::size_t row = geometry.bordered_width * stride, step = geometry.output_tile;
-    // The tiles of each row for one vector of channels: transform(columns,
-    // out) stores the tile's values from its columns' B^T d.
-    const auto each_row_of_tiles = [&]<std::size_t Size>(auto&& column, auto&& transform) {
-        for (std::size_t ty = 0; ty < geometry.tile_rows; ++ty) {
-            const T* first_patch = bordered + step * ty * row;
-            T* first_out = patches + (i * geometry.tile_rows + ty) * geometry.tile_columns * stride;
+    const std::size_t tile_rows = geometry.tile_rows, tile_columns = geometry.tile_columns;
+    if (step == 4) {
+        for (std::size_t ty = 0; ty < tile_rows; ++ty) {
+            const T* first_patch = bordered + 4 * ty * row;
+            T* first_out = patches + (i * tile_rows + ty) * tile_columns * stride;
             for (std::size_t c = 0; c < stride; c += vector::size) {
-                vector columns[Size][Size]; // B^T d, column by column
-                column(first_patch + c, columns[Size - 2]);
-                column(first_patch + stride + c, columns[Size - 1]);
-                for (std::size_t tx = 0; tx < geometry.tile_columns; ++tx) {
-                    const T* patch = first_patch + step * tx * stride + c;
-                    for (std::size_t k = 0; k < Size; ++k) columns[0][k] = columns[Size - 2][k];
-                    for (std::size_t k = 0; k < Size; ++k) columns[1][k] = columns[Size - 1][k];
-                    for (std::size_t k = 2; k < Size; ++k) column(patch + k * stride, columns[k]);
-                    transform(columns, first_out + tx * stride + c);
+                [&]<std::size_t... R>(std::index_sequence<R...>) {
+                    (transform_patch_row_f4<R>(first_patch + c, row, stride, tile_columns, first_out + c, plane), ...);
+                }(std::make_index_sequence<6>{});
+            }
+        }
+        return;
+    }
+    for (std::size_t ty = 0; ty < tile_rows; ++ty) {
+        const T* first_patch = bordered + step * ty * row;
+        T* first_out = patches + (i * tile_rows + ty) * tile_columns * stride;
+        for (std::size_t c = 0; c < stride; c += vector::size) {
+            const auto column = [row](const T* at, vector(&out)[4]) { // B^T d
+                const vector d[4] = {vector::load_aligned(at), vector::load_aligned(at + row),
+                                     vector::load_aligned(at + 2 * row), vector::load_aligned(at + 3 * row)};
+                out[0] = d[0] - d[2];
+                out[1] = d[1] + d[2];
+                out[2] = d[2] - d[1];
+                out[3] = d[1] - d[3];
+            };
+            vector b[4][4]; // B^T d, column by column: b[k][r] row r of column k
+            column(first_patch + c, b[2]);
+            column(first_patch + stride + c, b[3]);
+            for (std::size_t tx = 0; tx < tile_columns; ++tx) {
+                const T* patch = first_patch + step * tx * stride + c;
+                for (std::size_t k = 0; k < 4; ++k) b[0][k] = b[2][k];
+                for (std::size_t k = 0; k < 4; ++k) b[1][k] = b[3][k];
+                column(patch + 2 * stride, b[2]);
+                column(patch + 3 * stride, b[3]);
+                T* out = first_out + tx * stride + c;
+                for (std::size_t r = 0; r < 4; ++r) { // (B^T d) B
+                    (b[0][r] - b[2][r]).store_aligned(out + (r * 4 + 0) * plane);
+                    (b[1][r] + b[2][r]).store_aligned(out + (r * 4 + 1) * plane);
+                    (b[2][r] - b[1][r]).store_aligned(out + (r * 4 + 2) * plane);
+                    (b[1][r] - b[3][r]).store_aligned(out + (r * 4 + 3) * plane);
                 }
             }
         }
-    };
-    if (geometry.output_tile == 4) {
-        each_row_of_tiles.template operator()<6>(
-            [&](const T* at, vector(&out)[6]) {
-                vector d[6];
-                for (std::size_t r = 0; r < 6; ++r) d[r] = vector::load_aligned(at + r * row);
-                patch_column_f4(d, out);
-            },
-            [&](const vector(&columns)[6][6], T* out) {
-                for (std::size_t r = 0; r < 6; ++r) { // (B^T d) B, row by row
-                    const vector row_values[6] = {columns[0][r], columns[1][r], columns[2][r],
-                                                  columns[3][r], columns[4][r], columns[5][r]};
-                    vector transformed[6];
-                    patch_column_f4(row_values, transformed);
-                    for (std::size_t k = 0; k < 6; ++k) transformed[k].store_aligned(out + (r * 6 + k) * plane);
-                }
-            });
-        return;
     }
-    each_row_of_tiles.template operator()<4>(
-        [&](const T* at, vector(&out)[4]) { // B^T d
-            const vector d[4] = {vector::load_aligned(at), vector::load_aligned(at + row),
-                                 vector::load_aligned(at + 2 * row), vector::load_aligned(at + 3 * row)};
-            out[0] = d[0] - d[2];
-            out[1] = d[1] + d[2];
-            out[2] = d[2] - d[1];
-            out[3] = d[1] - d[3];
-        },
-        [&](const vector(&b)[4][4], T* out) { // (B^T d) B, b[k][r] row r of column k
-            for (std::size_t r = 0; r < 4; ++r) {
-                (b[0][r] - b[2][r]).store_aligned(out + (r * 4 + 0) * plane);
-                (b[1][r] + b[2][r]).store_aligned(out + (r * 4 + 1) * plane);
-                (b[2][r] - b[1][r]).store_aligned(out + (r * 4 + 2) * plane);
-                (b[1][r] - b[3][r]).store_aligned(out + (r * 4 + 3) * plane);
-            }
-        });
 }
 
 // The micro-kernel of the 16 products and of the weight gradient's sums:
@@ -601,52 +660,58 @@ void transform_products(const winograd_geometry<T>& geometry, const T* products,
 {
     using vector = simd<T>;
     const std::size_t stride = FixedStride != 0 ? FixedStride : geometry.result_stride;
+    const std::size_t width = geometry.width, height = geometry.height; // see transform_patches
+    const std::size_t tile_rows = geometry.tile_rows, tile_columns = geometry.tile_columns;
     if (geometry.output_tile == 4) {
-        // The 4x4 results A^T M A of every tile, of which those inside the image are stored.
-        for (std::size_t ty = 0; ty < geometry.tile_rows; ++ty) {
-            const std::size_t rows = std::min<std::size_t>(4, geometry.height - 4 * ty);
-            for (std::size_t tx = 0; tx < geometry.tile_columns; ++tx) {
-                const std::size_t columns = std::min<std::size_t>(4, geometry.width - 4 * tx);
-                const std::size_t t = (image * geometry.tile_rows + ty) * geometry.tile_columns + tx;
+        // The 4x4 results A^T M A of every tile, of which those inside the
+        // image are stored; two rows of A^T M at a time (rows 0 and 2, then
+        // 1 and 3: product_column_f4_pair), twelve vectors where the whole
+        // of A^T M is 24 and spilled.
+        for (std::size_t ty = 0; ty < tile_rows; ++ty) {
+            const std::size_t rows = std::min<std::size_t>(4, height - 4 * ty);
+            for (std::size_t tx = 0; tx < tile_columns; ++tx) {
+                const std::size_t columns = std::min<std::size_t>(4, width - 4 * tx);
+                const std::size_t t = (image * tile_rows + ty) * tile_columns + tx;
                 const T* m = products + t * 36 * stride; // tile-major: 36 products per tile
-                T* out = results + (4 * ty * geometry.width + 4 * tx) * stride;
+                T* out = results + (4 * ty * width + 4 * tx) * stride;
                 for (std::size_t c = 0; c < stride; c += vector::size) {
-                    vector columns_of[6][4]; // A^T M, column by column
-                    for (std::size_t k = 0; k < 6; ++k) {
-                        vector column[6];
-                        for (std::size_t r = 0; r < 6; ++r)
-                            column[r] = vector::load_aligned(m + (r * 6 + k) * stride + c);
-                        product_column_f4(column, columns_of[k]);
-                    }
-                    const auto store_rows = [&](std::size_t row_count, std::size_t column_count) {
-                        for (std::size_t r = 0; r < row_count; ++r) { // (A^T M) A, row by row
-                            const vector row_values[6] = {columns_of[0][r], columns_of[1][r], columns_of[2][r],
-                                                          columns_of[3][r], columns_of[4][r], columns_of[5][r]};
+                    const auto store_rows = [&]<std::size_t Pair>(std::size_t row_count, std::size_t column_count) {
+                        vector pair[2][6]; // rows Pair and Pair + 2 of A^T M, column by column
+                        for (std::size_t k = 0; k < 6; ++k) {
+                            product_column_f4_pair<Pair>(
+                                [&](std::size_t r) { return vector::load_aligned(m + (r * 6 + k) * stride + c); },
+                                pair[0][k], pair[1][k]);
+                        }
+                        for (std::size_t j = 0; j < 2; ++j) { // (A^T M) A, row by row
+                            const std::size_t r = Pair + 2 * j;
+                            if (r >= row_count) break;
                             vector result[4];
-                            product_column_f4(row_values, result);
+                            product_column_f4(pair[j], result);
                             for (std::size_t k = 0; k < column_count; ++k) {
-                                result[k].store_aligned(out + (r * geometry.width + k) * stride + c);
+                                result[k].store_aligned(out + (r * width + k) * stride + c);
                             }
                         }
                     };
                     // Whole tiles with the counts known, the loops unrolled.
                     if (rows == 4 && columns == 4) {
-                        store_rows(4, 4);
+                        store_rows.template operator()<0>(4, 4);
+                        store_rows.template operator()<1>(4, 4);
                     } else {
-                        store_rows(rows, columns);
+                        store_rows.template operator()<0>(rows, columns);
+                        store_rows.template operator()<1>(rows, columns);
                     }
                 }
             }
         }
         return;
     }
-    for (std::size_t ty = 0; ty < geometry.tile_rows; ++ty) {
-        for (std::size_t tx = 0; tx < geometry.tile_columns; ++tx) {
-            const std::size_t t = (image * geometry.tile_rows + ty) * geometry.tile_columns + tx;
+    for (std::size_t ty = 0; ty < tile_rows; ++ty) {
+        for (std::size_t tx = 0; tx < tile_columns; ++tx) {
+            const std::size_t t = (image * tile_rows + ty) * tile_columns + tx;
             const T* m = products + t * 16 * stride; // tile-major: 16 products per tile
             const std::size_t y = 2 * ty, x = 2 * tx;
-            const bool second_row = y + 1 < geometry.height, second_column = x + 1 < geometry.width;
-            T* out = results + (y * geometry.width + x) * stride;
+            const bool second_row = y + 1 < height, second_column = x + 1 < width;
+            T* out = results + (y * width + x) * stride;
             for (std::size_t c = 0; c < stride; c += vector::size) {
                 vector a[2][4]; // A^T M
                 for (std::size_t k = 0; k < 4; ++k) {
@@ -660,7 +725,7 @@ void transform_products(const winograd_geometry<T>& geometry, const T* products,
                 (a[0][0] + a[0][1] + a[0][2]).store_aligned(out + c);
                 if (second_column) (a[0][1] - a[0][2] - a[0][3]).store_aligned(out + stride + c);
                 if (second_row) {
-                    T* below = out + geometry.width * stride;
+                    T* below = out + width * stride;
                     (a[1][0] + a[1][1] + a[1][2]).store_aligned(below + c);
                     if (second_column) (a[1][1] - a[1][2] - a[1][3]).store_aligned(below + stride + c);
                 }
@@ -905,10 +970,11 @@ void transform_result_gradient(const winograd_geometry<T>& geometry, const T* ti
 {
     using vector = simd<T>;
     const std::size_t stride = geometry.result_stride, plane = geometry.product_plane();
-    const std::size_t row = 2 * geometry.tile_columns * stride;
-    for (std::size_t ty = 0; ty < geometry.tile_rows; ++ty) {
-        for (std::size_t tx = 0; tx < geometry.tile_columns; ++tx) {
-            const std::size_t t = (image * geometry.tile_rows + ty) * geometry.tile_columns + tx;
+    const std::size_t tile_rows = geometry.tile_rows, tile_columns = geometry.tile_columns; // see transform_patches
+    const std::size_t row = 2 * tile_columns * stride;
+    for (std::size_t ty = 0; ty < tile_rows; ++ty) {
+        for (std::size_t tx = 0; tx < tile_columns; ++tx) {
+            const std::size_t t = (image * tile_rows + ty) * tile_columns + tx;
             const T* dy = tiles + 2 * ty * row + 2 * tx * stride;
             T* out = products + t * stride;
             for (std::size_t c = 0; c < stride; c += vector::size) {
