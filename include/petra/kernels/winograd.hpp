@@ -305,9 +305,8 @@ template <class V>
 inline void patch_column_f4(const V (&d)[6], V (&out)[6])
 {
     const auto value = [&d](std::size_t i) { return d[i]; };
-    [&]<std::size_t... R>(std::index_sequence<R...>) {
-        ((out[R] = patch_column_f4_row<R, V>(value)), ...);
-    }(std::make_index_sequence<6>{});
+    [&]<std::size_t... R>(std::index_sequence<R...>) { ((out[R] = patch_column_f4_row<R, V>(value)), ...); }
+    (std::make_index_sequence<6>{});
 }
 
 // Rows Pair and Pair + 2 of A^T m for one column of six products, m(i)
@@ -410,8 +409,8 @@ void gather_image(const winograd_geometry<T>& geometry, const T* source, std::si
 // apart). The tile's six columns' row R of B^T d, then their B: the first
 // two columns' values come from the tile before.
 template <std::size_t R, class T>
-inline void transform_patch_row_f4(const T* first_patch, std::size_t row, std::size_t stride,
-                                   std::size_t tile_columns, T* first_out, std::size_t plane)
+inline void transform_patch_row_f4(const T* first_patch, std::size_t row, std::size_t stride, std::size_t tile_columns,
+                                   T* first_out, std::size_t plane)
 {
     using vector = simd<T>;
     const auto column = [row](const T* at) {
@@ -470,9 +469,11 @@ void transform_patches(const winograd_geometry<T>& geometry, const T* bordered, 
             const T* first_patch = bordered + 4 * ty * row;
             T* first_out = patches + (i * tile_rows + ty) * tile_columns * stride;
             for (std::size_t c = 0; c < stride; c += vector::size) {
-                [&]<std::size_t... R>(std::index_sequence<R...>) {
+                [&]<std::size_t... R>(std::index_sequence<R...>)
+                {
                     (transform_patch_row_f4<R>(first_patch + c, row, stride, tile_columns, first_out + c, plane), ...);
-                }(std::make_index_sequence<6>{});
+                }
+                (std::make_index_sequence<6>{});
             }
         }
         return;
