@@ -119,8 +119,9 @@ struct winograd_geometry {
     std::size_t source_stride, result_stride;
     std::size_t bordered_width, bordered_pixels;
     // The rows of the products' blocks where the result channels take one
-    // vector (winograd_blocking::one_vector_rows; otherwise unused), and a
-    // multiple of every block's rows, to which a group's tiles are padded.
+    // vector (winograd_blocking::one_vector_rows; otherwise the accumulator
+    // count, unused and not searched for), and a multiple of every block's
+    // rows, to which a group's tiles are padded.
     std::size_t one_vector_rows, row_multiple;
     std::size_t group_images, group_tiles;
 
@@ -134,7 +135,9 @@ struct winograd_geometry {
           source_stride(round_up(source_channels_)), result_stride(round_up(result_channels_)),
           bordered_width(output_tile_ * tile_columns + 2),
           bordered_pixels((output_tile_ * tile_rows + 2) * bordered_width),
-          one_vector_rows(least_wasting_rows(batch_, tiles, products_per_tile * (source_stride + result_stride))),
+          one_vector_rows(result_stride == width_of_vector
+                              ? least_wasting_rows(batch_, tiles, products_per_tile * (source_stride + result_stride))
+                              : winograd_blocking<T>::rows_for(1)),
           row_multiple(result_stride == width_of_vector ? one_vector_rows : rows_multiple(result_stride)),
           group_images(best_group(batch_, tiles, products_per_tile * (source_stride + result_stride), row_multiple,
                                   group_bytes)),
