@@ -300,39 +300,92 @@ template <class T, std::size_t Rows, std::size_t Vectors, bool Whole>
     }
 }
 
-// The same results as pointwise_tile's for a few columns, column by
-// column with the rows along the vectors: result (i, j) = sum over d <
-// depth, in order, of a[d * a_stride + i] * b[d * b_stride + j] (a: the
-// operand transposed, depth x rows), for i < rows and j < columns, stored
-// value by value. A tile would compute whole vectors of columns for them
-// (at 7x7, 49 pixels: a fourth vector of which one lane is stored, a
-// quarter of the products).
+// Columns columns of results from column j of b, rows i0 to i0 + count
+// (count <= Vectors vectors' lanes) along the vectors: result (i, j) = sum
+// over d < depth, in order, of a[d * a_stride + i] * b[d * b_stride + j],
+// stored value by value (pointwise_columns).
+template <class T, std::size_t Columns, std::size_t Vectors>
+void column_block(std::size_t count, std::size_t depth, const T* a, std::size_t a_stride, const T* b,
+                  std::size_t b_stride, T* out, std::size_t out_stride, T beta)
+{
+    using vector = simd<T>;
+    constexpr std::size_t width = vector::size;
+    const std::size_t last = count - (Vectors - 1) * width;
+    vector accumulator[Columns][Vectors];
+#pragma GCC unroll 8
+    for (std::size_t c = 0; c < Columns; ++c) {
+#pragma GCC unroll 4
+        for (std::size_t v = 0; v < Vectors; ++v) accumulator[c][v] = vector(T(0));
+    }
+    for (std::size_t d = 0; d < depth; ++d) {
+        const T* row = a + d * a_stride;
+        vector values[Vectors];
+#pragma GCC unroll 4
+        for (std::size_t v = 0; v < Vectors; ++v) {
+            values[v] = v + 1 < Vectors ? vector::load_unaligned(row + v * width) : load_first(row + v * width, last);
+        }
+#pragma GCC unroll 8
+        for (std::size_t c = 0; c < Columns; ++c) {
+            const vector value(b[d * b_stride + c]);
+#pragma GCC unroll 4
+            for (std::size_t v = 0; v < Vectors; ++v)
+                accumulator[c][v] = xsimd::fma(values[v], value, accumulator[c][v]);
+        }
+    }
+    alignas(buffer_alignment) T lanes[Vectors * width];
+    for (std::size_t c = 0; c < Columns; ++c) {
+#pragma GCC unroll 4
+        for (std::size_t v = 0; v < Vectors; ++v) accumulator[c][v].store_aligned(lanes + v * width);
+        for (std::size_t i = 0; i < count; ++i) {
+            T& target = out[i * out_stride + c];
+            target = beta == T(0) ? lanes[i] : std::fma(beta, target, lanes[i]);
+        }
+    }
+}
+
+// The same results as pointwise_tile's for the columns past a product's
+// last whole vector, with the rows along the vectors: result (i, j) = sum
+// over d < depth, in order, of a[d * a_stride + i] * b[d * b_stride + j]
+// (a: the operand transposed, depth x rows), for i < rows and j < columns,
+// stored value by value. A tile would compute a whole vector of columns for
+// them (at 14x14, 196 pixels: a thirteenth vector of which 4 lanes are
+// stored, three quarters of its products wasted; at 7x7, 49 pixels, a fourth
+// vector of which one lane is). A block of columns times up to four
+// vectors of rows at a time, as many columns as make up to 16 chains of
+// sums (8 with 16 registers): one column at a time, with one or two vectors
+// of rows, the sums waited on the FMA's latency.
 template <class T>
 [[gnu::noinline]] void pointwise_columns(std::size_t rows, std::size_t depth, const T* a, std::size_t a_stride,
                                          const T* b, std::size_t b_stride, std::size_t columns, T* out,
                                          std::size_t out_stride, T beta)
 {
-    using vector = simd<T>;
-    constexpr std::size_t width = vector::size, group = 4;
-    alignas(buffer_alignment) T lanes[group * width];
-    for (std::size_t j = 0; j < columns; ++j) {
-        for (std::size_t i0 = 0; i0 < rows; i0 += group * width) {
-            const std::size_t count = std::min(group * width, rows - i0);
-            const std::size_t vectors = (count + width - 1) / width;
-            vector accumulator[group] = {vector(T(0)), vector(T(0)), vector(T(0)), vector(T(0))};
-            for (std::size_t d = 0; d < depth; ++d) {
-                const vector value(b[d * b_stride + j]);
-                const T* row = a + d * a_stride + i0;
-                for (std::size_t v = 0; v < vectors; ++v) {
-                    accumulator[v] = xsimd::fma(load_first(row + v * width, std::min(width, count - v * width)), value,
-                                                accumulator[v]);
-                }
+    constexpr std::size_t width = simd_width<T>, vectors = 4, max_columns = 8;
+    constexpr std::size_t chains = gemm_blocking<T>::wide_register_file ? 16 : 8;
+    for (std::size_t i0 = 0; i0 < rows; i0 += vectors * width) {
+        const std::size_t count = std::min(vectors * width, rows - i0);
+        const std::size_t count_vectors = (count + width - 1) / width;
+        const std::size_t block = std::min(max_columns, chains / count_vectors);
+        for (std::size_t j = 0; j < columns; j += block) {
+            const std::size_t block_columns = std::min(block, columns - j);
+            const T* a_rows = a + i0;
+            T* out_rows = out + i0 * out_stride + j;
+            // Shape k: k / vectors + 1 columns, k % vectors + 1 vectors.
+            const std::size_t shape = (block_columns - 1) * vectors + count_vectors - 1;
+            [&]<std::size_t... K>(std::index_sequence<K...>)
+            {
+                (
+                    [&] {
+                        constexpr std::size_t shape_columns = K / vectors + 1, shape_vectors = K % vectors + 1;
+                        if constexpr (shape_columns * shape_vectors <= chains) {
+                            if (shape == K) {
+                                column_block<T, shape_columns, shape_vectors>(count, depth, a_rows, a_stride, b + j,
+                                                                              b_stride, out_rows, out_stride, beta);
+                            }
+                        }
+                    }(),
+                    ...);
             }
-            for (std::size_t v = 0; v < vectors; ++v) accumulator[v].store_aligned(lanes + v * width);
-            for (std::size_t i = 0; i < count; ++i) {
-                T& target = out[(i0 + i) * out_stride + j];
-                target = beta == T(0) ? lanes[i] : std::fma(beta, target, lanes[i]);
-            }
+            (std::make_index_sequence<max_columns * vectors>{});
         }
     }
 }
@@ -351,11 +404,16 @@ void pointwise_product(std::size_t rows, std::size_t depth, const T* packed, con
     constexpr std::size_t mr = gemm_blocking<T>::mr, vectors = gemm_blocking<T>::vectors_per_row;
     constexpr std::size_t width = simd_width<T>, tile = vectors * width;
     const std::size_t whole_end = columns - columns % tile, rest = columns - whole_end;
-    // The vectors of the last tile: a last vector with fewer than a quarter
-    // of its lanes used goes to pointwise_columns, whose products are
-    // latency-bound chains, one per vector of rows (a column there costs
-    // about as much as 4 of a tile's lanes at 8 rows and a depth of 16).
-    const std::size_t rest_vectors = rest / width + (rest % width >= width / 4 ? 1 : 0);
+    // The vectors of the last tile. A last vector that is not whole goes to
+    // pointwise_columns, which multiplies only its columns but stores its
+    // results value by value, where that saves more than it costs: where it
+    // holds fewer than a quarter of a vector's columns, or over a depth of
+    // at least four vectors' lanes. (In a Zen 5 training step the 3x3
+    // stride-2 forward at 28x28, 196 pixels, depth 144, ran 1.12 times
+    // faster so, the 1x1 one, depth 16, 0.94 times: bench/RESULTS.md.)
+    const std::size_t partial = rest % width;
+    const bool partial_to_columns = partial < width / 4 || depth >= 4 * width;
+    const std::size_t rest_vectors = rest / width + (partial != 0 && !partial_to_columns ? 1 : 0);
     const std::size_t tiled_end = std::min(columns, whole_end + rest_vectors * width);
     for (std::size_t r0 = 0; r0 < rows; r0 += mr) {
         const T* sliver = packed + r0 * depth;
