@@ -1086,11 +1086,17 @@ void correlation_row_block(std::size_t taps, const T* __restrict sliver, const T
         }
         sliver += Rows;
     }
-    for (std::size_t i = 0; i < channels; ++i) {
+    // Unrolled over every row, each stored if it is one of the block's
+    // channels: the accumulators go out from their registers (a loop to the
+    // run-time count indexed them, and they were stored to the stack first).
+    const std::size_t last = out_width - (Vectors - 1) * width;
+#pragma GCC unroll 16
+    for (std::size_t i = 0; i < Rows; ++i) {
+        if (i >= channels) break;
+#pragma GCC unroll 8
         for (std::size_t k = 0; k < lanes; ++k) {
-            const std::size_t first = (k % Vectors) * width;
-            store_vector(accumulator[i][k], std::min(width, out_width - first),
-                         out + i * channel_stride + (k / Vectors) * out_width + first, beta);
+            T* at = out + i * channel_stride + (k / Vectors) * out_width + (k % Vectors) * width;
+            store_vector(accumulator[i][k], k % Vectors + 1 < Vectors ? width : last, at, beta);
         }
     }
 }
