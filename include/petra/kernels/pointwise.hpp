@@ -256,6 +256,42 @@ constexpr scratch_demand patch_input_gradient_scratch(const patch_geometry& geom
     return demand;
 }
 
+// accumulator[i][v] = sum over d < depth, in order, of broadcasts[d *
+// broadcast_stride + i] * rows[d * row_stride + v * width + lane], for
+// Broadcasts values i broadcast against Vectors vectors v of a row (the
+// last through load_first(last) unless Whole): the loop of pointwise_tile
+// (rows of results along the broadcasts) and of column_block (columns).
+template <class T, std::size_t Broadcasts, std::size_t Vectors, bool Whole>
+inline void broadcast_products(std::size_t depth, const T* __restrict broadcasts, std::size_t broadcast_stride,
+                               const T* rows, std::size_t row_stride, std::size_t last,
+                               simd<T> (&accumulator)[Broadcasts][Vectors])
+{
+    using vector = simd<T>;
+    constexpr std::size_t width = vector::size;
+#pragma GCC unroll 16
+    for (std::size_t i = 0; i < Broadcasts; ++i) {
+#pragma GCC unroll 4
+        for (std::size_t v = 0; v < Vectors; ++v) accumulator[i][v] = vector(T(0));
+    }
+    for (std::size_t d = 0; d < depth; ++d) {
+        const T* row = rows + d * row_stride;
+        vector values[Vectors];
+#pragma GCC unroll 4
+        for (std::size_t v = 0; v < Vectors; ++v) {
+            values[v] =
+                Whole || v + 1 < Vectors ? vector::load_unaligned(row + v * width) : load_first(row + v * width, last);
+        }
+#pragma GCC unroll 16
+        for (std::size_t i = 0; i < Broadcasts; ++i) {
+            const vector weight(broadcasts[i]);
+#pragma GCC unroll 4
+            for (std::size_t v = 0; v < Vectors; ++v)
+                accumulator[i][v] = xsimd::fma(weight, values[v], accumulator[i][v]);
+        }
+        broadcasts += broadcast_stride;
+    }
+}
+
 // The rows x columns results of one register tile: result (i, j) = sum
 // over d < depth, in order, of sliver[d * Rows + i] * b[d * b_stride + j],
 // stored at out + i * out_stride + j with beta (store_vector), for i < rows
@@ -270,28 +306,7 @@ template <class T, std::size_t Rows, std::size_t Vectors, bool Whole>
     constexpr std::size_t width = vector::size;
     const std::size_t last = columns - (Vectors - 1) * width;
     vector accumulator[Rows][Vectors];
-#pragma GCC unroll 16
-    for (std::size_t i = 0; i < Rows; ++i) {
-#pragma GCC unroll 4
-        for (std::size_t v = 0; v < Vectors; ++v) accumulator[i][v] = vector(T(0));
-    }
-    for (std::size_t d = 0; d < depth; ++d) {
-        const T* row = b + d * b_stride;
-        vector values[Vectors];
-#pragma GCC unroll 4
-        for (std::size_t v = 0; v < Vectors; ++v) {
-            values[v] =
-                Whole || v + 1 < Vectors ? vector::load_unaligned(row + v * width) : load_first(row + v * width, last);
-        }
-#pragma GCC unroll 16
-        for (std::size_t i = 0; i < Rows; ++i) {
-            const vector weight(sliver[i]);
-#pragma GCC unroll 4
-            for (std::size_t v = 0; v < Vectors; ++v)
-                accumulator[i][v] = xsimd::fma(weight, values[v], accumulator[i][v]);
-        }
-        sliver += Rows;
-    }
+    broadcast_products<T, Rows, Vectors, Whole>(depth, sliver, Rows, b, b_stride, last, accumulator);
     for (std::size_t i = 0; i < rows; ++i) {
 #pragma GCC unroll 4
         for (std::size_t v = 0; v < Vectors; ++v) {
@@ -310,28 +325,9 @@ void column_block(std::size_t count, std::size_t depth, const T* a, std::size_t 
 {
     using vector = simd<T>;
     constexpr std::size_t width = vector::size;
-    const std::size_t last = count - (Vectors - 1) * width;
     vector accumulator[Columns][Vectors];
-#pragma GCC unroll 8
-    for (std::size_t c = 0; c < Columns; ++c) {
-#pragma GCC unroll 4
-        for (std::size_t v = 0; v < Vectors; ++v) accumulator[c][v] = vector(T(0));
-    }
-    for (std::size_t d = 0; d < depth; ++d) {
-        const T* row = a + d * a_stride;
-        vector values[Vectors];
-#pragma GCC unroll 4
-        for (std::size_t v = 0; v < Vectors; ++v) {
-            values[v] = v + 1 < Vectors ? vector::load_unaligned(row + v * width) : load_first(row + v * width, last);
-        }
-#pragma GCC unroll 8
-        for (std::size_t c = 0; c < Columns; ++c) {
-            const vector value(b[d * b_stride + c]);
-#pragma GCC unroll 4
-            for (std::size_t v = 0; v < Vectors; ++v)
-                accumulator[c][v] = xsimd::fma(values[v], value, accumulator[c][v]);
-        }
-    }
+    broadcast_products<T, Columns, Vectors, false>(depth, b, b_stride, a, a_stride, count - (Vectors - 1) * width,
+                                                   accumulator);
     alignas(buffer_alignment) T lanes[Vectors * width];
     for (std::size_t c = 0; c < Columns; ++c) {
 #pragma GCC unroll 4
