@@ -315,10 +315,10 @@ template <class T, std::size_t Rows, std::size_t Vectors, bool Whole>
     }
 }
 
-// Columns columns of results from column j of b, rows i0 to i0 + count
-// (count <= Vectors vectors' lanes) along the vectors: result (i, j) = sum
-// over d < depth, in order, of a[d * a_stride + i] * b[d * b_stride + j],
-// stored value by value (pointwise_columns).
+// The results of b's first Columns columns and count <= Vectors * width
+// rows, the rows along the vectors: result (i, j) = sum over d < depth, in
+// order, of a[d * a_stride + i] * b[d * b_stride + j], stored value by
+// value (pointwise_columns).
 template <class T, std::size_t Columns, std::size_t Vectors>
 void column_block(std::size_t count, std::size_t depth, const T* a, std::size_t a_stride, const T* b,
                   std::size_t b_stride, T* out, std::size_t out_stride, T beta)
