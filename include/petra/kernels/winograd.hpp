@@ -975,7 +975,7 @@ struct winograd_gradient_sizes {
     }
     static constexpr std::size_t dm_tile(const winograd_geometry<T>& geometry)
     {
-        return dm_by_tile(geometry) ? 16 * geometry.result_stride : geometry.result_stride;
+        return dm_by_tile(geometry) ? geometry.tile_products() : geometry.result_stride;
     }
 };
 
