@@ -307,7 +307,12 @@ template <class T, std::size_t Rows, std::size_t Vectors, bool Whole>
     const std::size_t last = columns - (Vectors - 1) * width;
     vector accumulator[Rows][Vectors];
     broadcast_products<T, Rows, Vectors, Whole>(depth, sliver, Rows, b, b_stride, last, accumulator);
-    for (std::size_t i = 0; i < rows; ++i) {
+    // Unrolled over the tile's Rows, each stored if it is one of the rows:
+    // a loop to the run-time count indexes the accumulators, which then go
+    // to the stack and back (zeroed there first, too).
+#pragma GCC unroll 16
+    for (std::size_t i = 0; i < Rows; ++i) {
+        if (i >= rows) break;
 #pragma GCC unroll 4
         for (std::size_t v = 0; v < Vectors; ++v) {
             store_vector(accumulator[i][v], v + 1 < Vectors ? width : last, out + i * out_stride + v * width, beta);
