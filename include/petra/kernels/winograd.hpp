@@ -210,7 +210,8 @@ struct winograd_geometry {
     constexpr std::size_t weights_count() const { return products_per_tile * source_channels * result_stride; }
     constexpr std::size_t products_count() const { return products_per_tile * product_plane(); }
     // Values from one tile's products to the next's in the correlation's M,
-    // which is tile-major (weight gradient's dM: plane by plane, above).
+    // which is tile-major (the weight gradient's dM too where its result
+    // channels take one vector: winograd_gradient_sizes::dm_by_tile, below).
     constexpr std::size_t tile_products() const { return products_per_tile * result_stride; }
     constexpr std::size_t results_count() const { return height * width * result_stride; }
     constexpr std::size_t staged_count() const { return height * width * result_channels; }
