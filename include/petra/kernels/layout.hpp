@@ -21,7 +21,7 @@ namespace petra::kernels::detail {
 #if defined(__AVX512F__)
 // The 16 x 16 block of floats held in r (r[i] lane j is element (i, j))
 // transposed in place: afterwards r[j] lane i is element (i, j).
-inline void transpose_16x16(__m512 (&r)[16])
+PETRA_ALWAYS_INLINE void transpose_16x16(__m512 (&r)[16])
 {
     // Interleave pairs of rows, then pairs of pairs within each 128-bit
     // lane, then 128-bit lanes twice. (The masked forms with every lane
@@ -29,22 +29,26 @@ inline void transpose_16x16(__m512 (&r)[16])
     // undefined vector that g++ 12 reports as maybe uninitialised.)
     constexpr __mmask16 all = 0xFFFF;
     __m512 t[16];
+#pragma GCC unroll 16
     for (int i = 0; i < 16; i += 2) {
         t[i] = _mm512_mask_unpacklo_ps(r[i], all, r[i], r[i + 1]);
         t[i + 1] = _mm512_mask_unpackhi_ps(r[i], all, r[i], r[i + 1]);
     }
+#pragma GCC unroll 16
     for (int i = 0; i < 16; i += 4) {
         r[i] = _mm512_mask_shuffle_ps(t[i], all, t[i], t[i + 2], 0x44);
         r[i + 1] = _mm512_mask_shuffle_ps(t[i], all, t[i], t[i + 2], 0xEE);
         r[i + 2] = _mm512_mask_shuffle_ps(t[i], all, t[i + 1], t[i + 3], 0x44);
         r[i + 3] = _mm512_mask_shuffle_ps(t[i], all, t[i + 1], t[i + 3], 0xEE);
     }
+#pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) {
         t[i] = _mm512_mask_shuffle_f32x4(r[i], all, r[i], r[i + 4], 0x88);
         t[i + 4] = _mm512_mask_shuffle_f32x4(r[i], all, r[i], r[i + 4], 0xDD);
         t[i + 8] = _mm512_mask_shuffle_f32x4(r[i], all, r[i + 8], r[i + 12], 0x88);
         t[i + 12] = _mm512_mask_shuffle_f32x4(r[i], all, r[i + 8], r[i + 12], 0xDD);
     }
+#pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) {
         r[i] = _mm512_mask_shuffle_f32x4(t[i], all, t[i], t[i + 8], 0x88);
         r[i + 8] = _mm512_mask_shuffle_f32x4(t[i], all, t[i], t[i + 8], 0xDD);
@@ -54,14 +58,14 @@ inline void transpose_16x16(__m512 (&r)[16])
 
 #if defined(__AVX512F__)
 // The mask of the first `count` lanes (all 16 from 16 on).
-inline __mmask16 first_lanes(std::size_t count)
+PETRA_ALWAYS_INLINE __mmask16 first_lanes(std::size_t count)
 {
     return static_cast<__mmask16>(count >= 16 ? 0xFFFFu : (1u << count) - 1u);
 }
 
 // The lanes of mask at out = values + beta * out (out not read when beta ==
 // 0), one fused multiply-add each: every masked store of the row stores below.
-inline void store_lanes(float* out, __mmask16 mask, __m512 values, float beta)
+PETRA_ALWAYS_INLINE void store_lanes(float* out, __mmask16 mask, __m512 values, float beta)
 {
     if (beta != 0.0f) values = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(mask, out), values);
     _mm512_mask_storeu_ps(out, mask, values);
@@ -104,12 +108,14 @@ void transpose_channels_to_rows_as(const T* from, std::size_t from_stride, std::
             // The 16 pixels' places, walking along their rows.
             std::size_t offsets[16];
             std::size_t row = p0 / rows.row_width, column = p0 % rows.row_width;
+#pragma GCC unroll 16
             for (int k = 0; k < 16; ++k) {
                 offsets[k] = row * rows.row_pitch + column * rows.stride;
                 if (++column == rows.row_width) column = 0, ++row;
             }
             for (std::size_t c0 = 0; c0 < full_channels; c0 += 16) {
                 __m512 r[16];
+#pragma GCC unroll 16
                 for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(from + (c0 + i) * from_stride + p0);
                 transpose_16x16(r);
                 if constexpr (Mapped) {
@@ -118,12 +124,14 @@ void transpose_channels_to_rows_as(const T* from, std::size_t from_stride, std::
                     // lanes not above zero zeroed (NaN kept), as
                     // affine_relu_map rounds it.
                     const __m512 scale = _mm512_loadu_ps(map.scale + c0), shift = _mm512_loadu_ps(map.shift + c0);
+#pragma GCC unroll 16
                     for (int k = 0; k < 16; ++k) {
                         const __m512 affine = _mm512_fmadd_ps(scale, r[k], shift);
                         r[k] = _mm512_maskz_mov_ps(
                             _mm512_mask_cmp_ps_mask(0xFFFF, affine, _mm512_setzero_ps(), _CMP_NLE_UQ), affine);
                     }
                 }
+#pragma GCC unroll 16
                 for (int k = 0; k < 16; ++k) _mm512_storeu_ps(to + offsets[k] + c0, r[k]);
             }
         }
@@ -182,7 +190,7 @@ void transpose_channels(const T* from, std::size_t from_stride, std::size_t chan
 // on AVX-512 and value by value elsewhere: tiles are stored in pieces of a
 // row, most of them shorter than a vector or two.
 template <class T>
-inline void store_row(std::size_t count, const T* in, T* out, T beta)
+PETRA_ALWAYS_INLINE void store_row(std::size_t count, const T* in, T* out, T beta)
 {
     using vector = simd<T>;
     const std::size_t vector_end = count - count % vector::size; // see detail::map in elementwise.hpp
@@ -213,7 +221,7 @@ inline void store_row(std::size_t count, const T* in, T* out, T beta)
 // One vector of results, count <= simd_width of them, stored at out with
 // beta (store_row's masked form for a part).
 template <class T>
-inline void store_vector(const simd<T>& values, std::size_t count, T* out, T beta)
+PETRA_ALWAYS_INLINE void store_vector(const simd<T>& values, std::size_t count, T* out, T beta)
 {
     if (count == simd_width<T>) {
         if (beta == T(0)) {
@@ -238,7 +246,7 @@ inline void store_vector(const simd<T>& values, std::size_t count, T* out, T bet
 // zero, reading nothing past in + count: a masked load on AVX-512, a copy
 // through the stack elsewhere.
 template <class T>
-inline simd<T> load_first(const T* in, std::size_t count)
+PETRA_ALWAYS_INLINE simd<T> load_first(const T* in, std::size_t count)
 {
     if (count == simd_width<T>) return simd<T>::load_unaligned(in);
 #if defined(__AVX512F__)
@@ -260,7 +268,7 @@ inline simd<T> load_first(const T* in, std::size_t count)
 // the even lanes (a third of the scalar stores' time on the reference
 // network's downsamplings); elsewhere value by value.
 template <class T>
-inline void store_row_stride_two(std::size_t count, const T* in, T* out, T beta)
+PETRA_ALWAYS_INLINE void store_row_stride_two(std::size_t count, const T* in, T* out, T beta)
 {
     std::size_t t = 0;
 #if defined(__AVX512F__)
@@ -302,7 +310,7 @@ inline void store_row_stride_two(std::size_t count, const T* in, T* out, T beta)
 // elsewhere value by value. Each value is rounded as store_row_stride_two
 // rounds it (one fused multiply-add where beta != 0).
 template <class T>
-inline void store_row_interleaved(std::size_t count, const T* even, const T* odd, T* out, T beta)
+PETRA_ALWAYS_INLINE void store_row_interleaved(std::size_t count, const T* even, const T* odd, T* out, T beta)
 {
     std::size_t t = 0;
 #if defined(__AVX512F__)
@@ -385,7 +393,7 @@ struct padded_row_gather {
 // a stride-2 3x3 convolution's time on the reference network); elsewhere
 // value by value.
 template <class T>
-inline void split_row_stride_two(std::size_t count, const T* in, T* even, T* odd)
+PETRA_ALWAYS_INLINE void split_row_stride_two(std::size_t count, const T* in, T* even, T* odd)
 {
     std::size_t t = 0;
 #if defined(__AVX512F__)

@@ -561,6 +561,7 @@ struct even_pixel_spread {
             const std::size_t count = std::min<std::size_t>(2, height - y) * width;
             const __m512 row = _mm512_maskz_loadu_ps(first_lanes(out_width), values + (y / 2) * out_width);
             float* out = plane + y * width;
+#pragma GCC unroll 4
             for (std::size_t k = 0; 16 * k < count; ++k) {
                 store_lanes(out + 16 * k, first_lanes(count - 16 * k),
                             _mm512_maskz_permutexvar_ps(taken[k], index[k], row), beta);
@@ -678,7 +679,7 @@ inline void gather_patches(const patch_geometry& geometry, const float* image, f
     }
     const __mmask16 out_lanes = first_lanes(out_width);
     // Rows of one vector, or of two (the first whole).
-    const auto gather = [&]<bool Wide>() {
+    const auto gather = [&]<bool Wide>() PETRA_ALWAYS_INLINE_LAMBDA {
         const __mmask16 first_part = first_lanes(std::min<std::size_t>(width, 16));
         const __mmask16 second_part = first_lanes(width - std::min<std::size_t>(width, 16));
         for (std::size_t ci = 0; ci < geometry.in_channels; ++ci) {
@@ -692,6 +693,7 @@ inline void gather_patches(const patch_geometry& geometry, const float* image, f
                     const __m512 low = outside ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(first_part, values);
                     const __m512 high =
                         !Wide || outside ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(second_part, values + 16);
+#pragma GCC unroll 3
                     for (std::size_t kw = 0; kw < 3; ++kw) {
                         const __m512 phase = Wide ? _mm512_maskz_permutex2var_ps(inside[kw], low, columns[kw], high)
                                                   : _mm512_maskz_permutexvar_ps(inside[kw], columns[kw], low);

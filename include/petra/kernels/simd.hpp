@@ -10,6 +10,25 @@
 
 #include <xsimd/xsimd.hpp>
 
+// A helper of a kernel's inner loop (a register transposition, a
+// transform's row, a masked store) is inlined whatever optimisation level
+// the including program chose, and a loop over an array of vectors carries
+// `#pragma GCC unroll` (which g++ and clang++ honour at every level), so
+// that the array lives in registers: at -O2, g++ 12 called such helpers and
+// kept such arrays on the stack, and the reference network's training step
+// took 1.34 times as long as at -O3 (bench/RESULTS.md, "Optimisation
+// levels"). PETRA_ALWAYS_INLINE_LAMBDA does the same for a lambda, written
+// after its parameter list: one that g++ 12 at -O2 left out of line read
+// every variable it captured by reference through its closure again after
+// each store.
+#if defined(__GNUC__)
+#define PETRA_ALWAYS_INLINE inline __attribute__((always_inline))
+#define PETRA_ALWAYS_INLINE_LAMBDA __attribute__((always_inline))
+#else
+#define PETRA_ALWAYS_INLINE inline
+#define PETRA_ALWAYS_INLINE_LAMBDA
+#endif
+
 namespace petra::kernels {
 
 // The vector of T for the instruction set the translation unit is compiled for

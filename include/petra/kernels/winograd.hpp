@@ -258,7 +258,7 @@ constexpr void ask_winograd_scratch(scratch_demand& demand, const winograd_geome
 
 // G x for the three values x of a column of weights.
 template <class V>
-inline void weights_column_f4(const V (&x)[3], V (&out)[6])
+PETRA_ALWAYS_INLINE void weights_column_f4(const V (&x)[3], V (&out)[6])
 {
     using T = typename V::value_type;
     const V sum = x[0] + x[2];
@@ -274,17 +274,20 @@ inline void weights_column_f4(const V (&x)[3], V (&out)[6])
 // U's 36 values of one source channel and one vector of result channels,
 // G g G^T, stored `plane` values apart from out.
 template <class V>
-inline void transform_weights_f4(const V (&g)[3][3], std::size_t plane, typename V::value_type* out)
+PETRA_ALWAYS_INLINE void transform_weights_f4(const V (&g)[3][3], std::size_t plane, typename V::value_type* out)
 {
     V columns[3][6]; // G g, column by column
+#pragma GCC unroll 3
     for (std::size_t k = 0; k < 3; ++k) {
         const V column[3] = {g[0][k], g[1][k], g[2][k]};
         weights_column_f4(column, columns[k]);
     }
+#pragma GCC unroll 6
     for (std::size_t i = 0; i < 6; ++i) { // (G g) G^T, row by row
         const V row[3] = {columns[0][i], columns[1][i], columns[2][i]};
         V transformed[6];
         weights_column_f4(row, transformed);
+#pragma GCC unroll 6
         for (std::size_t j = 0; j < 6; ++j) transformed[j].store_aligned(out + (i * 6 + j) * plane);
     }
 }
@@ -293,7 +296,7 @@ inline void transform_weights_f4(const V (&g)[3][3], std::size_t plane, typename
 // value i: each row is computed from the column's values alone, so that a
 // row computed by itself has the bits it has among the six.
 template <std::size_t R, class V, class Value>
-inline V patch_column_f4_row(Value&& d)
+PETRA_ALWAYS_INLINE V patch_column_f4_row(Value&& d)
 {
     using T = typename V::value_type;
     const V four(T(4)), minus_five(T(-5)), two(T(2));
@@ -307,7 +310,7 @@ inline V patch_column_f4_row(Value&& d)
 
 // B^T d for one column of six patch values.
 template <class V>
-inline void patch_column_f4(const V (&d)[6], V (&out)[6])
+PETRA_ALWAYS_INLINE void patch_column_f4(const V (&d)[6], V (&out)[6])
 {
     const auto value = [&d](std::size_t i) { return d[i]; };
     [&]<std::size_t... R>(std::index_sequence<R...>) { ((out[R] = patch_column_f4_row<R, V>(value)), ...); }
@@ -319,7 +322,7 @@ inline void patch_column_f4(const V (&d)[6], V (&out)[6])
 // 1 and 3 the differences, so a pair is computed from the column alone with
 // the bits it has among the four.
 template <std::size_t Pair, class V, class Value>
-inline void product_column_f4_pair(Value&& m, V& first, V& second)
+PETRA_ALWAYS_INLINE void product_column_f4_pair(Value&& m, V& first, V& second)
 {
     using T = typename V::value_type;
     if constexpr (Pair == 0) {
@@ -335,7 +338,7 @@ inline void product_column_f4_pair(Value&& m, V& first, V& second)
 
 // A^T m for one column of six products.
 template <class V>
-inline void product_column_f4(const V (&m)[6], V (&out)[4])
+PETRA_ALWAYS_INLINE void product_column_f4(const V (&m)[6], V (&out)[4])
 {
     const auto value = [&m](std::size_t i) { return m[i]; };
     product_column_f4_pair<0>(value, out[0], out[2]);
@@ -363,18 +366,21 @@ void transform_weights(const winograd_geometry<T>& geometry, Tap&& tap, T* trans
                 for (std::size_t lane = used; lane < width; ++lane) lanes[k][lane] = T(0);
             }
             vector g[3][3];
+#pragma GCC unroll 9
             for (std::size_t k = 0; k < 9; ++k) g[k / 3][k % 3] = vector::load_aligned(lanes[k]);
             if (geometry.output_tile == 4) {
                 transform_weights_f4(g, sources * stride, transformed + s * stride + r0);
                 continue;
             }
             vector rows[4][3]; // G g
+#pragma GCC unroll 3
             for (std::size_t k = 0; k < 3; ++k) {
                 rows[0][k] = g[0][k];
                 rows[1][k] = half * (g[0][k] + g[1][k] + g[2][k]);
                 rows[2][k] = half * (g[0][k] - g[1][k] + g[2][k]);
                 rows[3][k] = g[2][k];
             }
+#pragma GCC unroll 4
             for (std::size_t i = 0; i < 4; ++i) { // (G g) G^T
                 T* out = transformed + (i * 4 * sources + s) * stride + r0;
                 const std::size_t plane = sources * stride;
@@ -414,8 +420,8 @@ void gather_image(const winograd_geometry<T>& geometry, const T* source, std::si
 // apart). The tile's six columns' row R of B^T d, then their B: the first
 // two columns' values come from the tile before.
 template <std::size_t R, class T>
-inline void transform_patch_row_f4(const T* first_patch, std::size_t row, std::size_t stride, std::size_t tile_columns,
-                                   T* first_out, std::size_t plane)
+PETRA_ALWAYS_INLINE void transform_patch_row_f4(const T* first_patch, std::size_t row, std::size_t stride,
+                                                std::size_t tile_columns, T* first_out, std::size_t plane)
 {
     using vector = simd<T>;
     const auto column = [row](const T* at) {
@@ -428,10 +434,12 @@ inline void transform_patch_row_f4(const T* first_patch, std::size_t row, std::s
         const T* patch = first_patch + 4 * tx * stride;
         columns[0] = columns[4];
         columns[1] = columns[5];
+#pragma GCC unroll 6
         for (std::size_t k = 2; k < 6; ++k) columns[k] = column(patch + k * stride);
         vector transformed[6];
         patch_column_f4(columns, transformed);
         T* out = first_out + tx * stride + R * 6 * plane;
+#pragma GCC unroll 6
         for (std::size_t k = 0; k < 6; ++k) transformed[k].store_aligned(out + k * plane);
     }
 }
@@ -500,11 +508,14 @@ void transform_patches(const winograd_geometry<T>& geometry, const T* bordered, 
             column(first_patch + stride + c, b[3]);
             for (std::size_t tx = 0; tx < tile_columns; ++tx) {
                 const T* patch = first_patch + step * tx * stride + c;
+#pragma GCC unroll 4
                 for (std::size_t k = 0; k < 4; ++k) b[0][k] = b[2][k];
+#pragma GCC unroll 4
                 for (std::size_t k = 0; k < 4; ++k) b[1][k] = b[3][k];
                 column(patch + 2 * stride, b[2]);
                 column(patch + 3 * stride, b[3]);
                 T* out = first_out + tx * stride + c;
+#pragma GCC unroll 4
                 for (std::size_t r = 0; r < 4; ++r) { // (B^T d) B
                     (b[0][r] - b[2][r]).store_aligned(out + (r * 4 + 0) * plane);
                     (b[1][r] + b[2][r]).store_aligned(out + (r * 4 + 1) * plane);
@@ -683,11 +694,13 @@ void transform_products(const winograd_geometry<T>& geometry, const T* products,
                 for (std::size_t c = 0; c < stride; c += vector::size) {
                     const auto store_rows = [&]<std::size_t Pair>(std::size_t row_count, std::size_t column_count) {
                         vector pair[2][6]; // rows Pair and Pair + 2 of A^T M, column by column
+#pragma GCC unroll 6
                         for (std::size_t k = 0; k < 6; ++k) {
                             product_column_f4_pair<Pair>(
                                 [&](std::size_t r) { return vector::load_aligned(m + (r * 6 + k) * stride + c); },
                                 pair[0][k], pair[1][k]);
                         }
+#pragma GCC unroll 2
                         for (std::size_t j = 0; j < 2; ++j) { // (A^T M) A, row by row
                             const std::size_t r = Pair + 2 * j;
                             if (r >= row_count) break;
@@ -720,6 +733,7 @@ void transform_products(const winograd_geometry<T>& geometry, const T* products,
             T* out = results + (y * width + x) * stride;
             for (std::size_t c = 0; c < stride; c += vector::size) {
                 vector a[2][4]; // A^T M
+#pragma GCC unroll 4
                 for (std::size_t k = 0; k < 4; ++k) {
                     const vector m0 = vector::load_aligned(m + (0 * 4 + k) * stride + c);
                     const vector m1 = vector::load_aligned(m + (1 * 4 + k) * stride + c);
@@ -793,6 +807,7 @@ public:
             const auto value = [&](std::size_t p) { return vector::load_aligned(results + p * stride + c) - first; };
             vector partial[4] = {vector(T(0)), vector(T(0)), vector(T(0)), vector(T(0))};
             for (std::size_t p = 0; p < unrolled; p += 4) {
+#pragma GCC unroll 4
                 for (std::size_t k = 0; k < 4; ++k) partial[k] += value(p + k);
             }
             for (std::size_t p = unrolled; p < pixels; ++p) partial[0] += value(p);
@@ -801,6 +816,7 @@ public:
             for (vector& v : partial) v = vector(T(0));
             const auto deviation = [&](std::size_t p) { return value(p) - image_mean; };
             for (std::size_t p = 0; p < unrolled; p += 4) {
+#pragma GCC unroll 4
                 for (std::size_t k = 0; k < 4; ++k) {
                     const vector d = deviation(p + k);
                     partial[k] = xsimd::fma(d, d, partial[k]);
@@ -1011,6 +1027,7 @@ void transform_result_gradient(const winograd_geometry<T>& geometry, const T* ti
                              d11 = vector::load_aligned(dy + row + stride + c);
                 // A dY: rows dY0, dY0 + dY1, dY0 - dY1, -dY1.
                 const vector rows[4][2] = {{d00, d01}, {d00 + d10, d01 + d11}, {d00 - d10, d01 - d11}, {-d10, -d11}};
+#pragma GCC unroll 4
                 for (std::size_t i = 0; i < 4; ++i) { // (A dY) A^T, the same on the columns
                     (rows[i][0]).store_aligned(out + (i * 4 + 0) * plane + c);
                     (rows[i][0] + rows[i][1]).store_aligned(out + (i * 4 + 1) * plane + c);
@@ -1029,6 +1046,7 @@ void winograd_vector_group_gradient(const winograd_geometry<T>& geometry, const 
     using sizes = winograd_gradient_sizes<T>;
     const std::size_t width = simd_width<T>, sum_rows = sizes::sum_rows(geometry);
     const std::size_t dm_plane = sizes::dm_plane(geometry), dm_tile = sizes::dm_tile(geometry);
+#pragma GCC unroll 16
     for (std::size_t e = 0; e < 16; ++e) {
         const T* v_e = patches + e * geometry.patch_plane();
         const T* m_e = products + e * dm_plane + v0 * width;
@@ -1124,14 +1142,17 @@ void winograd_weight_gradient(const winograd_geometry<T>& geometry, const T* sou
     for (std::size_t r = 0; r < results; ++r) {
         for (std::size_t s = 0; s < sources; ++s) {
             T du[4][4];
+#pragma GCC unroll 16
             for (std::size_t e = 0; e < 16; ++e) du[e / 4][e % 4] = sums[(e * sum_rows + s) * stride + r];
             T columns[4][3]; // dU G
+#pragma GCC unroll 4
             for (std::size_t i = 0; i < 4; ++i) {
                 columns[i][0] = du[i][0] + half * (du[i][1] + du[i][2]);
                 columns[i][1] = half * (du[i][1] - du[i][2]);
                 columns[i][2] = half * (du[i][1] + du[i][2]) + du[i][3];
             }
             T* g = grad_weights + (r * sources + s) * 9;
+#pragma GCC unroll 3
             for (std::size_t k = 0; k < 3; ++k) { // G^T (dU G)
                 g[k] += columns[0][k] + half * (columns[1][k] + columns[2][k]);
                 g[3 + k] += half * (columns[1][k] - columns[2][k]);
