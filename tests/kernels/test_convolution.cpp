@@ -406,8 +406,7 @@ TEST_CASE_TEMPLATE("a 1x1 stride-2 weight gradient read in place matches the ref
 // bit for bit, the stride-1 kernel on the even pixels gathered here (the
 // input gradient spread back with zeros between). With beta != 0 the two
 // kernels add beta * the prior value through different stores (whole or
-// masked vectors, xsimd's fma or the fused instruction, which clang++
-// rounds differently), so there they agree to rounding. Widths up to 16
+// masked vectors), so there they agree to rounding. Widths up to 16
 // (two rows to a vector), up to 32 (one) and wider (row by row), odd and
 // even sides, pixels that fill no whole vector and a tail of one.
 TEST_CASE_TEMPLATE("a 1x1 stride-2 convolution equals the stride-1 one on its even pixels", T, float, double)

@@ -229,6 +229,7 @@ inline void merge_bf16_tile(float* c, std::size_t ldc, float alpha, float beta, 
             for (; j < columns; ++j) out[j] = alpha * in[j];
         } else {
             for (; j < vector_end; j += width) {
+                // xsimd::fma, not fused_multiply_add: an addend that is a product (simd.hpp).
                 xsimd::fma(alpha_v, vector::load_unaligned(in + j), beta_v * vector::load_unaligned(out + j))
                     .store_unaligned(out + j);
             }

@@ -498,7 +498,7 @@ void tap_group_gradient(std::size_t first_row, std::size_t end_row, std::size_t 
                     const vector x(tap[t][row_offset + (pixel + p) * ColumnStep]);
 #pragma GCC unroll 4
                     for (std::size_t v = 0; v < Vectors; ++v) {
-                        accumulator[p][t][v] = xsimd::fma(x, g[v], accumulator[p][t][v]);
+                        accumulator[p][t][v] = fused_multiply_add(x, g[v], accumulator[p][t][v]);
                     }
                 }
             }
@@ -804,7 +804,7 @@ void dot_product_block(const dot_product_walk& walk, const T* const (&gradient)[
                     const vector g = load_first(gradient[c] + g0 + p, count);
 #pragma GCC unroll 8
                     for (std::size_t t = 0; t < Taps; ++t)
-                        accumulator[c][t] = xsimd::fma(g, values[t], accumulator[c][t]);
+                        accumulator[c][t] = fused_multiply_add(g, values[t], accumulator[c][t]);
                 }
             }
         }
@@ -1082,7 +1082,7 @@ void correlation_row_block(std::size_t taps, const T* __restrict sliver, const T
             const vector weight(sliver[i]);
 #pragma GCC unroll 8
             for (std::size_t k = 0; k < lanes; ++k)
-                accumulator[i][k] = xsimd::fma(weight, values[k], accumulator[i][k]);
+                accumulator[i][k] = fused_multiply_add(weight, values[k], accumulator[i][k]);
         }
         sliver += Rows;
     }

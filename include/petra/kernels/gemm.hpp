@@ -143,7 +143,7 @@ inline void micro_kernel(std::size_t kc, const T* __restrict a_sliver, const Row
             const vector a(a_sliver[r]);
 #pragma GCC unroll 4
             for (std::size_t v = 0; v < UsedVectors; ++v) {
-                accumulator[r][v] = xsimd::fma(a, b[v], accumulator[r][v]);
+                accumulator[r][v] = fused_multiply_add(a, b[v], accumulator[r][v]);
             }
         }
         a_sliver += MR;
@@ -337,6 +337,7 @@ struct matrix_store {
                 for (; j < columns; ++j) out[j] = alpha * in[j];
             } else {
                 for (; j < columns - columns % width; j += width) {
+                    // xsimd::fma, not fused_multiply_add: an addend that is a product (simd.hpp).
                     xsimd::fma(alpha_v, vector::load_aligned(in + j), scale_v * vector::load_unaligned(out + j))
                         .store_unaligned(out + j);
                 }

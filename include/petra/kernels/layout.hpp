@@ -200,7 +200,8 @@ PETRA_ALWAYS_INLINE void store_row(std::size_t count, const T* in, T* out, T bet
     } else {
         const vector scale(beta);
         for (; t < vector_end; t += vector::size) {
-            xsimd::fma(scale, vector::load_unaligned(out + t), vector::load_unaligned(in + t)).store_unaligned(out + t);
+            fused_multiply_add(scale, vector::load_unaligned(out + t), vector::load_unaligned(in + t))
+                .store_unaligned(out + t);
         }
     }
     if (t == count) return;
@@ -227,7 +228,7 @@ PETRA_ALWAYS_INLINE void store_vector(const simd<T>& values, std::size_t count, 
         if (beta == T(0)) {
             values.store_unaligned(out);
         } else {
-            xsimd::fma(simd<T>(beta), simd<T>::load_unaligned(out), values).store_unaligned(out);
+            fused_multiply_add(simd<T>(beta), simd<T>::load_unaligned(out), values).store_unaligned(out);
         }
         return;
     }

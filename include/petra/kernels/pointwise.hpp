@@ -14,10 +14,9 @@
 // products are taken by register tiles of gemm_blocking's shape (8 rows x 3
 // vectors on AVX-512) that load the weights as broadcasts of a packed
 // sliver and store their results where they belong, with beta. The sums
-// run over the depth in order through xsimd::fma, as the direct form's do
-// (a 1x1 kernel's taps are the input channels): the same values under
-// either compiler (xsimd's AVX-512 fma is a multiply and an add, which g++
-// fuses and clang++ does not; fused_multiply_add here changed clang++'s).
+// run over the depth in order through fused_multiply_add, as the direct
+// form's do (a 1x1 kernel's taps are the input channels): the direct form's
+// values under either compiler.
 //
 // A 3x3 convolution with stride 2 on images whose rows fit two vectors (a
 // network's downsamplings, 28x28 -> 14x14 and 14x14 -> 7x7) takes its forward
@@ -286,7 +285,7 @@ inline void broadcast_products(std::size_t depth, const T* __restrict broadcasts
             const vector weight(broadcasts[i]);
 #pragma GCC unroll 4
             for (std::size_t v = 0; v < Vectors; ++v)
-                accumulator[i][v] = xsimd::fma(weight, values[v], accumulator[i][v]);
+                accumulator[i][v] = fused_multiply_add(weight, values[v], accumulator[i][v]);
         }
         broadcasts += broadcast_stride;
     }

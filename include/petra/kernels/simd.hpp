@@ -43,8 +43,14 @@ inline constexpr std::size_t simd_width = simd<T>::size;
 // multiply-add: xsimd 8.1 writes its AVX-512 fma as a multiply and an add,
 // which g++ fuses (floating-point contraction) and clang++ does not, so the
 // two compilers rounded the vectors of a kernel differently from each other
-// and from its scalar tail (std::fma). Elsewhere xsimd's fma (fused with FMA3
-// and on aarch64; a multiply and an add on SSE2 alone).
+// and from its scalar tail (std::fma), and clang++'s products took two
+// instructions for each multiply-add (its training step 1.04 times slower on
+// Zen 5; bench/RESULTS.md). Elsewhere xsimd's fma (fused with FMA3 and on
+// aarch64; a multiply and an add on SSE2 alone). The kernels' products and
+// transforms call this; the memory-bound passes, written for vectors and
+// scalars alike, and the three sites whose addend is itself a product keep
+// xsimd's fma: in a * b + c * d g++ chooses which product to fuse, and the
+// explicit form there changed g++'s values.
 template <class V>
 inline V fused_multiply_add(const V& a, const V& b, const V& c)
 {

@@ -265,9 +265,10 @@ PETRA_ALWAYS_INLINE void weights_column_f4(const V (&x)[3], V (&out)[6])
     out[0] = V(T(1) / T(4)) * x[0];
     out[1] = V(T(-1) / T(6)) * (sum + x[1]);
     out[2] = V(T(-1) / T(6)) * (sum - x[1]);
+    // xsimd::fma, not fused_multiply_add: an addend that is a product (simd.hpp).
     const V outer = xsimd::fma(V(T(1) / T(24)), x[0], V(T(1) / T(6)) * x[2]);
-    out[3] = xsimd::fma(V(T(1) / T(12)), x[1], outer);
-    out[4] = xsimd::fma(V(T(-1) / T(12)), x[1], outer);
+    out[3] = fused_multiply_add(V(T(1) / T(12)), x[1], outer);
+    out[4] = fused_multiply_add(V(T(-1) / T(12)), x[1], outer);
     out[5] = x[2];
 }
 
@@ -300,12 +301,12 @@ PETRA_ALWAYS_INLINE V patch_column_f4_row(Value&& d)
 {
     using T = typename V::value_type;
     const V four(T(4)), minus_five(T(-5)), two(T(2));
-    if constexpr (R == 0) return xsimd::fma(minus_five, d(2), xsimd::fma(four, d(0), d(4)));
-    else if constexpr (R == 1) return xsimd::fma(-four, d(1) + d(2), d(3) + d(4));
-    else if constexpr (R == 2) return xsimd::fma(four, d(1) - d(2), d(4) - d(3));
-    else if constexpr (R == 3) return xsimd::fma(-two, d(1) - d(3), d(4) - d(2));
-    else if constexpr (R == 4) return xsimd::fma(two, d(1) - d(3), d(4) - d(2));
-    else return xsimd::fma(minus_five, d(3), xsimd::fma(four, d(1), d(5)));
+    if constexpr (R == 0) return fused_multiply_add(minus_five, d(2), fused_multiply_add(four, d(0), d(4)));
+    else if constexpr (R == 1) return fused_multiply_add(-four, d(1) + d(2), d(3) + d(4));
+    else if constexpr (R == 2) return fused_multiply_add(four, d(1) - d(2), d(4) - d(3));
+    else if constexpr (R == 3) return fused_multiply_add(-two, d(1) - d(3), d(4) - d(2));
+    else if constexpr (R == 4) return fused_multiply_add(two, d(1) - d(3), d(4) - d(2));
+    else return fused_multiply_add(minus_five, d(3), fused_multiply_add(four, d(1), d(5)));
 }
 
 // B^T d for one column of six patch values.
@@ -328,11 +329,11 @@ PETRA_ALWAYS_INLINE void product_column_f4_pair(Value&& m, V& first, V& second)
     if constexpr (Pair == 0) {
         const V plus = m(1) + m(2), outer_plus = m(3) + m(4);
         first = m(0) + plus + outer_plus;
-        second = xsimd::fma(V(T(4)), outer_plus, plus);
+        second = fused_multiply_add(V(T(4)), outer_plus, plus);
     } else {
         const V minus = m(1) - m(2), outer_minus = m(3) - m(4);
-        first = xsimd::fma(V(T(2)), outer_minus, minus);
-        second = xsimd::fma(V(T(8)), outer_minus, minus) + m(5);
+        first = fused_multiply_add(V(T(2)), outer_minus, minus);
+        second = fused_multiply_add(V(T(8)), outer_minus, minus) + m(5);
     }
 }
 
@@ -573,7 +574,7 @@ inline void broadcast_block(std::size_t depth, const T* __restrict a, std::size_
         for (std::size_t r = 0; r < Rows; ++r) {
             const vector value(RowsAdjacent ? a[r + k * a_stride] : a[r * a_stride + k]);
 #pragma GCC unroll 4
-            for (std::size_t v = 0; v < Vectors; ++v) sums[r][v] = xsimd::fma(value, w[v], sums[r][v]);
+            for (std::size_t v = 0; v < Vectors; ++v) sums[r][v] = fused_multiply_add(value, w[v], sums[r][v]);
         }
     }
 #pragma GCC unroll 24
@@ -819,12 +820,12 @@ public:
 #pragma GCC unroll 4
                 for (std::size_t k = 0; k < 4; ++k) {
                     const vector d = deviation(p + k);
-                    partial[k] = xsimd::fma(d, d, partial[k]);
+                    partial[k] = fused_multiply_add(d, d, partial[k]);
                 }
             }
             for (std::size_t p = unrolled; p < pixels; ++p) {
                 const vector d = deviation(p);
-                partial[0] = xsimd::fma(d, d, partial[0]);
+                partial[0] = fused_multiply_add(d, d, partial[0]);
             }
             const vector image_deviations = (partial[0] + partial[1]) + (partial[2] + partial[3]);
             if (image == 0) {
