@@ -16,8 +16,8 @@
 // `#pragma GCC unroll` (which g++ and clang++ honour at every level), so
 // that the array lives in registers: at -O2, g++ 12 called such helpers and
 // kept such arrays on the stack, and the reference network's training step
-// took 1.34 times as long as at -O3 (bench/RESULTS.md, "Optimisation
-// levels"). PETRA_ALWAYS_INLINE_LAMBDA does the same for a lambda, written
+// took 1.34 times as long as at -O3 (bench/RESULTS.md, "The including
+// program's optimisation level"). PETRA_ALWAYS_INLINE_LAMBDA does the same for a lambda, written
 // after its parameter list: one that g++ 12 at -O2 left out of line read
 // every variable it captured by reference through its closure again after
 // each store.
