@@ -21,7 +21,18 @@
 // after its parameter list: one that g++ 12 at -O2 left out of line read
 // every variable it captured by reference through its closure again after
 // each store.
-#if defined(__GNUC__)
+// Under a sanitizer (a build that checks, not one that is timed) they are
+// plain: clang++ 14 with AddressSanitizer at -O1 compiled test_convolution in
+// 96 s with them against 75 s without.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define PETRA_SANITIZED_BUILD 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define PETRA_SANITIZED_BUILD 1
+#endif
+#if defined(__GNUC__) && !defined(PETRA_SANITIZED_BUILD)
 #define PETRA_ALWAYS_INLINE inline __attribute__((always_inline))
 #define PETRA_ALWAYS_INLINE_LAMBDA __attribute__((always_inline))
 #else
