@@ -17,11 +17,10 @@
 // that the array lives in registers: at -O2, g++ 12 called such helpers and
 // kept such arrays on the stack, and the reference network's training step
 // took 1.34 times as long as at -O3 (bench/RESULTS.md, "The including
-// program's optimisation level"). PETRA_ALWAYS_INLINE_LAMBDA does the same for a lambda, written
-// after its parameter list: one that g++ 12 at -O2 left out of line read
-// every variable it captured by reference through its closure again after
-// each store.
-// Under a sanitizer (a build that checks, not one that is timed) they are
+// program's optimisation level"). PETRA_ALWAYS_INLINE_LAMBDA does the same
+// for a lambda, written after its parameter list: one that g++ 12 at -O2
+// left out of line read every variable it captured by reference through
+// its closure again after each store. Under a sanitizer (a build that checks, not one that is timed) they are
 // plain: clang++ 14 with AddressSanitizer at -O1 compiled test_convolution in
 // 96 s with them against 75 s without.
 #if defined(__has_feature)
