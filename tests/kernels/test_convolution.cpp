@@ -408,7 +408,8 @@ TEST_CASE_TEMPLATE("a 1x1 stride-2 weight gradient read in place matches the ref
 // kernels add beta * the prior value through different stores (whole or
 // masked vectors), so there they agree to rounding. Widths up to 16
 // (two rows to a vector), up to 32 (one) and wider (row by row), odd and
-// even sides, pixels that fill no whole vector and a tail of one.
+// even sides, pixels that fill no whole vector and a tail of one; the input
+// gradient's pairs of rows of one to four vectors (widths 7, 14, 20, 28, 32).
 TEST_CASE_TEMPLATE("a 1x1 stride-2 convolution equals the stride-1 one on its even pixels", T, float, double)
 {
     using namespace petra::kernels;
@@ -417,7 +418,8 @@ TEST_CASE_TEMPLATE("a 1x1 stride-2 convolution equals the stride-1 one on its ev
          {convolution_shape{3, 16, 28, 28, 32, 1, 2, 0}, convolution_shape{2, 32, 14, 14, 64, 1, 2, 0},
           convolution_shape{2, 3, 13, 13, 5, 1, 2, 0}, convolution_shape{2, 9, 31, 7, 17, 1, 2, 0},
           convolution_shape{2, 4, 5, 33, 3, 1, 2, 0}, convolution_shape{1, 2, 1, 1, 9, 1, 2, 0},
-          convolution_shape{2, 5, 6, 64, 11, 1, 2, 0}}) {
+          convolution_shape{2, 5, 6, 64, 11, 1, 2, 0}, convolution_shape{2, 6, 9, 20, 7, 1, 2, 0},
+          convolution_shape{2, 4, 7, 32, 5, 1, 2, 0}}) {
         REQUIRE(detail::uses_pointwise_products(shape));
         CAPTURE(shape.in_height);
         CAPTURE(shape.in_width);

@@ -528,16 +528,26 @@ void gather_even_pixels(const pointwise_geometry& geometry, std::size_t channels
 // after the other; their 2 width values go out as up to four vectors, each
 // a permutation of the row's (at most 16) values with the lanes that hold
 // zeros masked off, and with beta (store_lanes). Per shape, the
-// permutations and masks are built once.
+// permutations and masks are built once, and a pair of rows is one
+// straight run of Vectors stores (spread_rows<Vectors>, the pair's
+// permutations and masks in registers). Written as a loop over the pair's
+// vectors with each store's mask computed in it, this function was called
+// out of line by clang++ 14's builds, its loop left rolled, and their 1x1
+// stride-2 input gradients ran 1.26 to 1.35 times as long as g++'s; now
+// as long (Zen 5, bench/RESULTS.md).
 struct even_pixel_spread {
     __m512i index[4];
-    __mmask16 taken[4]; // the lanes that take a value
+    __mmask16 taken[4];       // the lanes that take a value
+    __mmask16 pair_last;      // the lanes of a pair of rows' last vector
+    std::size_t pair_vectors; // vectors per pair of rows: 2 width / 16, rounded up
     std::size_t out_width;
     std::size_t width;
 
     static constexpr bool fits(std::size_t width) { return width <= 32; }
 
-    explicit even_pixel_spread(std::size_t width) : out_width((width + 1) / 2), width(width)
+    explicit even_pixel_spread(std::size_t width)
+        : pair_last(first_lanes(2 * width - (2 * width - 1) / 16 * 16)), pair_vectors((2 * width + 15) / 16),
+          out_width((width + 1) / 2), width(width)
     {
         for (std::size_t k = 0; k < 4; ++k) {
             alignas(64) int lanes[16] = {};
@@ -554,15 +564,45 @@ struct even_pixel_spread {
     }
 
     // The plane's `height` rows from out_height rows of out_width values.
-    void operator()(const float* values, std::size_t height, float* plane, float beta) const
+    PETRA_ALWAYS_INLINE void operator()(const float* values, std::size_t height, float* plane, float beta) const
     {
-        for (std::size_t y = 0; y < height; y += 2) {
-            const std::size_t count = std::min<std::size_t>(2, height - y) * width;
-            const __m512 row = _mm512_maskz_loadu_ps(first_lanes(out_width), values + (y / 2) * out_width);
+        switch (pair_vectors) {
+        case 1: spread_rows<1>(values, height, plane, beta); break;
+        case 2: spread_rows<2>(values, height, plane, beta); break;
+        case 3: spread_rows<3>(values, height, plane, beta); break;
+        default: spread_rows<4>(values, height, plane, beta); break;
+        }
+    }
+
+private:
+    template <std::size_t Vectors>
+    PETRA_ALWAYS_INLINE void spread_rows(const float* values, std::size_t height, float* plane, float beta) const
+    {
+        const __mmask16 row_lanes = first_lanes(out_width);
+        __m512i pair_index[Vectors];
+        __mmask16 pair_taken[Vectors], pair_stored[Vectors];
+#pragma GCC unroll 4
+        for (std::size_t k = 0; k < Vectors; ++k) {
+            pair_index[k] = index[k];
+            pair_taken[k] = taken[k];
+            pair_stored[k] = k + 1 < Vectors ? __mmask16(0xFFFF) : pair_last;
+        }
+        std::size_t y = 0;
+        for (; y + 2 <= height; y += 2) {
+            const __m512 row = _mm512_maskz_loadu_ps(row_lanes, values + (y / 2) * out_width);
             float* out = plane + y * width;
 #pragma GCC unroll 4
-            for (std::size_t k = 0; 16 * k < count; ++k) {
-                store_lanes(out + 16 * k, first_lanes(count - 16 * k),
+            for (std::size_t k = 0; k < Vectors; ++k) {
+                store_lanes(out + 16 * k, pair_stored[k],
+                            _mm512_maskz_permutexvar_ps(pair_taken[k], pair_index[k], row), beta);
+            }
+        }
+        if (y < height) {
+            // An odd height's last row, alone.
+            const __m512 row = _mm512_maskz_loadu_ps(row_lanes, values + (y / 2) * out_width);
+            float* out = plane + y * width;
+            for (std::size_t k = 0; 16 * k < width; ++k) {
+                store_lanes(out + 16 * k, first_lanes(width - 16 * k),
                             _mm512_maskz_permutexvar_ps(taken[k], index[k], row), beta);
             }
         }
