@@ -235,7 +235,7 @@ convolution_shape benchmark_shape(const benchmark::State& state)
 // Winograd's (kernels/winograd.hpp), to compare the two, or the bf16
 // kernels on the best engine the CPU offers (kernels/convolution_bf16.hpp:
 // AMX tiles, else vdpbf16ps).
-enum class kernels_of { library, direct, bf16 };
+enum class kernels_of { library, direct, winograd, bf16 };
 
 template <pass Pass, kernels_of Kernels = kernels_of::library>
 void convolution_benchmark(benchmark::State& state)
@@ -254,10 +254,13 @@ void convolution_benchmark(benchmark::State& state)
     namespace kernels = petra::kernels;
     namespace detail = petra::kernels::detail;
     constexpr bool direct = Kernels == kernels_of::direct, bf16 = Kernels == kernels_of::bf16;
+    constexpr bool winograd = Kernels == kernels_of::winograd;
     for (auto _ : state) {
         if constexpr (Pass == pass::forward) {
             if constexpr (direct) {
                 detail::forward_accumulate(shape, input.data(), weights.data(), output.data(), 0.0f, scratch);
+            } else if constexpr (winograd) {
+                detail::winograd_forward(shape, input.data(), weights.data(), output.data(), 0.0f, scratch);
             } else if constexpr (bf16) {
                 kernels::convolution_forward_bf16(shape, input.data(), weights.data(), output.data());
             } else {
@@ -267,6 +270,8 @@ void convolution_benchmark(benchmark::State& state)
         } else if constexpr (Pass == pass::backward_input) {
             if constexpr (direct) {
                 detail::backward_input_by_phases(shape, grad_y.data(), weights.data(), grad_x.data(), 0.0f, scratch);
+            } else if constexpr (winograd) {
+                detail::winograd_backward_input(shape, grad_y.data(), weights.data(), grad_x.data(), 0.0f, scratch);
             } else if constexpr (bf16) {
                 kernels::convolution_backward_input_bf16(shape, grad_y.data(), weights.data(), grad_x.data());
             } else {
@@ -277,6 +282,10 @@ void convolution_benchmark(benchmark::State& state)
             if constexpr (direct) {
                 std::fill(grad_weights.begin(), grad_weights.end(), 0.0f);
                 detail::weight_gradient(shape, input.data(), grad_y.data(), grad_weights.data(), scratch);
+            } else if constexpr (winograd) {
+                std::fill(grad_weights.begin(), grad_weights.end(), 0.0f);
+                detail::winograd_weight_gradient(detail::forward_winograd_geometry<float>(shape), input.data(),
+                                                 grad_y.data(), grad_weights.data(), scratch);
             } else if constexpr (bf16) {
                 kernels::convolution_backward_weights_bf16(shape, input.data(), grad_y.data(), grad_weights.data());
             } else {
@@ -311,6 +320,42 @@ void winograd_shapes(benchmark::internal::Benchmark* benchmark)
     benchmark->Args({32, 32, 14, 3, 1});
     benchmark->Args({64, 64, 7, 3, 1});
 }
+
+// Narrow channels, in both forms: what chose detail::winograd_applies'
+// bound on the input channels (8 of them fill half an AVX-512 vector).
+void narrow_shapes(benchmark::internal::Benchmark* benchmark)
+{
+    benchmark->ArgNames({"cin", "cout", "size", "kernel", "stride"});
+    for (const int size : {7, 14, 28, 56}) benchmark->Args({8, 8, size, 3, 1});
+    for (const int out : {12, 16, 24}) benchmark->Args({8, out, 28, 3, 1});
+    for (const int in : {12, 16, 24}) benchmark->Args({in, 8, 28, 3, 1});
+    benchmark->Args({12, 12, 28, 3, 1});
+}
+
+BENCHMARK(convolution_benchmark<pass::forward, kernels_of::direct>)
+    ->Name("convolution_narrow_direct/forward")
+    ->Apply(narrow_shapes)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(convolution_benchmark<pass::backward_input, kernels_of::direct>)
+    ->Name("convolution_narrow_direct/backward_input")
+    ->Apply(narrow_shapes)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(convolution_benchmark<pass::backward_weights, kernels_of::direct>)
+    ->Name("convolution_narrow_direct/backward_weights")
+    ->Apply(narrow_shapes)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(convolution_benchmark<pass::forward, kernels_of::winograd>)
+    ->Name("convolution_narrow_winograd/forward")
+    ->Apply(narrow_shapes)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(convolution_benchmark<pass::backward_input, kernels_of::winograd>)
+    ->Name("convolution_narrow_winograd/backward_input")
+    ->Apply(narrow_shapes)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(convolution_benchmark<pass::backward_weights, kernels_of::winograd>)
+    ->Name("convolution_narrow_winograd/backward_weights")
+    ->Apply(narrow_shapes)
+    ->Unit(benchmark::kMicrosecond);
 
 BENCHMARK(convolution_benchmark<pass::forward, kernels_of::direct>)
     ->Name("convolution_direct/forward")

@@ -16,7 +16,9 @@
 // convolutions' and matrix products' multiply-adds did. Both pairs were
 // re-pinned when the convolutions in Winograd's form began to give the batch
 // normalisation after them its batch statistics, which round differently
-// from channel_mean_variance's.) The pairs are pinned for g++ 12 and
+// from channel_mean_variance's, and again when the small network's
+// 8-channel convolutions left Winograd's form for the direct one on
+// AVX-512.) The pairs are pinned for g++ 12 and
 // clang++ 14 on x86-64 with AVX-512 and FMA (-march=native on the CI
 // machines) and only reported elsewhere. The samplers and the initial
 // parameters use exact operations only (random.hpp) and are compared on
@@ -37,10 +39,10 @@
 #include <petra/petra.hpp>
 
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__FMA__) && defined(__clang__) && __clang_major__ == 14
-#define PETRA_SEEDS_RUN_DIGESTS 9363316506421141371ull, 12668177393430463791ull
+#define PETRA_SEEDS_RUN_DIGESTS 5346846252687391657ull, 14492260261667981306ull
 #elif defined(__x86_64__) && defined(__AVX512F__) && defined(__FMA__) && !defined(__clang__) && defined(__GNUC__) &&   \
     __GNUC__ == 12
-#define PETRA_SEEDS_RUN_DIGESTS 7835011185783341224ull, 14178009249232019156ull
+#define PETRA_SEEDS_RUN_DIGESTS 16260374099696864748ull, 3896207132961069112ull
 #endif
 
 namespace {

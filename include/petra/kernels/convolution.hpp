@@ -3,8 +3,8 @@
 // with respect to the weights.
 //
 // 3x3 convolutions with stride 1 and padding 1 between 8 or more channels
-// take Winograd's F(2x2, 3x3) form instead (winograd.hpp; winograd_applies
-// below); everything that follows here describes the direct form, which
+// (the input's filling more than half of their vectors) take Winograd's form
+// instead (winograd.hpp; winograd_applies below); everything that follows here describes the direct form, which
 // every other shape takes.
 //
 // No im2col matrix is ever built. The input (or, for the input gradient, the
@@ -1559,17 +1559,29 @@ void backward_input_by_phases(const convolution_shape& shape, const T* grad_y, c
 }
 
 // Whether the forward pass and both gradients of a shape take Winograd's
-// F(2x2, 3x3) form (winograd.hpp) instead of the direct correlation: 3x3
-// kernels with stride 1 and padding 1, between at least 8 channels on
-// every side (half an AVX-512 vector of floats; a stem reading one or three
-// channels would pad them to a whole vector and gain nothing). It does 16
+// form (winograd.hpp; F(4x4, 3x3) or F(2x2, 3x3), winograd_output_tile)
+// instead of the direct correlation: 3x3 kernels with stride 1 and padding
+// 1, between at least 8 channels on every side, whose input channels fill
+// more than half of the float vectors they take. Winograd's form keeps
+// channels along the vectors, padded to whole vectors through its
+// transforms and products, where the direct form keeps pixels along them:
+// on a Zen 5 core (16 floats a vector) the direct form ran the three passes
+// of 8 input channels together 1.02 to 1.95 times as fast as Winograd's
+// (8 -> 8 channels at 7x7 to 56x56; 8 -> 12, 16 and 24 at 28x28), those of
+// 16 and 24 input channels 0.51 to 1.02 times, those of 12 0.79 to 1.20
+// times (12 -> 8 and 12 -> 12 about even, 12 -> 16 and 12 -> 24 faster in
+// Winograd's form); bench/RESULTS.md. (A stem reading one or three
+// channels gains nothing from Winograd's form either.) It does 16
 // multiplications per 2x2 results and channel pair where the direct form
-// does 36, with values rounded differently: the results agree with the direct
-// form to the accumulation's rounding (tests/kernels/test_convolution.cpp).
+// does 36 (F(4x4, 3x3): 36 per 4x4), with values rounded differently: the
+// results agree with the direct form to the accumulation's rounding
+// (tests/kernels/test_convolution.cpp).
 constexpr bool winograd_applies(const convolution_shape& shape)
 {
+    constexpr std::size_t lanes = simd_width<float>;
+    const std::size_t padded_input_channels = (shape.in_channels + lanes - 1) / lanes * lanes;
     return shape.kernel == 3 && shape.stride == 1 && shape.padding == 1 && shape.in_channels >= 8 &&
-           shape.out_channels >= 8;
+           shape.out_channels >= 8 && padded_input_channels < 2 * shape.in_channels;
 }
 
 // The forward pass reads the input's channels and makes the output's; the
@@ -1653,9 +1665,11 @@ template <class T>
 void require_input_map_shape(const convolution_shape& shape, affine_relu_map<T> input_map, const char* kernel)
 {
     if (input_map && !convolution_takes_input_map(shape)) {
-        raise_error(error_kind::invalid_argument,
-                    std::string("petra::kernels ") + kernel +
-                        ": an input map needs a 3x3 stride-1 shape with padding 1 and at least 8 channels each way");
+        raise_error(
+            error_kind::invalid_argument,
+            std::string("petra::kernels ") + kernel +
+                ": an input map needs a 3x3 stride-1 shape with padding 1, at least 8 channels each way and input "
+                "channels that fill more than half of their vectors (Winograd's form)");
     }
 }
 
