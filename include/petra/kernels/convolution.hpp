@@ -3,9 +3,9 @@
 // with respect to the weights.
 //
 // 3x3 convolutions with stride 1 and padding 1 between 8 or more channels
-// (the input's filling more than half of their vectors) take Winograd's form
-// instead (winograd.hpp; winograd_applies below); everything that follows here describes the direct form, which
-// every other shape takes.
+// (the input's filling more than half of their vectors) take Winograd's
+// form instead (winograd.hpp; winograd_applies below); everything that
+// follows here describes the direct form, which every other shape takes.
 //
 // No im2col matrix is ever built. The input (or, for the input gradient, the
 // output gradient) is copied once with its zero border into stride x stride
