@@ -232,9 +232,10 @@ convolution_shape benchmark_shape(const benchmark::State& state)
 
 // Which kernels a convolution benchmark runs: the library's (Winograd's
 // form where it applies), the direct form even where the library takes
-// Winograd's (kernels/winograd.hpp), to compare the two, or the bf16
-// kernels on the best engine the CPU offers (kernels/convolution_bf16.hpp:
-// AMX tiles, else vdpbf16ps).
+// Winograd's (kernels/winograd.hpp), Winograd's form even where the library
+// takes the direct one (3x3 stride-1 shapes with padding 1), to compare the
+// two, or the bf16 kernels on the best engine the CPU offers
+// (kernels/convolution_bf16.hpp: AMX tiles, else vdpbf16ps).
 enum class kernels_of { library, direct, winograd, bf16 };
 
 template <pass Pass, kernels_of Kernels = kernels_of::library>
