@@ -1578,8 +1578,8 @@ void backward_input_by_phases(const convolution_shape& shape, const T* grad_y, c
 // (tests/kernels/test_convolution.cpp).
 constexpr bool winograd_applies(const convolution_shape& shape)
 {
-    constexpr std::size_t lanes = simd_width<float>;
-    const std::size_t padded_input_channels = (shape.in_channels + lanes - 1) / lanes * lanes;
+    // The input channels as the form pads them (its source_stride).
+    const std::size_t padded_input_channels = winograd_geometry<float>::round_up(shape.in_channels);
     return shape.kernel == 3 && shape.stride == 1 && shape.padding == 1 && shape.in_channels >= 8 &&
            shape.out_channels >= 8 && padded_input_channels < 2 * shape.in_channels;
 }
