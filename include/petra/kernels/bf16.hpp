@@ -369,31 +369,31 @@ PETRA_TARGET_AVX512_BF16 void bf16_dot_tile(std::size_t pairs, const std::uint16
 {
     constexpr std::size_t rows = 8, width = bf16_packing::strip_columns;
     __m512 accumulator[rows][Vectors];
-#pragma GCC unroll 8
+    PETRA_UNROLL(8)
     for (std::size_t r = 0; r < rows; ++r) {
-#pragma GCC unroll 4
+        PETRA_UNROLL(4)
         for (std::size_t v = 0; v < Vectors; ++v) accumulator[r][v] = _mm512_setzero_ps();
     }
     for (std::size_t p = 0; p < pairs; ++p) {
         __m512bh column_pairs[Vectors];
-#pragma GCC unroll 4
+        PETRA_UNROLL(4)
         for (std::size_t v = 0; v < Vectors; ++v) {
             column_pairs[v] = (__m512bh)_mm512_loadu_si512(strips + v * strip_stride + p * 2 * width);
         }
-#pragma GCC unroll 8
+        PETRA_UNROLL(8)
         for (std::size_t r = 0; r < rows; ++r) {
             std::uint32_t pair;
             std::memcpy(&pair, a + r * a_stride + 2 * p, sizeof(pair));
             const __m512bh row_pair = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
-#pragma GCC unroll 4
+            PETRA_UNROLL(4)
             for (std::size_t v = 0; v < Vectors; ++v) {
                 accumulator[r][v] = _mm512_dpbf16_ps(accumulator[r][v], row_pair, column_pairs[v]);
             }
         }
     }
-#pragma GCC unroll 8
+    PETRA_UNROLL(8)
     for (std::size_t r = 0; r < rows; ++r) {
-#pragma GCC unroll 4
+        PETRA_UNROLL(4)
         for (std::size_t v = 0; v < Vectors; ++v) _mm512_storeu_ps(tile + r * 3 * width + v * width, accumulator[r][v]);
     }
 }

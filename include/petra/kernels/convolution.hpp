@@ -473,11 +473,11 @@ void tap_group_gradient(std::size_t first_row, std::size_t end_row, std::size_t 
     using vector = simd<T>;
     constexpr std::size_t width = vector::size;
     vector accumulator[Pixels][Taps][Vectors];
-#pragma GCC unroll 4
+    PETRA_UNROLL(4)
     for (std::size_t p = 0; p < Pixels; ++p) {
-#pragma GCC unroll 8
+        PETRA_UNROLL(8)
         for (std::size_t t = 0; t < Taps; ++t) {
-#pragma GCC unroll 4
+            PETRA_UNROLL(4)
             for (std::size_t v = 0; v < Vectors; ++v) accumulator[p][t][v] = vector(T(0));
         }
     }
@@ -486,17 +486,17 @@ void tap_group_gradient(std::size_t first_row, std::size_t end_row, std::size_t 
         const T* row_gradient = gradients + row * row_length * channel_stride;
         for (std::size_t pixel = 0; pixel < row_length; pixel += Pixels) {
             const T* pixel_gradient = row_gradient + pixel * channel_stride;
-#pragma GCC unroll 4
+            PETRA_UNROLL(4)
             for (std::size_t p = 0; p < Pixels; ++p) {
                 vector g[Vectors];
-#pragma GCC unroll 4
+                PETRA_UNROLL(4)
                 for (std::size_t v = 0; v < Vectors; ++v) {
                     g[v] = vector::load_aligned(pixel_gradient + p * channel_stride + v * width);
                 }
-#pragma GCC unroll 8
+                PETRA_UNROLL(8)
                 for (std::size_t t = 0; t < Taps; ++t) {
                     const vector x(tap[t][row_offset + (pixel + p) * ColumnStep]);
-#pragma GCC unroll 4
+                    PETRA_UNROLL(4)
                     for (std::size_t v = 0; v < Vectors; ++v) {
                         accumulator[p][t][v] = fused_multiply_add(x, g[v], accumulator[p][t][v]);
                     }
@@ -504,12 +504,12 @@ void tap_group_gradient(std::size_t first_row, std::size_t end_row, std::size_t 
             }
         }
     }
-#pragma GCC unroll 8
+    PETRA_UNROLL(8)
     for (std::size_t t = 0; t < Taps; ++t) {
-#pragma GCC unroll 4
+        PETRA_UNROLL(4)
         for (std::size_t v = 0; v < Vectors; ++v) {
             vector total = accumulator[0][t][v];
-#pragma GCC unroll 4
+            PETRA_UNROLL(4)
             for (std::size_t p = 1; p < Pixels; ++p) total += accumulator[p][t][v];
             T* out = sums + t * sum_stride + v * width;
             (vector::load_aligned(out) + total).store_aligned(out);
@@ -781,9 +781,9 @@ void dot_product_block(const dot_product_walk& walk, const T* const (&gradient)[
     constexpr std::size_t width = vector::size;
     const std::size_t tail = walk.length % width;
     vector accumulator[Channels][Taps];
-#pragma GCC unroll 8
+    PETRA_UNROLL(8)
     for (std::size_t c = 0; c < Channels; ++c) {
-#pragma GCC unroll 8
+        PETRA_UNROLL(8)
         for (std::size_t t = 0; t < Taps; ++t) accumulator[c][t] = vector(T(0));
     }
     // Every vector through a mask (all lanes but in a run's last): written
@@ -797,21 +797,21 @@ void dot_product_block(const dot_product_walk& walk, const T* const (&gradient)[
             for (std::size_t p = 0; p < walk.length; p += width) {
                 const std::size_t count = walk.length - p < width ? tail : width;
                 vector values[Taps];
-#pragma GCC unroll 8
+                PETRA_UNROLL(8)
                 for (std::size_t t = 0; t < Taps; ++t) values[t] = load_first(tap[t] + t0 + p, count);
-#pragma GCC unroll 8
+                PETRA_UNROLL(8)
                 for (std::size_t c = 0; c < Channels; ++c) {
                     const vector g = load_first(gradient[c] + g0 + p, count);
-#pragma GCC unroll 8
+                    PETRA_UNROLL(8)
                     for (std::size_t t = 0; t < Taps; ++t)
                         accumulator[c][t] = fused_multiply_add(g, values[t], accumulator[c][t]);
                 }
             }
         }
     }
-#pragma GCC unroll 8
+    PETRA_UNROLL(8)
     for (std::size_t c = 0; c < Channels; ++c) {
-#pragma GCC unroll 8
+        PETRA_UNROLL(8)
         for (std::size_t t = 0; t < Taps; ++t) sums[c * Taps + t] += accumulator[c][t];
     }
 }
@@ -1065,22 +1065,22 @@ void correlation_row_block(std::size_t taps, const T* __restrict sliver, const T
     constexpr std::size_t width = vector::size;
     constexpr std::size_t lanes = OutRows * Vectors;
     vector accumulator[Rows][lanes];
-#pragma GCC unroll 16
+    PETRA_UNROLL(16)
     for (std::size_t i = 0; i < Rows; ++i) {
-#pragma GCC unroll 8
+        PETRA_UNROLL(8)
         for (std::size_t k = 0; k < lanes; ++k) accumulator[i][k] = vector(T(0));
     }
     for (std::size_t t = 0; t < taps; ++t) {
         const T* tap = source + offsets[t];
         vector values[lanes];
-#pragma GCC unroll 8
+        PETRA_UNROLL(8)
         for (std::size_t k = 0; k < lanes; ++k) {
             values[k] = vector::load_unaligned(tap + (k / Vectors) * row_stride + (k % Vectors) * width);
         }
-#pragma GCC unroll 16
+        PETRA_UNROLL(16)
         for (std::size_t i = 0; i < Rows; ++i) {
             const vector weight(sliver[i]);
-#pragma GCC unroll 8
+            PETRA_UNROLL(8)
             for (std::size_t k = 0; k < lanes; ++k)
                 accumulator[i][k] = fused_multiply_add(weight, values[k], accumulator[i][k]);
         }
@@ -1090,10 +1090,10 @@ void correlation_row_block(std::size_t taps, const T* __restrict sliver, const T
     // channels: the accumulators go out from their registers (a loop to the
     // run-time count indexed them, and they were stored to the stack first).
     const std::size_t last = out_width - (Vectors - 1) * width;
-#pragma GCC unroll 16
+    PETRA_UNROLL(16)
     for (std::size_t i = 0; i < Rows; ++i) {
         if (i >= channels) break;
-#pragma GCC unroll 8
+        PETRA_UNROLL(8)
         for (std::size_t k = 0; k < lanes; ++k) {
             T* at = out + i * channel_stride + (k / Vectors) * out_width + (k % Vectors) * width;
             store_vector(accumulator[i][k], k % Vectors + 1 < Vectors ? width : last, at, beta);

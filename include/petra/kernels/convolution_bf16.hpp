@@ -555,9 +555,9 @@ PETRA_TARGET_AVX512_BF16 void bf16_correlation_block(const bf16_correlation_oper
 {
     constexpr std::size_t block_rows = 8, width = 16;
     __m512 accumulator[block_rows][Vectors];
-#pragma GCC unroll 8
+    PETRA_UNROLL(8)
     for (std::size_t r = 0; r < block_rows; ++r) {
-#pragma GCC unroll 3
+        PETRA_UNROLL(3)
         for (std::size_t v = 0; v < Vectors; ++v) accumulator[r][v] = _mm512_setzero_ps();
     }
     for (std::size_t t = 0; t < o.taps; ++t) {
@@ -567,15 +567,15 @@ PETRA_TARGET_AVX512_BF16 void bf16_correlation_block(const bf16_correlation_oper
             const std::size_t pairs = std::min(o.chunk_pairs, o.pairs - c * o.chunk_pairs);
             for (std::size_t k = 0; k < pairs; ++k) {
                 __m512bh pixel_pairs[Vectors];
-#pragma GCC unroll 3
+                PETRA_UNROLL(3)
                 for (std::size_t v = 0; v < Vectors; ++v) {
                     pixel_pairs[v] = (__m512bh)_mm512_loadu_si512(pixels + k * o.pair_stride + v * width);
                 }
-#pragma GCC unroll 8
+                PETRA_UNROLL(8)
                 for (std::size_t r = 0; r < block_rows; ++r) {
                     const __m512bh weight_pair =
                         (__m512bh)_mm512_set1_epi32(static_cast<int>(weights[r * o.chunk_pairs + k]));
-#pragma GCC unroll 3
+                    PETRA_UNROLL(3)
                     for (std::size_t v = 0; v < Vectors; ++v) {
                         accumulator[r][v] = _mm512_dpbf16_ps(accumulator[r][v], pixel_pairs[v], weight_pair);
                     }
@@ -583,10 +583,10 @@ PETRA_TARGET_AVX512_BF16 void bf16_correlation_block(const bf16_correlation_oper
             }
         }
     }
-#pragma GCC unroll 8
+    PETRA_UNROLL(8)
     for (std::size_t r = 0; r < block_rows; ++r) {
         if (r >= rows) break;
-#pragma GCC unroll 3
+        PETRA_UNROLL(3)
         for (std::size_t v = 0; v < Vectors; ++v) {
             store_bf16_vector(accumulator[r][v], out + r * out_pixels, pieces[v], counts[v], beta);
         }
@@ -660,29 +660,29 @@ PETRA_TARGET_AVX512_BF16 void bf16_weight_gradient_block(std::size_t depth_pairs
 {
     constexpr std::size_t width = 16;
     __m512 accumulator[Rows][Vectors];
-#pragma GCC unroll 16
+    PETRA_UNROLL(16)
     for (std::size_t r = 0; r < Rows; ++r) {
-#pragma GCC unroll 4
+        PETRA_UNROLL(4)
         for (std::size_t v = 0; v < Vectors; ++v) accumulator[r][v] = _mm512_setzero_ps();
     }
     for (std::size_t q = 0; q < depth_pairs; ++q) {
         __m512bh channel_pairs[Vectors];
-#pragma GCC unroll 4
+        PETRA_UNROLL(4)
         for (std::size_t v = 0; v < Vectors; ++v) {
             channel_pairs[v] = (__m512bh)_mm512_loadu_si512(pixel_pairs + q * columns + v * width);
         }
-#pragma GCC unroll 16
+        PETRA_UNROLL(16)
         for (std::size_t r = 0; r < Rows; ++r) {
             const __m512bh gradient_pair = (__m512bh)_mm512_set1_epi32(static_cast<int>(gradient[r * row_words + q]));
-#pragma GCC unroll 4
+            PETRA_UNROLL(4)
             for (std::size_t v = 0; v < Vectors; ++v) {
                 accumulator[r][v] = _mm512_dpbf16_ps(accumulator[r][v], channel_pairs[v], gradient_pair);
             }
         }
     }
-#pragma GCC unroll 16
+    PETRA_UNROLL(16)
     for (std::size_t r = 0; r < Rows; ++r) {
-#pragma GCC unroll 4
+        PETRA_UNROLL(4)
         for (std::size_t v = 0; v < Vectors; ++v) {
             float* sum = sums + r * columns + v * width;
             _mm512_storeu_ps(sum, _mm512_add_ps(_mm512_loadu_ps(sum), accumulator[r][v]));

@@ -74,7 +74,7 @@ void pack_slivers(const T* source, std::size_t lane_stride, std::size_t depth_st
             for (std::size_t d = 0; d < depth; ++d) {
                 const T* column = sliver_source + d * depth_stride;
                 T* out = destination + d * W;
-#pragma GCC unroll 16
+                PETRA_UNROLL(16)
                 for (std::size_t lane = 0; lane < W; ++lane) out[lane] = column[lane * lane_stride];
             }
         } else {
@@ -122,15 +122,15 @@ inline void micro_kernel(std::size_t kc, const T* __restrict a_sliver, const Row
     constexpr std::size_t width = vector::size;
     constexpr std::size_t nr = VectorsPerRow * width;
     vector accumulator[MR][UsedVectors];
-#pragma GCC unroll 16
+    PETRA_UNROLL(16)
     for (std::size_t r = 0; r < MR; ++r) {
-#pragma GCC unroll 4
+        PETRA_UNROLL(4)
         for (std::size_t v = 0; v < UsedVectors; ++v) accumulator[r][v] = vector(T(0));
     }
     for (std::size_t d = 0; d < kc; ++d) {
         const T* __restrict row = b_rows(d);
         vector b[UsedVectors];
-#pragma GCC unroll 4
+        PETRA_UNROLL(4)
         for (std::size_t v = 0; v < UsedVectors; ++v) {
             if constexpr (Rows::aligned) {
                 b[v] = vector::load_aligned(row + v * width);
@@ -138,19 +138,19 @@ inline void micro_kernel(std::size_t kc, const T* __restrict a_sliver, const Row
                 b[v] = vector::load_unaligned(row + v * width);
             }
         }
-#pragma GCC unroll 16
+        PETRA_UNROLL(16)
         for (std::size_t r = 0; r < MR; ++r) {
             const vector a(a_sliver[r]);
-#pragma GCC unroll 4
+            PETRA_UNROLL(4)
             for (std::size_t v = 0; v < UsedVectors; ++v) {
                 accumulator[r][v] = fused_multiply_add(a, b[v], accumulator[r][v]);
             }
         }
         a_sliver += MR;
     }
-#pragma GCC unroll 16
+    PETRA_UNROLL(16)
     for (std::size_t r = 0; r < MR; ++r) {
-#pragma GCC unroll 4
+        PETRA_UNROLL(4)
         for (std::size_t v = 0; v < UsedVectors; ++v) {
             accumulator[r][v].store_aligned(tile + r * nr + v * width);
         }

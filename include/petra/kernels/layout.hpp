@@ -29,26 +29,26 @@ PETRA_ALWAYS_INLINE void transpose_16x16(__m512 (&r)[16])
     // undefined vector that g++ 12 reports as maybe uninitialised.)
     constexpr __mmask16 all = 0xFFFF;
     __m512 t[16];
-#pragma GCC unroll 16
+    PETRA_UNROLL(16)
     for (int i = 0; i < 16; i += 2) {
         t[i] = _mm512_mask_unpacklo_ps(r[i], all, r[i], r[i + 1]);
         t[i + 1] = _mm512_mask_unpackhi_ps(r[i], all, r[i], r[i + 1]);
     }
-#pragma GCC unroll 16
+    PETRA_UNROLL(16)
     for (int i = 0; i < 16; i += 4) {
         r[i] = _mm512_mask_shuffle_ps(t[i], all, t[i], t[i + 2], 0x44);
         r[i + 1] = _mm512_mask_shuffle_ps(t[i], all, t[i], t[i + 2], 0xEE);
         r[i + 2] = _mm512_mask_shuffle_ps(t[i], all, t[i + 1], t[i + 3], 0x44);
         r[i + 3] = _mm512_mask_shuffle_ps(t[i], all, t[i + 1], t[i + 3], 0xEE);
     }
-#pragma GCC unroll 4
+    PETRA_UNROLL(4)
     for (int i = 0; i < 4; ++i) {
         t[i] = _mm512_mask_shuffle_f32x4(r[i], all, r[i], r[i + 4], 0x88);
         t[i + 4] = _mm512_mask_shuffle_f32x4(r[i], all, r[i], r[i + 4], 0xDD);
         t[i + 8] = _mm512_mask_shuffle_f32x4(r[i], all, r[i + 8], r[i + 12], 0x88);
         t[i + 12] = _mm512_mask_shuffle_f32x4(r[i], all, r[i + 8], r[i + 12], 0xDD);
     }
-#pragma GCC unroll 8
+    PETRA_UNROLL(8)
     for (int i = 0; i < 8; ++i) {
         r[i] = _mm512_mask_shuffle_f32x4(t[i], all, t[i], t[i + 8], 0x88);
         r[i + 8] = _mm512_mask_shuffle_f32x4(t[i], all, t[i], t[i + 8], 0xDD);
@@ -108,14 +108,14 @@ void transpose_channels_to_rows_as(const T* from, std::size_t from_stride, std::
             // The 16 pixels' places, walking along their rows.
             std::size_t offsets[16];
             std::size_t row = p0 / rows.row_width, column = p0 % rows.row_width;
-#pragma GCC unroll 16
+            PETRA_UNROLL(16)
             for (int k = 0; k < 16; ++k) {
                 offsets[k] = row * rows.row_pitch + column * rows.stride;
                 if (++column == rows.row_width) column = 0, ++row;
             }
             for (std::size_t c0 = 0; c0 < full_channels; c0 += 16) {
                 __m512 r[16];
-#pragma GCC unroll 16
+                PETRA_UNROLL(16)
                 for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(from + (c0 + i) * from_stride + p0);
                 transpose_16x16(r);
                 if constexpr (Mapped) {
@@ -124,14 +124,14 @@ void transpose_channels_to_rows_as(const T* from, std::size_t from_stride, std::
                     // lanes not above zero zeroed (NaN kept), as
                     // affine_relu_map rounds it.
                     const __m512 scale = _mm512_loadu_ps(map.scale + c0), shift = _mm512_loadu_ps(map.shift + c0);
-#pragma GCC unroll 16
+                    PETRA_UNROLL(16)
                     for (int k = 0; k < 16; ++k) {
                         const __m512 affine = _mm512_fmadd_ps(scale, r[k], shift);
                         r[k] = _mm512_maskz_mov_ps(
                             _mm512_mask_cmp_ps_mask(0xFFFF, affine, _mm512_setzero_ps(), _CMP_NLE_UQ), affine);
                     }
                 }
-#pragma GCC unroll 16
+                PETRA_UNROLL(16)
                 for (int k = 0; k < 16; ++k) _mm512_storeu_ps(to + offsets[k] + c0, r[k]);
             }
         }

@@ -267,23 +267,23 @@ inline void broadcast_products(std::size_t depth, const T* __restrict broadcasts
 {
     using vector = simd<T>;
     constexpr std::size_t width = vector::size;
-#pragma GCC unroll 16
+    PETRA_UNROLL(16)
     for (std::size_t i = 0; i < Broadcasts; ++i) {
-#pragma GCC unroll 4
+        PETRA_UNROLL(4)
         for (std::size_t v = 0; v < Vectors; ++v) accumulator[i][v] = vector(T(0));
     }
     for (std::size_t d = 0; d < depth; ++d) {
         const T* row = rows + d * row_stride;
         vector values[Vectors];
-#pragma GCC unroll 4
+        PETRA_UNROLL(4)
         for (std::size_t v = 0; v < Vectors; ++v) {
             values[v] =
                 Whole || v + 1 < Vectors ? vector::load_unaligned(row + v * width) : load_first(row + v * width, last);
         }
-#pragma GCC unroll 16
+        PETRA_UNROLL(16)
         for (std::size_t i = 0; i < Broadcasts; ++i) {
             const vector weight(broadcasts[i]);
-#pragma GCC unroll 4
+            PETRA_UNROLL(4)
             for (std::size_t v = 0; v < Vectors; ++v)
                 accumulator[i][v] = fused_multiply_add(weight, values[v], accumulator[i][v]);
         }
@@ -309,10 +309,10 @@ template <class T, std::size_t Rows, std::size_t Vectors, bool Whole>
     // Unrolled over the tile's Rows, each stored if it is one of the rows:
     // a loop to the run-time count indexes the accumulators, which then go
     // to the stack and back (zeroed there first, too).
-#pragma GCC unroll 16
+    PETRA_UNROLL(16)
     for (std::size_t i = 0; i < Rows; ++i) {
         if (i >= rows) break;
-#pragma GCC unroll 4
+        PETRA_UNROLL(4)
         for (std::size_t v = 0; v < Vectors; ++v) {
             store_vector(accumulator[i][v], v + 1 < Vectors ? width : last, out + i * out_stride + v * width, beta);
         }
@@ -334,7 +334,7 @@ void column_block(std::size_t count, std::size_t depth, const T* a, std::size_t 
                                                    accumulator);
     alignas(buffer_alignment) T lanes[Vectors * width];
     for (std::size_t c = 0; c < Columns; ++c) {
-#pragma GCC unroll 4
+        PETRA_UNROLL(4)
         for (std::size_t v = 0; v < Vectors; ++v) accumulator[c][v].store_aligned(lanes + v * width);
         for (std::size_t i = 0; i < count; ++i) {
             T& target = out[i * out_stride + c];
@@ -581,7 +581,7 @@ private:
         const __mmask16 row_lanes = first_lanes(out_width);
         __m512i pair_index[Vectors];
         __mmask16 pair_taken[Vectors], pair_stored[Vectors];
-#pragma GCC unroll 4
+        PETRA_UNROLL(4)
         for (std::size_t k = 0; k < Vectors; ++k) {
             pair_index[k] = index[k];
             pair_taken[k] = taken[k];
@@ -591,7 +591,7 @@ private:
         for (; y + 2 <= height; y += 2) {
             const __m512 row = _mm512_maskz_loadu_ps(row_lanes, values + (y / 2) * out_width);
             float* out = plane + y * width;
-#pragma GCC unroll 4
+            PETRA_UNROLL(4)
             for (std::size_t k = 0; k < Vectors; ++k) {
                 store_lanes(out + 16 * k, pair_stored[k],
                             _mm512_maskz_permutexvar_ps(pair_taken[k], pair_index[k], row), beta);
@@ -732,7 +732,7 @@ inline void gather_patches(const patch_geometry& geometry, const float* image, f
                     const __m512 low = outside ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(first_part, values);
                     const __m512 high =
                         !Wide || outside ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(second_part, values + 16);
-#pragma GCC unroll 3
+                    PETRA_UNROLL(3)
                     for (std::size_t kw = 0; kw < 3; ++kw) {
                         const __m512 phase = Wide ? _mm512_maskz_permutex2var_ps(inside[kw], low, columns[kw], high)
                                                   : _mm512_maskz_permutexvar_ps(inside[kw], columns[kw], low);

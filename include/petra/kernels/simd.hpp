@@ -13,17 +13,19 @@
 // A helper of a kernel's inner loop (a register transposition, a
 // transform's row, a masked store) is inlined whatever optimisation level
 // the including program chose, and a loop over an array of vectors carries
-// `#pragma GCC unroll` (which g++ and clang++ honour at every level), so
-// that the array lives in registers: at -O2, g++ 12 called such helpers and
-// kept such arrays on the stack, and the reference network's training step
-// took 1.34 times as long as at -O3 (bench/RESULTS.md, "The including
-// program's optimisation level"). PETRA_ALWAYS_INLINE_LAMBDA does the same
-// for a lambda, written after its parameter list: one that g++ 12 at -O2
-// left out of line read every variable it captured by reference through
-// its closure again after each store. Under a sanitizer (a build that
-// checks, not one that is timed) they are plain: clang++ 14 with
-// AddressSanitizer at -O1 compiled test_convolution in 96 s with them
-// against 75 s without.
+// PETRA_UNROLL(N), `#pragma GCC unroll N` (which g++ and clang++ honour at
+// every level), so that the array lives in registers: at -O2, g++ 12 called
+// such helpers and kept such arrays on the stack, and the reference
+// network's training step took 1.34 times as long as at -O3
+// (bench/RESULTS.md, "The including program's optimisation level").
+// PETRA_ALWAYS_INLINE_LAMBDA does the same for a lambda, written after its
+// parameter list: one that g++ 12 at -O2 left out of line read every
+// variable it captured by reference through its closure again after each
+// store. Under a sanitizer (a build that checks, not one that is timed) all
+// three are plain, which changes no value: clang++ 14 with AddressSanitizer
+// and UBSan at -O1 compiled test_convolution in 96 s with them, 75 s
+// without the forced inlining, and without the unrolling as well in half
+// the time again (78 against 39 s, side by side; bench/RESULTS.md).
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
 #define PETRA_SANITIZED_BUILD 1
@@ -38,6 +40,12 @@
 #else
 #define PETRA_ALWAYS_INLINE inline
 #define PETRA_ALWAYS_INLINE_LAMBDA
+#endif
+#define PETRA_PRAGMA(text) _Pragma(#text)
+#if defined(PETRA_SANITIZED_BUILD)
+#define PETRA_UNROLL(count)
+#else
+#define PETRA_UNROLL(count) PETRA_PRAGMA(GCC unroll count)
 #endif
 
 namespace petra::kernels {

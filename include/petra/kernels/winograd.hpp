@@ -278,17 +278,17 @@ template <class V>
 PETRA_ALWAYS_INLINE void transform_weights_f4(const V (&g)[3][3], std::size_t plane, typename V::value_type* out)
 {
     V columns[3][6]; // G g, column by column
-#pragma GCC unroll 3
+    PETRA_UNROLL(3)
     for (std::size_t k = 0; k < 3; ++k) {
         const V column[3] = {g[0][k], g[1][k], g[2][k]};
         weights_column_f4(column, columns[k]);
     }
-#pragma GCC unroll 6
+    PETRA_UNROLL(6)
     for (std::size_t i = 0; i < 6; ++i) { // (G g) G^T, row by row
         const V row[3] = {columns[0][i], columns[1][i], columns[2][i]};
         V transformed[6];
         weights_column_f4(row, transformed);
-#pragma GCC unroll 6
+        PETRA_UNROLL(6)
         for (std::size_t j = 0; j < 6; ++j) transformed[j].store_aligned(out + (i * 6 + j) * plane);
     }
 }
@@ -367,21 +367,21 @@ void transform_weights(const winograd_geometry<T>& geometry, Tap&& tap, T* trans
                 for (std::size_t lane = used; lane < width; ++lane) lanes[k][lane] = T(0);
             }
             vector g[3][3];
-#pragma GCC unroll 9
+            PETRA_UNROLL(9)
             for (std::size_t k = 0; k < 9; ++k) g[k / 3][k % 3] = vector::load_aligned(lanes[k]);
             if (geometry.output_tile == 4) {
                 transform_weights_f4(g, sources * stride, transformed + s * stride + r0);
                 continue;
             }
             vector rows[4][3]; // G g
-#pragma GCC unroll 3
+            PETRA_UNROLL(3)
             for (std::size_t k = 0; k < 3; ++k) {
                 rows[0][k] = g[0][k];
                 rows[1][k] = half * (g[0][k] + g[1][k] + g[2][k]);
                 rows[2][k] = half * (g[0][k] - g[1][k] + g[2][k]);
                 rows[3][k] = g[2][k];
             }
-#pragma GCC unroll 4
+            PETRA_UNROLL(4)
             for (std::size_t i = 0; i < 4; ++i) { // (G g) G^T
                 T* out = transformed + (i * 4 * sources + s) * stride + r0;
                 const std::size_t plane = sources * stride;
@@ -435,12 +435,12 @@ PETRA_ALWAYS_INLINE void transform_patch_row_f4(const T* first_patch, std::size_
         const T* patch = first_patch + 4 * tx * stride;
         columns[0] = columns[4];
         columns[1] = columns[5];
-#pragma GCC unroll 6
+        PETRA_UNROLL(6)
         for (std::size_t k = 2; k < 6; ++k) columns[k] = column(patch + k * stride);
         vector transformed[6];
         patch_column_f4(columns, transformed);
         T* out = first_out + tx * stride + R * 6 * plane;
-#pragma GCC unroll 6
+        PETRA_UNROLL(6)
         for (std::size_t k = 0; k < 6; ++k) transformed[k].store_aligned(out + k * plane);
     }
 }
@@ -509,14 +509,14 @@ void transform_patches(const winograd_geometry<T>& geometry, const T* bordered, 
             column(first_patch + stride + c, b[3]);
             for (std::size_t tx = 0; tx < tile_columns; ++tx) {
                 const T* patch = first_patch + step * tx * stride + c;
-#pragma GCC unroll 4
+                PETRA_UNROLL(4)
                 for (std::size_t k = 0; k < 4; ++k) b[0][k] = b[2][k];
-#pragma GCC unroll 4
+                PETRA_UNROLL(4)
                 for (std::size_t k = 0; k < 4; ++k) b[1][k] = b[3][k];
                 column(patch + 2 * stride, b[2]);
                 column(patch + 3 * stride, b[3]);
                 T* out = first_out + tx * stride + c;
-#pragma GCC unroll 4
+                PETRA_UNROLL(4)
                 for (std::size_t r = 0; r < 4; ++r) { // (B^T d) B
                     (b[0][r] - b[2][r]).store_aligned(out + (r * 4 + 0) * plane);
                     (b[1][r] + b[2][r]).store_aligned(out + (r * 4 + 1) * plane);
@@ -548,9 +548,9 @@ inline void broadcast_block(std::size_t depth, const T* __restrict a, std::size_
     using vector = simd<T>;
     if constexpr (FixedStride != 0) a_stride = FixedStride;
     vector sums[Rows][Vectors];
-#pragma GCC unroll 24
+    PETRA_UNROLL(24)
     for (std::size_t r = 0; r < Rows; ++r) {
-#pragma GCC unroll 4
+        PETRA_UNROLL(4)
         for (std::size_t v = 0; v < Vectors; ++v) {
             sums[r][v] = Accumulate ? vector::load_aligned(out + r * out_stride + v * vector::size) : vector(T(0));
         }
@@ -568,18 +568,18 @@ inline void broadcast_block(std::size_t depth, const T* __restrict a, std::size_
             __builtin_prefetch(b + (k + 8) * b_stride, 0, 3);
         }
         vector w[Vectors];
-#pragma GCC unroll 4
+        PETRA_UNROLL(4)
         for (std::size_t v = 0; v < Vectors; ++v) w[v] = vector::load_aligned(b + k * b_stride + v * vector::size);
-#pragma GCC unroll 24
+        PETRA_UNROLL(24)
         for (std::size_t r = 0; r < Rows; ++r) {
             const vector value(RowsAdjacent ? a[r + k * a_stride] : a[r * a_stride + k]);
-#pragma GCC unroll 4
+            PETRA_UNROLL(4)
             for (std::size_t v = 0; v < Vectors; ++v) sums[r][v] = fused_multiply_add(value, w[v], sums[r][v]);
         }
     }
-#pragma GCC unroll 24
+    PETRA_UNROLL(24)
     for (std::size_t r = 0; r < Rows; ++r) {
-#pragma GCC unroll 4
+        PETRA_UNROLL(4)
         for (std::size_t v = 0; v < Vectors; ++v) sums[r][v].store_aligned(out + r * out_stride + v * vector::size);
     }
 }
@@ -695,13 +695,13 @@ void transform_products(const winograd_geometry<T>& geometry, const T* products,
                 for (std::size_t c = 0; c < stride; c += vector::size) {
                     const auto store_rows = [&]<std::size_t Pair>(std::size_t row_count, std::size_t column_count) {
                         vector pair[2][6]; // rows Pair and Pair + 2 of A^T M, column by column
-#pragma GCC unroll 6
+                        PETRA_UNROLL(6)
                         for (std::size_t k = 0; k < 6; ++k) {
                             product_column_f4_pair<Pair>(
                                 [&](std::size_t r) { return vector::load_aligned(m + (r * 6 + k) * stride + c); },
                                 pair[0][k], pair[1][k]);
                         }
-#pragma GCC unroll 2
+                        PETRA_UNROLL(2)
                         for (std::size_t j = 0; j < 2; ++j) { // (A^T M) A, row by row
                             const std::size_t r = Pair + 2 * j;
                             if (r >= row_count) break;
@@ -734,7 +734,7 @@ void transform_products(const winograd_geometry<T>& geometry, const T* products,
             T* out = results + (y * width + x) * stride;
             for (std::size_t c = 0; c < stride; c += vector::size) {
                 vector a[2][4]; // A^T M
-#pragma GCC unroll 4
+                PETRA_UNROLL(4)
                 for (std::size_t k = 0; k < 4; ++k) {
                     const vector m0 = vector::load_aligned(m + (0 * 4 + k) * stride + c);
                     const vector m1 = vector::load_aligned(m + (1 * 4 + k) * stride + c);
@@ -808,7 +808,7 @@ public:
             const auto value = [&](std::size_t p) { return vector::load_aligned(results + p * stride + c) - first; };
             vector partial[4] = {vector(T(0)), vector(T(0)), vector(T(0)), vector(T(0))};
             for (std::size_t p = 0; p < unrolled; p += 4) {
-#pragma GCC unroll 4
+                PETRA_UNROLL(4)
                 for (std::size_t k = 0; k < 4; ++k) partial[k] += value(p + k);
             }
             for (std::size_t p = unrolled; p < pixels; ++p) partial[0] += value(p);
@@ -817,7 +817,7 @@ public:
             for (vector& v : partial) v = vector(T(0));
             const auto deviation = [&](std::size_t p) { return value(p) - image_mean; };
             for (std::size_t p = 0; p < unrolled; p += 4) {
-#pragma GCC unroll 4
+                PETRA_UNROLL(4)
                 for (std::size_t k = 0; k < 4; ++k) {
                     const vector d = deviation(p + k);
                     partial[k] = fused_multiply_add(d, d, partial[k]);
@@ -1028,7 +1028,7 @@ void transform_result_gradient(const winograd_geometry<T>& geometry, const T* ti
                              d11 = vector::load_aligned(dy + row + stride + c);
                 // A dY: rows dY0, dY0 + dY1, dY0 - dY1, -dY1.
                 const vector rows[4][2] = {{d00, d01}, {d00 + d10, d01 + d11}, {d00 - d10, d01 - d11}, {-d10, -d11}};
-#pragma GCC unroll 4
+                PETRA_UNROLL(4)
                 for (std::size_t i = 0; i < 4; ++i) { // (A dY) A^T, the same on the columns
                     (rows[i][0]).store_aligned(out + (i * 4 + 0) * plane + c);
                     (rows[i][0] + rows[i][1]).store_aligned(out + (i * 4 + 1) * plane + c);
@@ -1047,7 +1047,7 @@ void winograd_vector_group_gradient(const winograd_geometry<T>& geometry, const 
     using sizes = winograd_gradient_sizes<T>;
     const std::size_t width = simd_width<T>, sum_rows = sizes::sum_rows(geometry);
     const std::size_t dm_plane = sizes::dm_plane(geometry), dm_tile = sizes::dm_tile(geometry);
-#pragma GCC unroll 16
+    PETRA_UNROLL(16)
     for (std::size_t e = 0; e < 16; ++e) {
         const T* v_e = patches + e * geometry.patch_plane();
         const T* m_e = products + e * dm_plane + v0 * width;
@@ -1143,17 +1143,17 @@ void winograd_weight_gradient(const winograd_geometry<T>& geometry, const T* sou
     for (std::size_t r = 0; r < results; ++r) {
         for (std::size_t s = 0; s < sources; ++s) {
             T du[4][4];
-#pragma GCC unroll 16
+            PETRA_UNROLL(16)
             for (std::size_t e = 0; e < 16; ++e) du[e / 4][e % 4] = sums[(e * sum_rows + s) * stride + r];
             T columns[4][3]; // dU G
-#pragma GCC unroll 4
+            PETRA_UNROLL(4)
             for (std::size_t i = 0; i < 4; ++i) {
                 columns[i][0] = du[i][0] + half * (du[i][1] + du[i][2]);
                 columns[i][1] = half * (du[i][1] - du[i][2]);
                 columns[i][2] = half * (du[i][1] + du[i][2]) + du[i][3];
             }
             T* g = grad_weights + (r * sources + s) * 9;
-#pragma GCC unroll 3
+            PETRA_UNROLL(3)
             for (std::size_t k = 0; k < 3; ++k) { // G^T (dU G)
                 g[k] += columns[0][k] + half * (columns[1][k] + columns[2][k]);
                 g[3 + k] += half * (columns[1][k] - columns[2][k]);
