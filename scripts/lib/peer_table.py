@@ -89,6 +89,8 @@ def main(directory):
     peak = statistics.median(peaks) if peaks else None
 
     precision = machine.get("precision", "fp32")
+    if machine.get("isa", "native") != "native":
+        precision += f", both sides in {machine['isa'].upper()}"
     print(f"| reference network, batch 64, Fashion-MNIST, {machine['steps']} steps, {precision} | threads "
           "| median examples/s | each round | petra / peer, each round | petra / peer, median "
           "| % of FMA peak (median) |")
