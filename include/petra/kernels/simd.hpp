@@ -23,9 +23,9 @@
 // variable it captured by reference through its closure again after each
 // store. Under a sanitizer (a build that checks, not one that is timed) all
 // three are plain, which changes no value: clang++ 14 with AddressSanitizer
-// and UBSan at -O1 compiled test_convolution in 96 s with them, 75 s
-// without the forced inlining, and without the unrolling as well in half
-// the time again (78 against 39 s, side by side; bench/RESULTS.md).
+// and UBSan at -O1 compiled test_convolution in 96 s with them and 75 s
+// without the forced inlining, then in half that time without the
+// unrolling as well (78 against 39 s side by side; bench/history/2026-12-06.md).
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
 #define PETRA_SANITIZED_BUILD 1
