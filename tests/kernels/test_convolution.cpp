@@ -746,8 +746,8 @@ TEST_CASE("a convolution's scratch demand is a compile-time figure, merged per b
 // The transposition under the convolutions' gathers: every value lands where
 // its pixel's row puts it, and nothing else is written (the border and the
 // padding channels the kernels rely on being zero stay as they were). The
-// channel and pixel counts straddle the 16 x 16 register blocks; rows of 7,
-// 14 and 28 pixels make blocks that span rows.
+// channel and pixel counts straddle the register blocks (16 x 16 on AVX-512,
+// 8 x 8 on AVX2); rows of 7, 14 and 28 pixels make blocks that span rows.
 TEST_CASE_TEMPLATE("transpose_channels_to_rows puts every pixel where its row layout says", T, float, double)
 {
     using namespace petra::kernels;

@@ -9,7 +9,7 @@
 #include <span>
 #include <type_traits>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -56,6 +56,69 @@ PETRA_ALWAYS_INLINE void transpose_16x16(__m512 (&r)[16])
 }
 #endif
 
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+// The 8 x 8 block of floats held in r (r[i] lane j is element (i, j))
+// transposed in place: afterwards r[j] lane i is element (i, j). Pairs of
+// rows interleaved, then pairs of pairs within each 128-bit lane, then the
+// 128-bit lanes exchanged.
+PETRA_ALWAYS_INLINE void transpose_8x8(__m256 (&r)[8])
+{
+    __m256 t[8];
+    PETRA_UNROLL(8)
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    __m256 s[8];
+    PETRA_UNROLL(8)
+    for (int i = 0; i < 8; i += 4) {
+        s[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);     // columns 0 and 4 of rows i to i + 3
+        s[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE); // columns 1 and 5
+        s[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        s[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    PETRA_UNROLL(4)
+    for (int i = 0; i < 4; ++i) {
+        r[i] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x20);
+        r[i + 4] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x31);
+    }
+}
+#endif
+
+// The square blocks of floats transpose_channels_to_rows_as moves through
+// registers: 16 x 16 on AVX-512, 8 x 8 on AVX2 with FMA (the map's
+// multiply-add fused, as channel_affine_relu rounds it); none elsewhere.
+// Each gives its side (size), a row's load and store, the block's
+// transposition in place, and the map's values of a vector (affine_relu:
+// NaN kept, -0 to 0).
+#if defined(__AVX512F__)
+struct float_block {
+    using vector = __m512;
+    static constexpr std::size_t size = 16;
+    static PETRA_ALWAYS_INLINE vector load(const float* at) { return _mm512_loadu_ps(at); }
+    static PETRA_ALWAYS_INLINE void store(float* at, vector values) { _mm512_storeu_ps(at, values); }
+    static PETRA_ALWAYS_INLINE void transpose(vector (&rows)[size]) { transpose_16x16(rows); }
+    static PETRA_ALWAYS_INLINE vector affine_relu(vector scale, vector value, vector shift)
+    {
+        const vector affine = _mm512_fmadd_ps(scale, value, shift);
+        return _mm512_maskz_mov_ps(_mm512_mask_cmp_ps_mask(0xFFFF, affine, _mm512_setzero_ps(), _CMP_NLE_UQ), affine);
+    }
+};
+#elif defined(__AVX2__) && defined(__FMA__)
+struct float_block {
+    using vector = __m256;
+    static constexpr std::size_t size = 8;
+    static PETRA_ALWAYS_INLINE vector load(const float* at) { return _mm256_loadu_ps(at); }
+    static PETRA_ALWAYS_INLINE void store(float* at, vector values) { _mm256_storeu_ps(at, values); }
+    static PETRA_ALWAYS_INLINE void transpose(vector (&rows)[size]) { transpose_8x8(rows); }
+    static PETRA_ALWAYS_INLINE vector affine_relu(vector scale, vector value, vector shift)
+    {
+        const vector affine = _mm256_fmadd_ps(scale, value, shift);
+        return _mm256_and_ps(_mm256_cmp_ps(affine, _mm256_setzero_ps(), _CMP_NLE_UQ), affine);
+    }
+};
+#endif
+
 #if defined(__AVX512F__)
 // The mask of the first `count` lanes (all 16 from 16 on).
 PETRA_ALWAYS_INLINE __mmask16 first_lanes(std::size_t count)
@@ -86,8 +149,8 @@ struct pixel_rows {
 // pixels, where place(p) is where rows puts pixel p: a block of channel rows
 // turned into pixel rows. On AVX-512, float blocks of 16 x 16 go through
 // registers (about 0.4 instructions per value instead of a load and a
-// store), whichever rows their 16 pixels fall on; the rest is copied value
-// by value. Putting each pixel in its place here, rather than transposing
+// store), on AVX2 blocks of 8 x 8 (float_block), whichever rows their
+// pixels fall on; the rest is copied value by value. Putting each pixel in its place here, rather than transposing
 // to a compact temporary and copying its rows out, saves a pass over every
 // value (the Winograd kernels alone ran 2 to 10% faster; bench/RESULTS.md).
 // With a map (input_map.hpp), to[place(p) + c] = map(c, from[c * from_stride
@@ -100,39 +163,37 @@ void transpose_channels_to_rows_as(const T* from, std::size_t from_stride, std::
                                    T* to, const pixel_rows& rows, affine_relu_map<T> map)
 {
     std::size_t full_channels = 0, full_pixels = 0;
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
     if constexpr (std::is_same_v<T, float>) {
-        full_channels = channels - channels % 16;
-        full_pixels = pixels - pixels % 16;
-        for (std::size_t p0 = 0; p0 < full_pixels; p0 += 16) {
-            // The 16 pixels' places, walking along their rows.
-            std::size_t offsets[16];
+        using block = float_block;
+        constexpr std::size_t size = block::size;
+        full_channels = channels - channels % size;
+        full_pixels = pixels - pixels % size;
+        for (std::size_t p0 = 0; p0 < full_pixels; p0 += size) {
+            // The block's pixels' places, walking along their rows.
+            std::size_t offsets[size];
             std::size_t row = p0 / rows.row_width, column = p0 % rows.row_width;
             PETRA_UNROLL(16)
-            for (int k = 0; k < 16; ++k) {
+            for (std::size_t k = 0; k < size; ++k) {
                 offsets[k] = row * rows.row_pitch + column * rows.stride;
                 if (++column == rows.row_width) column = 0, ++row;
             }
-            for (std::size_t c0 = 0; c0 < full_channels; c0 += 16) {
-                __m512 r[16];
+            for (std::size_t c0 = 0; c0 < full_channels; c0 += size) {
+                typename block::vector r[size];
                 PETRA_UNROLL(16)
-                for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(from + (c0 + i) * from_stride + p0);
-                transpose_16x16(r);
+                for (std::size_t i = 0; i < size; ++i) r[i] = block::load(from + (c0 + i) * from_stride + p0);
+                block::transpose(r);
                 if constexpr (Mapped) {
-                    // Each pixel's 16 channels: the map's multiply-add with
+                    // Each pixel's channels: the map's multiply-add with
                     // the channels' scales and shifts as vectors, then the
                     // lanes not above zero zeroed (NaN kept), as
                     // affine_relu_map rounds it.
-                    const __m512 scale = _mm512_loadu_ps(map.scale + c0), shift = _mm512_loadu_ps(map.shift + c0);
+                    const auto scale = block::load(map.scale + c0), shift = block::load(map.shift + c0);
                     PETRA_UNROLL(16)
-                    for (int k = 0; k < 16; ++k) {
-                        const __m512 affine = _mm512_fmadd_ps(scale, r[k], shift);
-                        r[k] = _mm512_maskz_mov_ps(
-                            _mm512_mask_cmp_ps_mask(0xFFFF, affine, _mm512_setzero_ps(), _CMP_NLE_UQ), affine);
-                    }
+                    for (std::size_t k = 0; k < size; ++k) r[k] = block::affine_relu(scale, r[k], shift);
                 }
                 PETRA_UNROLL(16)
-                for (int k = 0; k < 16; ++k) _mm512_storeu_ps(to + offsets[k] + c0, r[k]);
+                for (std::size_t k = 0; k < size; ++k) block::store(to + offsets[k] + c0, r[k]);
             }
         }
     }
