@@ -119,6 +119,17 @@ struct float_block {
 };
 #endif
 
+// Masked loads and stores of a float vector's first lanes (first_lanes,
+// load_lanes, store_lanes): on AVX-512 through mask registers, on AVX2 with
+// FMA through vector masks. Where they exist, a row's tail and a vector's
+// part take them, not a copy through the stack (through the stack, g++ 12
+// kept a register block's accumulators there during its whole loop over
+// taps: the AVX2 3x3 stride-2 forward's last rows ran at a third of the
+// speed of the others).
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#define PETRA_MASKED_FLOAT_LANES 1
+#endif
+
 #if defined(__AVX512F__)
 // The mask of the first `count` lanes (all 16 from 16 on).
 PETRA_ALWAYS_INLINE __mmask16 first_lanes(std::size_t count)
@@ -126,12 +137,30 @@ PETRA_ALWAYS_INLINE __mmask16 first_lanes(std::size_t count)
     return static_cast<__mmask16>(count >= 16 ? 0xFFFFu : (1u << count) - 1u);
 }
 
+// The lanes of mask at in, the others zero.
+PETRA_ALWAYS_INLINE __m512 load_lanes(const float* in, __mmask16 mask) { return _mm512_maskz_loadu_ps(mask, in); }
+
 // The lanes of mask at out = values + beta * out (out not read when beta ==
 // 0), one fused multiply-add each: every masked store of the row stores below.
 PETRA_ALWAYS_INLINE void store_lanes(float* out, __mmask16 mask, __m512 values, float beta)
 {
     if (beta != 0.0f) values = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(mask, out), values);
     _mm512_mask_storeu_ps(out, mask, values);
+}
+#elif defined(PETRA_MASKED_FLOAT_LANES)
+// The same on AVX2: masks are vectors whose lanes are all ones or zeros.
+PETRA_ALWAYS_INLINE __m256i first_lanes(std::size_t count)
+{
+    const int lanes = static_cast<int>(std::min<std::size_t>(count, 8));
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+PETRA_ALWAYS_INLINE __m256 load_lanes(const float* in, __m256i mask) { return _mm256_maskload_ps(in, mask); }
+
+PETRA_ALWAYS_INLINE void store_lanes(float* out, __m256i mask, __m256 values, float beta)
+{
+    if (beta != 0.0f) values = _mm256_fmadd_ps(_mm256_set1_ps(beta), _mm256_maskload_ps(out, mask), values);
+    _mm256_maskstore_ps(out, mask, values);
 }
 #endif
 
@@ -248,8 +277,9 @@ void transpose_channels(const T* from, std::size_t from_stride, std::size_t chan
 
 // out[t] = in[t] + beta * out[t] for t < count (out not read when beta == 0),
 // in whole vectors, with the tail (fewer than a vector) as one masked vector
-// on AVX-512 and value by value elsewhere: tiles are stored in pieces of a
-// row, most of them shorter than a vector or two.
+// where there are masked lanes (float on AVX-512 and AVX2) and value by value
+// elsewhere: tiles are stored in pieces of a row, most of them shorter than a
+// vector or two.
 template <class T>
 PETRA_ALWAYS_INLINE void store_row(std::size_t count, const T* in, T* out, T beta)
 {
@@ -266,10 +296,10 @@ PETRA_ALWAYS_INLINE void store_row(std::size_t count, const T* in, T* out, T bet
         }
     }
     if (t == count) return;
-#if defined(__AVX512F__)
+#if defined(PETRA_MASKED_FLOAT_LANES)
     if constexpr (std::is_same_v<T, float>) {
-        const __mmask16 tail = first_lanes(count - t);
-        store_lanes(out + t, tail, _mm512_maskz_loadu_ps(tail, in + t), beta);
+        const auto tail = first_lanes(count - t);
+        store_lanes(out + t, tail, load_lanes(in + t, tail), beta);
         return;
     }
 #endif
@@ -293,7 +323,7 @@ PETRA_ALWAYS_INLINE void store_vector(const simd<T>& values, std::size_t count, 
         }
         return;
     }
-#if defined(__AVX512F__)
+#if defined(PETRA_MASKED_FLOAT_LANES)
     if constexpr (std::is_same_v<T, float>) {
         store_lanes(out, first_lanes(count), values, beta);
         return;
