@@ -1,0 +1,2 @@
+// The target that owns the compile-fail cases' precompiled petra/core.hpp
+// (tests/CMakeLists.txt): it compiles, and nothing else is asked of it.
