@@ -179,9 +179,10 @@ struct pixel_rows {
 // turned into pixel rows. On AVX-512, float blocks of 16 x 16 go through
 // registers (about 0.4 instructions per value instead of a load and a
 // store), on AVX2 blocks of 8 x 8 (float_block), whichever rows their
-// pixels fall on; the rest is copied value by value. Putting each pixel in its place here, rather than transposing
-// to a compact temporary and copying its rows out, saves a pass over every
-// value (the Winograd kernels alone ran 2 to 10% faster; bench/RESULTS.md).
+// pixels fall on; the rest is copied value by value. Putting each pixel in
+// its place here, rather than transposing to a compact temporary and
+// copying its rows out, saves a pass over every value (the Winograd
+// kernels alone ran 2 to 10% faster; bench/RESULTS.md).
 // With a map (input_map.hpp), to[place(p) + c] = map(c, from[c * from_stride
 // + p]) instead, the map applied while the values are in registers. (Each
 // form is compiled apart, Mapped a constant: with the map's test in its
