@@ -9,7 +9,17 @@
 #include <span>
 #include <type_traits>
 
-#if defined(__AVX512F__) || defined(__AVX2__)
+// The x86 float vectors the code below addresses with intrinsics: AVX-512,
+// or AVX2 with FMA (the map's multiply-add fused, as channel_affine_relu
+// rounds it). Where they exist, float_block holds their register blocks
+// for the transpositions, and first_lanes, load_lanes and store_lanes their
+// masked first lanes (mask registers on AVX-512, vector masks on AVX2), so
+// that a row's tail and a vector's part are stored through a mask, not
+// copied through the stack (through the stack, g++ 12 kept a register
+// block's accumulators there during its whole loop over taps: the AVX2 3x3
+// stride-2 forward's last rows ran at a third of the speed of the others).
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#define PETRA_X86_FLOAT_VECTORS 1
 #include <immintrin.h>
 #endif
 
@@ -56,7 +66,7 @@ PETRA_ALWAYS_INLINE void transpose_16x16(__m512 (&r)[16])
 }
 #endif
 
-#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#if defined(PETRA_X86_FLOAT_VECTORS) && !defined(__AVX512F__)
 // The 8 x 8 block of floats held in r (r[i] lane j is element (i, j))
 // transposed in place: afterwards r[j] lane i is element (i, j). Pairs of
 // rows interleaved, then pairs of pairs within each 128-bit lane, then the
@@ -86,8 +96,7 @@ PETRA_ALWAYS_INLINE void transpose_8x8(__m256 (&r)[8])
 #endif
 
 // The square blocks of floats transpose_channels_to_rows_as moves through
-// registers: 16 x 16 on AVX-512, 8 x 8 on AVX2 with FMA (the map's
-// multiply-add fused, as channel_affine_relu rounds it); none elsewhere.
+// registers: 16 x 16 on AVX-512, 8 x 8 on AVX2 with FMA; none elsewhere.
 // Each gives its side (size), a row's load and store, the block's
 // transposition in place, and the map's values of a vector (affine_relu:
 // NaN kept, -0 to 0).
@@ -104,7 +113,7 @@ struct float_block {
         return _mm512_maskz_mov_ps(_mm512_mask_cmp_ps_mask(0xFFFF, affine, _mm512_setzero_ps(), _CMP_NLE_UQ), affine);
     }
 };
-#elif defined(__AVX2__) && defined(__FMA__)
+#elif defined(PETRA_X86_FLOAT_VECTORS)
 struct float_block {
     using vector = __m256;
     static constexpr std::size_t size = 8;
@@ -117,17 +126,6 @@ struct float_block {
         return _mm256_and_ps(_mm256_cmp_ps(affine, _mm256_setzero_ps(), _CMP_NLE_UQ), affine);
     }
 };
-#endif
-
-// Masked loads and stores of a float vector's first lanes (first_lanes,
-// load_lanes, store_lanes): on AVX-512 through mask registers, on AVX2 with
-// FMA through vector masks. Where they exist, a row's tail and a vector's
-// part take them, not a copy through the stack (through the stack, g++ 12
-// kept a register block's accumulators there during its whole loop over
-// taps: the AVX2 3x3 stride-2 forward's last rows ran at a third of the
-// speed of the others).
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-#define PETRA_MASKED_FLOAT_LANES 1
 #endif
 
 #if defined(__AVX512F__)
@@ -147,7 +145,7 @@ PETRA_ALWAYS_INLINE void store_lanes(float* out, __mmask16 mask, __m512 values, 
     if (beta != 0.0f) values = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(mask, out), values);
     _mm512_mask_storeu_ps(out, mask, values);
 }
-#elif defined(PETRA_MASKED_FLOAT_LANES)
+#elif defined(PETRA_X86_FLOAT_VECTORS)
 // The same on AVX2: masks are vectors whose lanes are all ones or zeros.
 PETRA_ALWAYS_INLINE __m256i first_lanes(std::size_t count)
 {
@@ -193,7 +191,7 @@ void transpose_channels_to_rows_as(const T* from, std::size_t from_stride, std::
                                    T* to, const pixel_rows& rows, affine_relu_map<T> map)
 {
     std::size_t full_channels = 0, full_pixels = 0;
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#if defined(PETRA_X86_FLOAT_VECTORS)
     if constexpr (std::is_same_v<T, float>) {
         using block = float_block;
         constexpr std::size_t size = block::size;
@@ -297,7 +295,7 @@ PETRA_ALWAYS_INLINE void store_row(std::size_t count, const T* in, T* out, T bet
         }
     }
     if (t == count) return;
-#if defined(PETRA_MASKED_FLOAT_LANES)
+#if defined(PETRA_X86_FLOAT_VECTORS)
     if constexpr (std::is_same_v<T, float>) {
         const auto tail = first_lanes(count - t);
         store_lanes(out + t, tail, load_lanes(in + t, tail), beta);
@@ -324,7 +322,7 @@ PETRA_ALWAYS_INLINE void store_vector(const simd<T>& values, std::size_t count, 
         }
         return;
     }
-#if defined(PETRA_MASKED_FLOAT_LANES)
+#if defined(PETRA_X86_FLOAT_VECTORS)
     if constexpr (std::is_same_v<T, float>) {
         store_lanes(out, first_lanes(count), values, beta);
         return;
