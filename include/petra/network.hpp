@@ -101,15 +101,21 @@ struct block_profile {
 
     // The cost model's two constants, chosen against the block ticks that
     // scripts/calibrate measured on the reference network (one core,
-    // AVX-512, batch 64; bench/RESULTS.md, "Calibrated against built-in
-    // costs"): a FLOP in Winograd's form costs 55% of a direct one (the
-    // 3x3 stride-1 convolutions run 1.5 to 2.2 times faster in it), and a
-    // value of traffic 300 FLOPs (the memory-bound passes did not get
-    // faster when the convolutions did). With them the model cuts 2 and 5
-    // stages as the measured costs do, and 3, 4 and 6 within 10% of their
-    // slowest stage.
+    // batch 64; bench/RESULTS.md, "Stage ticks and cuts"): a FLOP in
+    // Winograd's form costs 55% of a direct one (the 3x3 stride-1
+    // convolutions run 1.5 to 2.2 times faster in it), and a value of
+    // traffic 300 FLOPs where the kernels have 16-float vectors (AVX-512),
+    // 75 where their vectors are narrower (AVX2, SSE2, NEON): the
+    // memory-bound passes take about the same time on any vector width
+    // while a FLOP takes longer on narrower ones (on Zen 5, AVX2's blocks at
+    // 28x28 tick 1.2 times AVX-512's, those at 7x7 1.6 to 1.9 times). With
+    // them the model's cuts of 2 to 6 stages leave the slowest stage within
+    // 2% of the best cuts of the ticks measured on Zen 5 (with AVX-512, and
+    // held to AVX2 or to SSE2), within 7% on an Intel Xeon (model 167) and
+    // 11% on Zen 4 (tests/pipeline/test_partition.cpp); NEON's price is not
+    // measured.
     static constexpr std::size_t winograd_cost_percent = 55;
-    static constexpr std::size_t flops_per_traffic_value = 300;
+    static constexpr std::size_t flops_per_traffic_value = kernels::simd_width<float> >= 16 ? 300 : 75;
 
     // FLOP-equivalents of `flops`, of which `winograd` run in Winograd's form.
     static constexpr std::size_t priced_flops(std::size_t flops, std::size_t winograd)
