@@ -26,6 +26,7 @@ struct job_summary {
     std::size_t epochs_run = 0;
     double test_accuracy = 0, test_loss = 0, train_seconds = 0, examples_per_second = 0;
     std::size_t peak_rss_bytes = 0;
+    std::string cache_sizes; // the caches the kernels blocked for (PETRA_CACHE_SIZES repeats them)
     std::vector<epoch_record> epochs;
     bool interrupted = false;                           // stopped on request before the end
     std::size_t position_epoch = 0, position_batch = 0; // where it stopped: the next micro-batch
@@ -91,6 +92,7 @@ inline nlohmann::ordered_json summary_json(const job_summary& summary)
     json["train_seconds"] = rounded(summary.train_seconds, 1);
     json["examples_per_second"] = rounded(summary.examples_per_second, 1);
     json["peak_rss_bytes"] = summary.peak_rss_bytes;
+    json["cache_sizes"] = summary.cache_sizes;
     json["parameter_digest"] = summary.parameter_digest;
     return json;
 }

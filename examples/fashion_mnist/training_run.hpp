@@ -105,6 +105,7 @@ private:
     {
         job_summary summary = summary_of(recipe_, loop_.position(), loop_.epochs(), finished);
         summary.peak_rss_bytes = petra::peak_rss_bytes();
+        summary.cache_sizes = petra::kernels::cache_sizes_text(petra::kernels::this_core_caches());
         summary.parameter_digest = method_.digest();
         if constexpr (requires { method_.ranks(); }) summary.ranks = std::size_t(method_.ranks());
         summary.checkpoint_bytes = loop_.last_checkpoint_bytes();

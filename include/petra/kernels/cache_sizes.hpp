@@ -5,17 +5,30 @@
 // compile-time ceiling wherever a size reaches a scratch demand, which must
 // stay a constant expression (scratch.hpp).
 //
-// Where they come from, first found wins: Linux's description of cpu0's
-// caches (/sys/devices/system/cpu/cpu0/cache/index*/{level,type,size}, read
-// without the heap);
-// on x86, CPUID's deterministic cache parameters (leaf 4, or 0x8000001D on
+// Where they come from, first found wins: the environment variable
+// PETRA_CACHE_SIZES, "L1D,L2" or "L1D,L2,L3" in the units Linux writes
+// ("32K,1M,32M"; without L3 none; empty is unset); Linux's description of
+// cpu0's caches (/sys/devices/system/cpu/cpu0/cache/index*/{level,type,
+// size}, read without the heap); on x86, CPUID's deterministic cache parameters (leaf 4, or 0x8000001D on
 // AMD); otherwise the sizes of a current server core, fallback_cache_sizes.
 // A level 1 or 2 the source does not describe keeps its fallback; a level 3
 // it does not describe is taken to be absent (0).
+//
+// Some kernels group their sums by these sizes (the direct weight
+// gradient's rows by half of L1d, images by half of L2), so a program gives
+// other bits on a machine with other caches. Setting PETRA_CACHE_SIZES to
+// the sizes of the machine a run was made on repeats that run bit for bit
+// on another (the same program, the same inputs); a value that is not two
+// or three sizes is refused (raise_error) when the kernels first ask.
 #pragma once
 
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <utility>
+
+#include <petra/error.hpp>
 
 #if defined(__linux__)
 #include <fcntl.h>
@@ -49,6 +62,32 @@ inline std::size_t parse_cache_size(const char* text)
     else if (*c == 'M') value <<= 20, ++c;
     else if (*c == 'G') value <<= 30, ++c;
     return (*c == '\0' || *c == '\n') ? value : 0;
+}
+
+// PETRA_CACHE_SIZES' value, "L1D,L2" or "L1D,L2,L3" (each as
+// parse_cache_size reads it, not 0, at most 12 characters, L1D <= L2 <=
+// L3), into sizes; false for anything else.
+inline bool parse_cache_sizes_variable(const char* text, cache_sizes& sizes)
+{
+    std::size_t parsed[3] = {0, 0, 0};
+    std::size_t fields = 0;
+    for (const char* field = text;;) {
+        if (fields == 3) return false;
+        char size[32];
+        std::size_t length = 0;
+        for (; field[length] != ',' && field[length] != '\0' && length + 1 < sizeof size; ++length) {
+            size[length] = field[length];
+        }
+        size[length] = '\0';
+        // At most 12 characters ("1099511627776", "1048576K"): no wrap-around.
+        if (length > 12 || (parsed[fields++] = parse_cache_size(size)) == 0) return false;
+        if (field[length] == '\0') break;
+        if (field[length] != ',') return false; // longer than any size
+        field += length + 1;
+    }
+    if (fields < 2 || parsed[0] > parsed[1] || (fields == 3 && parsed[1] > parsed[2])) return false;
+    sizes = cache_sizes{parsed[0], parsed[1], parsed[2]};
+    return true;
 }
 
 // The start of a small text file, null-terminated, or false. (open and
@@ -127,6 +166,15 @@ inline const cache_sizes& this_core_caches()
 {
     static const cache_sizes sizes = [] {
         cache_sizes described{0, 0, 0};
+        if (const char* chosen = std::getenv("PETRA_CACHE_SIZES"); chosen != nullptr && *chosen != '\0') {
+            if (!detail::parse_cache_sizes_variable(chosen, described)) {
+                raise_error(error_kind::invalid_argument,
+                            "PETRA_CACHE_SIZES=\"" + std::string(chosen) +
+                                "\" is not the sizes of L1 data, L2 and optionally L3, such as 32K,1M,32M "
+                                "(each at least as large as the one before).");
+            }
+            return described;
+        }
         if (!detail::read_sysfs_caches(described) && !detail::read_cpuid_caches(described)) {
             return fallback_cache_sizes;
         }
@@ -134,6 +182,29 @@ inline const cache_sizes& this_core_caches()
                            described.l2 != 0 ? described.l2 : fallback_cache_sizes.l2, described.l3};
     }();
     return sizes;
+}
+
+// sizes as PETRA_CACHE_SIZES takes them: "48K,1M,32M" (each in the largest
+// of G, M and K that divides it; no L3 where there is none).
+inline std::string cache_sizes_text(const cache_sizes& sizes)
+{
+    const auto text = [](std::size_t bytes) {
+        for (const auto& [shift, unit] : {std::pair{30, 'G'}, std::pair{20, 'M'}, std::pair{10, 'K'}}) {
+            if (bytes != 0 && bytes % (std::size_t(1) << shift) == 0) {
+                return std::to_string(bytes >> shift) + unit;
+            }
+        }
+        return std::to_string(bytes);
+    };
+    // Appended piece by piece: g++ 12 warns falsely (-Wrestrict) on "," + std::string.
+    std::string result = text(sizes.l1_data);
+    result += ',';
+    result += text(sizes.l2);
+    if (sizes.l3 != 0) {
+        result += ',';
+        result += text(sizes.l3);
+    }
+    return result;
 }
 
 } // namespace petra::kernels
