@@ -43,6 +43,7 @@ TEST_CASE("PETRA_CACHE_SIZES as a user writes it")
     CHECK(is(parsed("32K,1M,32M"), 32u << 10, 1u << 20, 32u << 20));
     CHECK(is(parsed("48K,2048K"), 48u << 10, 2u << 20, 0)); // no L3
     CHECK(is(parsed("32768,1048576,1048576"), 32768, 1u << 20, 1u << 20));
+    CHECK(is(parsed("000000032768,1M"), 32768, 1u << 20, 0)); // 12 characters, the most a size has
     // cache_sizes_text writes what the variable reads.
     for (const kernels::cache_sizes sizes :
          {kernels::cache_sizes{48u << 10, 1u << 20, 32u << 20}, kernels::cache_sizes{32u << 10, 2u << 20, 0},
@@ -53,8 +54,9 @@ TEST_CASE("PETRA_CACHE_SIZES as a user writes it")
     }
     CHECK(kernels::cache_sizes_text({48u << 10, 1u << 20, 32u << 20}) == "48K,1M,32M");
     CHECK(kernels::cache_sizes_text({1000, 1536u << 10, 0}) == "1000,1536K");
-    for (const char* refused : {"", "32K", "32K,", ",1M", "32K,1M,", "32K,1M,32M,64M", "32K,big", "1M,32K", "32K,2M,1M",
-                                "32K;1M", "0,1M", "32K,1M,0", "32K,1111111111111111111111111111111111M"}) {
+    for (const char* refused :
+         {"", "32K", "32K,", ",1M", "32K,1M,", "32K,1M,32M,64M", "32K,big", "1M,32K", "32K,2M,1M", "32K;1M", "0,1M",
+          "32K,1M,0", "32K,99999999999999999999M", "0000000032768,1M", "32K,1111111111111111111111111111111111M"}) {
         CAPTURE(refused);
         CHECK(is(parsed(refused), 0, 0, 0));
     }

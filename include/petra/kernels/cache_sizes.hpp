@@ -9,8 +9,9 @@
 // PETRA_CACHE_SIZES, "L1D,L2" or "L1D,L2,L3" in the units Linux writes
 // ("32K,1M,32M"; without L3 none; empty is unset); Linux's description of
 // cpu0's caches (/sys/devices/system/cpu/cpu0/cache/index*/{level,type,
-// size}, read without the heap); on x86, CPUID's deterministic cache parameters (leaf 4, or 0x8000001D on
-// AMD); otherwise the sizes of a current server core, fallback_cache_sizes.
+// size}, read without the heap); on x86, CPUID's deterministic cache
+// parameters (leaf 4, or 0x8000001D on AMD); otherwise the sizes of a
+// current server core, fallback_cache_sizes.
 // A level 1 or 2 the source does not describe keeps its fallback; a level 3
 // it does not describe is taken to be absent (0).
 //
@@ -73,17 +74,17 @@ inline bool parse_cache_sizes_variable(const char* text, cache_sizes& sizes)
     std::size_t fields = 0;
     for (const char* field = text;;) {
         if (fields == 3) return false;
-        char size[32];
+        char size[16];
         std::size_t length = 0;
-        for (; field[length] != ',' && field[length] != '\0' && length + 1 < sizeof size; ++length) {
+        for (; field[length] != ',' && field[length] != '\0'; ++length) {
+            // More than any cache ("1048576K" is 1 GiB), and a count that could wrap.
+            if (length == 12) return false;
             size[length] = field[length];
         }
         size[length] = '\0';
-        // At most 12 characters ("1099511627776", "1048576K"): no wrap-around.
-        if (length > 12 || (parsed[fields++] = parse_cache_size(size)) == 0) return false;
+        if ((parsed[fields++] = parse_cache_size(size)) == 0) return false;
         if (field[length] == '\0') break;
-        if (field[length] != ',') return false; // longer than any size
-        field += length + 1;
+        field += length + 1; // past the comma
     }
     if (fields < 2 || parsed[0] > parsed[1] || (fields == 3 && parsed[1] > parsed[2])) return false;
     sizes = cache_sizes{parsed[0], parsed[1], parsed[2]};
