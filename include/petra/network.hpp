@@ -75,6 +75,11 @@ block_sequence<repeat_block<Block, I>...> repeat(std::index_sequence<I...>);
 template <std::size_t Count, class Block>
 using repeated = decltype(detail::repeat<Block>(std::make_index_sequence<Count>{}));
 
+// The cost model's price of a value of memory traffic, in FLOPs, for
+// kernels whose float vectors hold vector_floats lanes (block_profile says
+// how it was chosen).
+constexpr std::size_t traffic_price(std::size_t vector_floats) { return vector_floats >= 16 ? 300 : 75; }
+
 // What a block costs, per example, as a scheduler sees it.
 struct block_profile {
     bool reversible;
@@ -115,7 +120,7 @@ struct block_profile {
     // 11% on Zen 4 (tests/pipeline/test_partition.cpp); NEON's price is not
     // measured.
     static constexpr std::size_t winograd_cost_percent = 55;
-    static constexpr std::size_t flops_per_traffic_value = kernels::simd_width<float> >= 16 ? 300 : 75;
+    static constexpr std::size_t flops_per_traffic_value = traffic_price(kernels::simd_width<float>);
 
     // FLOP-equivalents of `flops`, of which `winograd` run in Winograd's form.
     static constexpr std::size_t priced_flops(std::size_t flops, std::size_t winograd)

@@ -251,15 +251,13 @@ std::size_t model_slowest_stage_permille(const block_costs<10>& ticks)
 // The built-in cost model (block_profile: its constants for this build's
 // vector width) against what the blocks measured: its cuts of 2 to 6 stages
 // leave the slowest stage within each measurement's bound of the best cuts of
-// the measured ticks, on every build measured whose vectors it prices as
-// this build's (16 floats, or fewer).
+// the measured ticks, on every build measured whose vector width the model
+// prices as this build's (traffic_price).
 TEST_CASE("partition: the cost model cuts the reference network as ticks measured with its vector width do")
 {
-    // The model has one price for 16-float vectors and one for narrower.
-    const auto priced_alike = [](std::size_t floats) { return (floats >= 16) == (kernels::simd_width<float> >= 16); };
     std::size_t checked = 0;
     for (const measured_ticks& ticks : measured) {
-        if (!priced_alike(ticks.vector_floats)) continue;
+        if (traffic_price(ticks.vector_floats) != block_profile::flops_per_traffic_value) continue;
         ++checked;
         const std::string machine = ticks.machine;
         CAPTURE(machine);
