@@ -1,7 +1,8 @@
-// Every block of the reference network alone, and every stage of its 2- and
-// 4-stage cuts alone, through petra/benchmark.hpp: what a user's own network
-// gets from the same two calls. scripts/calibrate runs it and turns the
-// blocks' tick times into the partitioner's costs.
+// Every block of the reference network alone, every stage of its 2- and
+// 4-stage cuts alone, and every run of its blocks as a stage, through
+// petra/benchmark.hpp: what a user's own network gets from the same three
+// calls. scripts/calibrate runs the runs ("blocks:") and turns their ticks
+// into the partitioner's stage costs.
 #include <benchmark/benchmark.h>
 
 #include <petra/benchmark.hpp>
@@ -16,5 +17,6 @@ int main(int argc, char** argv)
     petra::register_block_benchmarks<net>(64);
     petra::register_stage_benchmarks<net, petra::reference_cuts<2>()>(64);
     petra::register_stage_benchmarks<net, petra::reference_cuts<4>()>(64);
+    petra::register_stage_range_benchmarks<net>(64);
     return petra::bench::run(argc, argv);
 }

@@ -10,6 +10,7 @@
 //   {
 //       petra::register_block_benchmarks<net>(64);
 //       petra::register_stage_benchmarks<net, petra::partition<net, 2>()>(64);
+//       petra::register_stage_range_benchmarks<net>(64);
 //       benchmark::Initialize(&argc, argv);
 //       benchmark::RunSpecifiedBenchmarks();
 //   }
@@ -24,10 +25,13 @@
 //   last_stage_tick   what the last stage spends: forward, then backward from
 //                     what the forward kept.
 // Per stage of Cuts ("stages:S/stage:J/tick"): one micro-batch forward and backward
-// through the stage alone. Each reports FLOP/s (counted at compile time from
-// the blocks' FLOPs) and the bytes of activations it reads and writes per
-// second, as rates. scripts/calibrate turns the two tick figures of every
-// block into costs for the partitioner (partition.hpp).
+// through the stage alone. Per contiguous run of blocks A to B ("blocks:A-B/
+// tick", or "blocks:A-B/last_stage_tick" where B is the last block): the
+// same with the run as a stage. Each reports FLOP/s (counted at compile time
+// from the blocks' FLOPs) and the bytes of activations it reads and writes
+// per second, as rates. scripts/calibrate turns the runs' ticks into the
+// partitioner's stage costs (partition.hpp, stage_range_costs): a stage
+// does not cost the sum of its blocks' ticks timed one by one.
 #pragma once
 
 #include <cstddef>
@@ -176,48 +180,99 @@ void register_block_benchmarks(std::size_t batch)
     });
 }
 
-// Registers one benchmark per stage of Cuts: a micro-batch of `batch`
-// examples forward and backward through the stage alone (its optimizer
-// step aside), as the stage spends it in every tick.
+namespace detail {
+
+// Registers `name`: a micro-batch of `batch` examples forward and backward
+// through stage Index of Cuts alone (its optimizer step aside), as the
+// stage spends it in every tick.
+template <class Network, auto Cuts, std::size_t Index, class T>
+void register_stage_tick(const std::string& name, std::size_t batch)
+{
+    using stage_type = stage<Network, Cuts, Index, T>;
+    double flops = 0, bytes = 0;
+    for (std::size_t i = stage_type::first_block; i < stage_type::end_block; ++i) {
+        const block_profile& profile = Network::profile[i];
+        flops += double(stage_type::is_last ? profile.forward_flops + profile.backward_flops : profile.tick_flops());
+        bytes += double((profile.input_values + profile.output_values) * sizeof(T));
+    }
+    const std::string label =
+        "blocks " + std::to_string(stage_type::first_block) + " to " + std::to_string(stage_type::end_block - 1);
+    benchmark::RegisterBenchmark(name.c_str(),
+                                 [=](benchmark::State& state) {
+                                     auto parameters = Network::template make_parameters<T>(1);
+                                     stage_type alone(parameters, {.batch = batch});
+                                     auto x = random_values<T>(batch * stage_type::input_values, 2, T(-1), T(1));
+                                     auto grad_y = random_values<T>(batch * stage_type::output_values, 3, T(-1), T(1));
+                                     std::vector<T> y(grad_y.size()), rebuilt(x.size()), grad_x(x.size());
+                                     using in = batch_view<T, typename stage_type::input>;
+                                     using out = batch_view<T, typename stage_type::output>;
+                                     for (auto _ : state) {
+                                         alone.forward(in(x.data(), batch), out(y.data(), batch));
+                                         alone.backward(out(y.data(), batch), out(grad_y.data(), batch),
+                                                        in(rebuilt.data(), batch), in(grad_x.data(), batch));
+                                         benchmark::ClobberMemory();
+                                     }
+                                     state.SetLabel(label);
+                                     rate_counters(state, batch, flops, 3 * bytes);
+                                 })
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
+}
+
+// Blocks [First, End) of Network as a stage of the fewest cuts that hold
+// it: the pipeline's last stage when End is the network's end.
+template <class Network, std::size_t First, std::size_t End, class T>
+void register_stage_range(std::size_t batch)
+{
+    constexpr std::size_t blocks = Network::block_count;
+    const std::string name = "blocks:" + std::to_string(First) + "-" + std::to_string(End - 1) +
+                             (End == blocks ? "/last_stage_tick" : "/tick");
+    if constexpr (First == 0 && End == blocks)
+        register_stage_tick<Network, stage_cuts<1>{0, blocks}, 0, T>(name, batch);
+    else if constexpr (First == 0) register_stage_tick<Network, stage_cuts<2>{0, End, blocks}, 0, T>(name, batch);
+    else if constexpr (End == blocks) register_stage_tick<Network, stage_cuts<2>{0, First, blocks}, 1, T>(name, batch);
+    else register_stage_tick<Network, stage_cuts<3>{0, First, End, blocks}, 1, T>(name, batch);
+}
+
+template <class Network, class T, std::size_t... Pair>
+void register_stage_ranges(std::size_t batch, std::index_sequence<Pair...>)
+{
+    constexpr std::size_t ends = Network::block_count + 1;
+    (
+        [batch] {
+            constexpr std::size_t first = Pair / ends, end = Pair % ends;
+            if constexpr (first < end) register_stage_range<Network, first, end, T>(batch);
+        }(),
+        ...);
+}
+
+} // namespace detail
+
+// Registers one benchmark per stage of Cuts ("stages:S/stage:J/tick"): a
+// micro-batch of `batch` examples forward and backward through the stage
+// alone (its optimizer step aside), as the stage spends it in every tick.
 template <class Network, auto Cuts, class T = float>
 void register_stage_benchmarks(std::size_t batch)
 {
     constexpr std::size_t stages = Cuts.size() - 1;
     for_each_index<stages>([&](auto index) {
         constexpr std::size_t J = decltype(index)::value;
-        using stage_type = stage<Network, Cuts, J, T>;
-        double flops = 0, bytes = 0;
-        for (std::size_t i = stage_type::first_block; i < stage_type::end_block; ++i) {
-            const block_profile& profile = Network::profile[i];
-            flops +=
-                double(stage_type::is_last ? profile.forward_flops + profile.backward_flops : profile.tick_flops());
-            bytes += double((profile.input_values + profile.output_values) * sizeof(T));
-        }
-        const std::string name = "stages:" + std::to_string(stages) + "/stage:" + std::to_string(J) + "/tick";
-        const std::string label =
-            "blocks " + std::to_string(stage_type::first_block) + " to " + std::to_string(stage_type::end_block - 1);
-        benchmark::RegisterBenchmark(
-            name.c_str(),
-            [=](benchmark::State& state) {
-                auto parameters = Network::template make_parameters<T>(1);
-                stage_type alone(parameters, {.batch = batch});
-                auto x = detail::random_values<T>(batch * stage_type::input_values, 2, T(-1), T(1));
-                auto grad_y = detail::random_values<T>(batch * stage_type::output_values, 3, T(-1), T(1));
-                std::vector<T> y(grad_y.size()), rebuilt(x.size()), grad_x(x.size());
-                using in = batch_view<T, typename stage_type::input>;
-                using out = batch_view<T, typename stage_type::output>;
-                for (auto _ : state) {
-                    alone.forward(in(x.data(), batch), out(y.data(), batch));
-                    alone.backward(out(y.data(), batch), out(grad_y.data(), batch), in(rebuilt.data(), batch),
-                                   in(grad_x.data(), batch));
-                    benchmark::ClobberMemory();
-                }
-                state.SetLabel(label);
-                detail::rate_counters(state, batch, flops, 3 * bytes);
-            })
-            ->Unit(benchmark::kMicrosecond)
-            ->UseRealTime();
+        detail::register_stage_tick<Network, Cuts, J, T>(
+            "stages:" + std::to_string(stages) + "/stage:" + std::to_string(J) + "/tick", batch);
     });
+}
+
+// Registers one benchmark per contiguous run of Network's blocks, as a
+// stage ("blocks:A-B/tick", blocks A to B as a stage before the last) or,
+// where the run ends the network, as the last stage ("blocks:A-B/
+// last_stage_tick"): what partition(stage_range_costs) balances. Each run
+// is a stage type of its own, N(N + 1) / 2 of them for N blocks: mind the
+// compile time for long networks.
+template <class Network, class T = float>
+void register_stage_range_benchmarks(std::size_t batch)
+{
+    constexpr std::size_t ends = Network::block_count + 1;
+    detail::register_stage_ranges<Network, T>(batch, std::make_index_sequence<ends * ends>{});
 }
 
 } // namespace petra

@@ -38,42 +38,43 @@ namespace petra {
 template <std::size_t Stages>
 using stage_cuts = std::array<std::size_t, Stages + 1>;
 
-// The cuts of Stages contiguous non-empty stages over costs.size() blocks
-// that minimise the largest stage cost (the sum of its blocks' costs), where
-// the blocks of the last stage cost last_stage_costs instead (the last stage
-// of PETRA reconstructs nothing). Among equally good cuts, the last stage
-// starts as late as possible, then the one before it, and so on. Needs
-// 1 <= Stages <= costs.size(). Dynamic programming over (stages, blocks):
-// O(Stages * N^2) steps at compile time.
-template <std::size_t Stages, class Cost, std::size_t N>
-constexpr stage_cuts<Stages> balanced_cuts(const std::array<Cost, N>& costs,
-                                           const std::array<Cost, N>& last_stage_costs)
+namespace detail {
+
+// The cuts of Stages contiguous non-empty stages over Blocks blocks that
+// minimise the largest stage cost, where stage_cost(first, end, last) is
+// what blocks [first, end) cost as a stage (as the pipeline's last stage
+// when `last`). Among equally good cuts, the last stage starts as late as
+// possible, then the one before it, and so on. Dynamic programming over
+// (stages, blocks): O(Stages * Blocks^2) calls, at compile time.
+template <std::size_t Stages, std::size_t Blocks, class StageCost>
+constexpr stage_cuts<Stages> balanced_cuts_by(StageCost stage_cost)
 {
     static_assert(Stages >= 1, "A pipeline needs at least one stage.");
-    static_assert(Stages <= N, "A pipeline cannot have more stages than the network has blocks.");
-    std::array<Cost, N + 1> prefix{}, last_prefix{};
-    for (std::size_t i = 0; i < N; ++i) {
-        prefix[i + 1] = prefix[i] + costs[i];
-        last_prefix[i + 1] = last_prefix[i] + last_stage_costs[i];
-    }
-
+    static_assert(Stages <= Blocks, "A pipeline cannot have more stages than the network has blocks.");
+    using Cost = decltype(stage_cost(std::size_t{}, std::size_t{}, bool{}));
     // worst[s][i]: the smallest possible largest stage cost of the first i
     // blocks in s + 1 stages (the last of them priced as the pipeline's last
     // stage when s + 1 == Stages); last_start[s][i]: where its last stage
-    // begins (the latest start among the optimal ones).
+    // begins (the latest start among the optimal ones). Only the i that
+    // leave every later stage a block are visited, and the pipeline's last
+    // stage only ends at the network's end: stage_cost is never asked for
+    // a stage no cuts hold.
     constexpr Cost unreachable = std::numeric_limits<Cost>::max();
-    std::array<std::array<Cost, N + 1>, Stages> worst{};
-    std::array<std::array<std::size_t, N + 1>, Stages> last_start{};
-    const auto& first_prefix = Stages == 1 ? last_prefix : prefix;
-    for (std::size_t i = 0; i <= N; ++i) worst[0][i] = i == 0 ? unreachable : first_prefix[i];
-    for (std::size_t s = 1; s < Stages; ++s) {
-        const auto& stage_prefix = s + 1 == Stages ? last_prefix : prefix;
-        for (std::size_t i = 0; i <= N; ++i) {
+    std::array<std::array<Cost, Blocks + 1>, Stages> worst{};
+    std::array<std::array<std::size_t, Blocks + 1>, Stages> last_start{};
+    for (std::size_t s = 0; s < Stages; ++s) {
+        const bool last = s + 1 == Stages;
+        const std::size_t highest = Blocks - (Stages - 1 - s);
+        for (std::size_t i = last ? Blocks : s + 1; i <= highest; ++i) {
+            if (s == 0) {
+                worst[0][i] = stage_cost(0, i, last);
+                continue;
+            }
             worst[s][i] = unreachable;
-            // The last stage is blocks [start, i), the first s stages need
-            // at least s blocks.
+            // The stage is blocks [start, i); the first s stages need at
+            // least s blocks.
             for (std::size_t start = s; start < i; ++start) {
-                const Cost candidate = std::max(worst[s - 1][start], stage_prefix[i] - stage_prefix[start]);
+                const Cost candidate = std::max(worst[s - 1][start], stage_cost(start, i, last));
                 if (candidate <= worst[s][i]) {
                     worst[s][i] = candidate;
                     last_start[s][i] = start;
@@ -82,10 +83,33 @@ constexpr stage_cuts<Stages> balanced_cuts(const std::array<Cost, N>& costs,
         }
     }
     stage_cuts<Stages> cuts{};
-    cuts[Stages] = N;
+    cuts[Stages] = Blocks;
     for (std::size_t s = Stages - 1; s > 0; --s) cuts[s] = last_start[s][cuts[s + 1]];
     cuts[0] = 0;
     return cuts;
+}
+
+} // namespace detail
+
+// The cuts of Stages contiguous non-empty stages over costs.size() blocks
+// that minimise the largest stage cost (the sum of its blocks' costs), where
+// the blocks of the last stage cost last_stage_costs instead (the last stage
+// of PETRA reconstructs nothing). Among equally good cuts, the last stage
+// starts as late as possible, then the one before it, and so on. Needs
+// 1 <= Stages <= costs.size().
+template <std::size_t Stages, class Cost, std::size_t N>
+constexpr stage_cuts<Stages> balanced_cuts(const std::array<Cost, N>& costs,
+                                           const std::array<Cost, N>& last_stage_costs)
+{
+    std::array<Cost, N + 1> prefix{}, last_prefix{};
+    for (std::size_t i = 0; i < N; ++i) {
+        prefix[i + 1] = prefix[i] + costs[i];
+        last_prefix[i + 1] = last_prefix[i] + last_stage_costs[i];
+    }
+    return detail::balanced_cuts_by<Stages, N>([&](std::size_t first, std::size_t end, bool last) {
+        const auto& sums = last ? last_prefix : prefix;
+        return sums[end] - sums[first];
+    });
 }
 
 // The same with every stage priced alike.
@@ -136,6 +160,44 @@ constexpr stage_cuts<Stages> partition(const block_costs<Network::block_count>& 
 {
     static_assert(is_network<Network>::value, "partition needs a network<input<C, H, W>, Block...>.");
     return balanced_cuts<Stages>(measured.tick, measured.last_stage_tick);
+}
+
+// What every contiguous run of a network's blocks costs as a stage,
+// measured on a machine (bench_blocks' "blocks:" benchmarks; scripts/
+// calibrate writes them to a header), in any one unit: stage[first][last]
+// is blocks first to last (last < Blocks - 1) as a stage before the
+// pipeline's last, last_stage[first] blocks first to Blocks - 1 as its last
+// stage; entries with last < first are not read. A stage's tick is not the
+// sum of its blocks' ticks timed one by one (bench/RESULTS.md, "Stage
+// ticks and cuts"): these are what the partitioner balances best.
+template <std::size_t Blocks>
+struct stage_range_costs {
+    std::array<std::array<std::size_t, Blocks>, Blocks> stage;
+    std::array<std::size_t, Blocks> last_stage;
+
+    // What blocks [first, end) cost as a stage; the last stage ends at Blocks.
+    constexpr std::size_t operator()(std::size_t first, std::size_t end, bool last) const
+    {
+        return last ? last_stage[first] : stage[first][end - 1];
+    }
+};
+
+// Balanced cuts of Network into Stages stages on measured stage costs.
+template <class Network, std::size_t Stages>
+constexpr stage_cuts<Stages> partition(const stage_range_costs<Network::block_count>& measured)
+{
+    static_assert(is_network<Network>::value, "partition needs a network<input<C, H, W>, Block...>.");
+    return detail::balanced_cuts_by<Stages, Network::block_count>(measured);
+}
+
+// The cost of each stage under cuts, priced by measured stage costs.
+template <std::size_t Blocks, std::size_t Points>
+constexpr std::array<std::size_t, Points - 1> stage_costs(const stage_range_costs<Blocks>& measured,
+                                                          const std::array<std::size_t, Points>& cuts)
+{
+    std::array<std::size_t, Points - 1> totals{};
+    for (std::size_t s = 0; s + 1 < Points; ++s) totals[s] = measured(cuts[s], cuts[s + 1], s + 2 == Points);
+    return totals;
 }
 
 // Whether cuts (given by hand, or from partition) fit Network: from 0 to
