@@ -75,11 +75,6 @@ block_sequence<repeat_block<Block, I>...> repeat(std::index_sequence<I...>);
 template <std::size_t Count, class Block>
 using repeated = decltype(detail::repeat<Block>(std::make_index_sequence<Count>{}));
 
-// The cost model's price of a value of memory traffic, in FLOPs, for
-// kernels whose float vectors hold vector_floats lanes (block_profile says
-// how it was chosen).
-constexpr std::size_t traffic_price(std::size_t vector_floats) { return vector_floats >= 16 ? 300 : 75; }
-
 // What a block costs, per example, as a scheduler sees it.
 struct block_profile {
     bool reversible;
@@ -104,23 +99,22 @@ struct block_profile {
     // resolution take longer.
     constexpr std::size_t traffic_values() const { return input_values + output_values + kept_values; }
 
-    // The cost model's two constants, chosen against the block ticks that
-    // scripts/calibrate measured on the reference network (one core,
-    // batch 64; bench/RESULTS.md, "Stage ticks and cuts"): a FLOP in
-    // Winograd's form costs 55% of a direct one (the 3x3 stride-1
-    // convolutions run 1.5 to 2.2 times faster in it), and a value of
-    // traffic 300 FLOPs where the kernels have 16-float vectors (AVX-512),
-    // 75 where their vectors are narrower (AVX2, SSE2, NEON): the
-    // memory-bound passes take about the same time on any vector width
-    // while a FLOP takes longer on narrower ones (on Zen 5, AVX2's blocks at
-    // 28x28 tick 1.2 times AVX-512's, those at 7x7 1.6 to 1.9 times). With
-    // them the model's cuts of 2 to 6 stages leave the slowest stage within
-    // 2% of the best cuts of the ticks measured on Zen 5 (with AVX-512, and
-    // held to AVX2 or to SSE2), within 7% on an Intel Xeon (model 167) and
-    // 11% on Zen 4 (tests/pipeline/test_partition.cpp); NEON's price is not
-    // measured.
+    // The cost model's two constants, chosen against what every run of the
+    // reference network's blocks costs as a stage (scripts/calibrate's
+    // measurement: one core, batch 64; bench/RESULTS.md, "Stage ticks and
+    // cuts"): a FLOP in Winograd's form costs 55% of a direct one (the 3x3
+    // stride-1 convolutions run 1.5 to 2.2 times faster in it), and a value
+    // of traffic 75 FLOPs. With them the model's cuts of 2 to 6 stages are
+    // the best cuts of the stage ticks measured on Zen 5 with AVX-512, AVX2
+    // and SSE2 (tests/pipeline/test_partition.cpp), as with any traffic
+    // price from 50 to 100 and a Winograd price from 45% to 65%. Blocks
+    // timed one by one mislead: a stage ticks up to a quarter slower than
+    // the sum of its blocks' ticks (a larger working set; a kept-input
+    // block's copy into the stage's queue), one holding the network's first
+    // block up to 6% faster; fitted to them, the traffic price was 300 with
+    // AVX-512, which cut 2 and 3 stages a block too early.
     static constexpr std::size_t winograd_cost_percent = 55;
-    static constexpr std::size_t flops_per_traffic_value = traffic_price(kernels::simd_width<float>);
+    static constexpr std::size_t flops_per_traffic_value = 75;
 
     // FLOP-equivalents of `flops`, of which `winograd` run in Winograd's form.
     static constexpr std::size_t priced_flops(std::size_t flops, std::size_t winograd)
