@@ -7,7 +7,7 @@
 // < cuts[J] = block count; stage j holds blocks [cuts[j], cuts[j + 1]).
 //
 //   constexpr auto cuts = partition<net, 4>();      // balanced on the built-in cost model
-//   constexpr auto tuned = partition<net, 4>(measured);  // or on costs measured here (scripts/calibrate)
+//   constexpr auto tuned = partition<net, 4>(measured);  // or on stage costs measured here (scripts/calibrate)
 //   constexpr stage_cuts<2> mine{0, 6, 10};          // or by hand
 //   static_assert(valid_cuts<net>(mine));
 //
@@ -17,8 +17,9 @@
 // those of Winograd-form convolutions priced lower, plus a term for the
 // memory traffic of its memory-bound layers, without which FLOPs alone
 // mis-balance the reference network in two stages by a third
-// (bench/RESULTS.md). Costs measured some other way go through
-// balanced_cuts directly.
+// (bench/RESULTS.md). Costs measured as stages (stage_range_costs: what
+// every run of blocks costs as a stage, which is not the sum of its blocks'
+// costs) go to partition(measured); one cost per block, to balanced_cuts.
 #pragma once
 
 #include <algorithm>
@@ -144,10 +145,12 @@ constexpr stage_cuts<Stages> partition()
     return balanced_cuts<Stages>(tick_costs<Network>(), last_stage_tick_costs<Network>());
 }
 
-// Costs of every block measured on a machine (scripts/calibrate writes them
-// to a header): what a stage before the last spends on the block per
-// micro-batch, and what the last stage spends, in any one unit (the
-// calibration's is nanoseconds per micro-batch).
+// Costs of every block measured on a machine (bench_blocks' block:I/tick
+// and block:I/last_stage_tick): what a stage before the last spends on the
+// block per micro-batch, and what the last stage spends, in any one unit. A
+// stage is priced at the sum of its blocks' costs, which a stage's tick is
+// not (stage_range_costs below measures stages; scripts/calibrate writes
+// those).
 template <std::size_t Blocks>
 struct block_costs {
     std::array<std::size_t, Blocks> tick;
