@@ -45,5 +45,5 @@ expect_failure("a bad label reaches the user's handler" 3 "handler: ${bad_label}
 expect_failure("a bad label reaches the default handler, which aborts" "Subprocess aborted" "petra: ${bad_label}"
   ${WORK_DIR}/bad_label default)
 expect_failure("a stage's failure reaches the handler on its thread" 4
-  "handler: runtime_error: stage 2 (blocks 4 to 5): the loss of micro-batch 1 of this epoch is not finite"
+  "handler: runtime_error: stage 2 (blocks 3 to 5): the loss of micro-batch 1 of this epoch is not finite"
   ${WORK_DIR}/training failure)
