@@ -74,12 +74,7 @@ inline float loss_gradient(const float* logits, const std::int32_t* labels, floa
 template <class Stage>
 double stage_tick_flops()
 {
-    double flops = 0;
-    for (std::size_t i = Stage::first_block; i < Stage::end_block; ++i) {
-        const petra::block_profile& profile = net::profile[i];
-        flops += double(Stage::is_last ? profile.forward_flops + profile.backward_flops : profile.tick_flops());
-    }
-    return flops * double(batch);
+    return double(Stage::tick_flops) * double(batch);
 }
 // ---------------------------------------------------------------------------
 

@@ -189,11 +189,10 @@ template <class Network, auto Cuts, std::size_t Index, class T>
 void register_stage_tick(const std::string& name, std::size_t batch)
 {
     using stage_type = stage<Network, Cuts, Index, T>;
-    double flops = 0, bytes = 0;
+    const double flops = double(stage_type::tick_flops);
+    double bytes = 0;
     for (std::size_t i = stage_type::first_block; i < stage_type::end_block; ++i) {
-        const block_profile& profile = Network::profile[i];
-        flops += double(stage_type::is_last ? profile.forward_flops + profile.backward_flops : profile.tick_flops());
-        bytes += double((profile.input_values + profile.output_values) * sizeof(T));
+        bytes += double((Network::profile[i].input_values + Network::profile[i].output_values) * sizeof(T));
     }
     const std::string label =
         "blocks " + std::to_string(stage_type::first_block) + " to " + std::to_string(stage_type::end_block - 1);

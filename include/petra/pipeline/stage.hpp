@@ -98,6 +98,17 @@ public:
     static constexpr std::size_t output_values = Network::profile[end_block - 1].output_values;
     static constexpr std::size_t parameter_offset = Network::parameter_offsets[first_block];
     static constexpr std::size_t parameter_count = Network::parameter_offsets[end_block] - parameter_offset;
+    // FLOPs of one tick per example, counted at compile time: forward,
+    // reconstruction (or recomputation) and backward of the stage's blocks;
+    // the last stage reconstructs nothing.
+    static constexpr std::size_t tick_flops = [] {
+        std::size_t flops = 0;
+        for (std::size_t i = first_block; i < end_block; ++i) {
+            const block_profile& profile = Network::profile[i];
+            flops += is_last ? profile.forward_flops + profile.backward_flops : profile.tick_flops();
+        }
+        return flops;
+    }();
     static constexpr std::size_t state_offset = Network::state_offsets[first_block];
     static constexpr std::size_t state_count = Network::state_offsets[end_block] - state_offset;
     // Ticks between a micro-batch's forward and its backward here.
