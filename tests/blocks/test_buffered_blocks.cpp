@@ -1,9 +1,14 @@
 // The blocks that change shape (stem, downsampling, heads): their shapes, and
 // their backward, after a forward and recomputed from the stored input,
-// against central differences in double.
+// against central differences in double; the recomputation, which writes no
+// output, against the forward it replaces, bit for bit (for couplings too,
+// which a stage recomputes where it keeps their input).
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <limits>
 #include <random>
+#include <span>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -13,6 +18,7 @@
 
 #include "blocks/block_as_layer.hpp"
 #include "layers/gradient_check.hpp"
+#include "support.hpp"
 
 using namespace petra;
 
@@ -23,6 +29,12 @@ using stem_block = layer_for<stem<chain<conv2d<1, 8, 3>, batch_norm<8>, relu>>, 
 using downsample_block = layer_for<downsampling<4>, stem_block::output>;
 using head_block = layer_for<classifier_head<16, 10>, downsample_block::output>;
 using normalised_head_block = layer_for<normalised_classifier_head<16, 10>, downsample_block::output>;
+
+template <std::size_t C>
+using residual = chain<conv2d<C, C, 3>, batch_norm<C>, relu, conv2d<C, C, 3>, batch_norm<C>, relu>;
+// 16 channels: the Winograd form, its batch norm read through an input map.
+using wide_coupling_block = layer_for<additive_coupling<residual<16>>, halves<shape<16, 6, 6>>>;
+using revnet_block = layer_for<revnet_coupling<residual<4>, residual<4>>, stem_block::output>;
 
 } // namespace
 
@@ -90,4 +102,59 @@ TEST_CASE("a block initialises each of its functions in its own place")
         CHECK(state[F::state_count + 8 + c] == 1.0f);
     }
     static_assert(G::parameter_count == g_conv + 16);
+}
+
+// recompute_backward leaves only what backward needs (recompute_for_backward_of,
+// layers/layer.hpp): every gradient must be the one backward gives after the
+// forward it replaces, to the bit, and the output it is lent must stay as it
+// was (every block here has a lighter way than its forward). Workspaces
+// start as NaN, so that a value backward reads and the recomputation did
+// not write shows.
+TEST_CASE_TEMPLATE("a recomputation gives backward what the forward did, bit for bit, and writes no output", Block,
+                   stem_block, downsample_block, head_block, normalised_head_block, wide_coupling_block, revnet_block)
+{
+    using input = typename Block::input;
+    using output = typename Block::output;
+    constexpr std::size_t batch = 3;
+    constexpr float nan = std::numeric_limits<float>::quiet_NaN();
+    std::mt19937_64 generator(17);
+    std::vector<float> parameters(Block::parameter_count), state(Block::state_count);
+    Block::initialize(test::span_of<Block::parameter_count>(parameters), test::span_of<Block::state_count>(state),
+                      generator);
+    for (float& value : parameters) value += 0.2f * uniform_real(generator, -1.0f, 1.0f);
+    std::vector<float> x(batch * input::size), grad_y(batch * output::size);
+    for (float& value : x) value = uniform_real(generator, -1.0f, 1.0f);
+    for (float& value : grad_y) value = uniform_real(generator, -1.0f, 1.0f);
+
+    struct gradients {
+        std::vector<float> input, parameters;
+    };
+    const auto params = test::span_of<Block::parameter_count>(std::as_const(parameters));
+    const auto running = test::span_of<Block::state_count>(std::as_const(state));
+    const auto run = [&](bool recompute) {
+        std::vector<float> workspace(Block::workspace_size(batch), nan), y(batch * output::size, nan);
+        gradients result{std::vector<float>(x.size(), nan), std::vector<float>(Block::parameter_count, 0.0f)};
+        const auto block_x = test::batch_of<input>(std::as_const(x), batch);
+        const auto block_grad_y = test::batch_of<output>(std::as_const(grad_y), batch);
+        const auto block_grad_x = test::batch_of<input>(result.input, batch);
+        const auto grad_parameters = test::span_of<Block::parameter_count>(result.parameters);
+        if (recompute) {
+            recompute_backward<Block>(params, running, block_x, block_grad_y, block_grad_x, grad_parameters,
+                                      std::span<float>(workspace), test::batch_of<output>(y, batch));
+            CHECK(std::all_of(y.begin(), y.end(), [](float value) { return std::isnan(value); }));
+        } else {
+            Block::forward(pass::recomputation, params, running, block_x, test::batch_of<output>(y, batch),
+                           std::span<float>(workspace));
+            Block::backward(params, block_x, block_grad_y, block_grad_x, grad_parameters, std::span<float>(workspace));
+        }
+        return result;
+    };
+    const gradients after_forward = run(false), recomputed = run(true);
+    const auto finite = [](const std::vector<float>& values) {
+        return std::all_of(values.begin(), values.end(), [](float value) { return std::isfinite(value); });
+    };
+    CHECK(finite(after_forward.input));
+    CHECK(finite(after_forward.parameters));
+    CHECK(recomputed.input == after_forward.input);
+    CHECK(recomputed.parameters == after_forward.parameters);
 }

@@ -62,6 +62,17 @@ struct additive_coupling : block_kind {
             copy_unless_shared<T>(x.first_half(), y.second_half());
         }
 
+        // What backward needs of a recomputation (recompute_for_backward_of,
+        // layers/layer.hpp; a coupling recomputes where a stage keeps its
+        // input): F's, without the addition.
+        template <class T>
+        static void recompute_for_backward(pass::recomputation_t mode, parameters_view<T, parameter_count> parameters,
+                                           state_view<pass::recomputation_t, T, state_count> state,
+                                           const_batch<T, input> x, batch_view<T, output> y, std::span<T> workspace)
+        {
+            recompute_for_backward_of<function>(mode, parameters, state, x.first_half(), y.first_half(), workspace);
+        }
+
         template <class T>
         static void inverse(parameters_view<T, parameter_count> parameters,
                             state_view<pass::recomputation_t, T, state_count> state, const_batch<T, output> y,

@@ -264,8 +264,10 @@ void reconstruct_backward(parameters_view<T, Block::parameter_count> parameters,
 }
 
 // Backward of a block from its stored input x: the forward again (a
-// recomputation pass, so running statistics are only read), its output to
-// recomputed_y (then unused), then backward.
+// recomputation pass, so running statistics are only read) as far as
+// backward needs it (recompute_for_backward_of, layers/layer.hpp: the
+// workspace, not the output, which no one reads; recomputed_y is lent for
+// a block that has no lighter way than its forward), then backward.
 template <class Block, class T>
 void recompute_backward(parameters_view<T, Block::parameter_count> parameters,
                         state_view<pass::recomputation_t, T, Block::state_count> state,
@@ -274,7 +276,7 @@ void recompute_backward(parameters_view<T, Block::parameter_count> parameters,
                         std::span<T, Block::parameter_count> grad_parameters, std::span<T> workspace,
                         batch_view<T, typename Block::output> recomputed_y)
 {
-    Block::forward(pass::recomputation, parameters, state, x, recomputed_y, workspace);
+    recompute_for_backward_of<Block>(pass::recomputation, parameters, state, x, recomputed_y, workspace);
     Block::backward(parameters, x, grad_y, grad_x, grad_parameters, workspace);
 }
 

@@ -73,6 +73,23 @@ struct downsample : block_kind {
                                     y.second_half(), at.second_workspace());
         }
 
+        // What backward needs of a recomputation (recompute_for_backward_of,
+        // layers/layer.hpp): F's and G's, neither output written unless a
+        // function has no lighter way (then into y's halves, lent for it).
+        template <class T>
+        static void recompute_for_backward(pass::recomputation_t mode, parameters_view<T, parameter_count> parameters,
+                                           state_view<pass::recomputation_t, T, state_count> state,
+                                           const_batch<T, input> x, batch_view<T, output> y, std::span<T> workspace)
+        {
+            const workspace_layout<T> at{workspace, x.batch()};
+            recompute_for_backward_of<first>(mode, parts::template parameters_of<0>(parameters),
+                                             parts::template state_of<0>(state), x.first_half(), y.first_half(),
+                                             at.first_workspace());
+            recompute_for_backward_of<second>(mode, parts::template parameters_of<1>(parameters),
+                                              parts::template state_of<1>(state), x.second_half(), y.second_half(),
+                                              at.second_workspace());
+        }
+
         // y~ depends on y, so F receives dL/dy + dL/dy~; G receives dL/dy~.
         template <class T>
         static void backward(parameters_view<T, parameter_count> parameters, const_batch<T, input> x,

@@ -67,6 +67,18 @@ struct head : block_kind {
             function::forward(mode, parameters, state, at.concatenated(), y, at.function_workspace());
         }
 
+        // What backward needs of a recomputation (recompute_for_backward_of,
+        // layers/layer.hpp): the concatenated input, then F's.
+        template <class T>
+        static void recompute_for_backward(pass::recomputation_t mode, parameters_view<T, parameter_count> parameters,
+                                           state_view<pass::recomputation_t, T, state_count> state,
+                                           const_batch<T, input> x, batch_view<T, output> y, std::span<T> workspace)
+        {
+            const workspace_layout<T> at{workspace, x.batch()};
+            merge_halves<half>(x, at.concatenated());
+            recompute_for_backward_of<function>(mode, parameters, state, at.concatenated(), y, at.function_workspace());
+        }
+
         template <class T>
         static void backward(parameters_view<T, parameter_count> parameters, const_batch<T, input> x,
                              const_batch<T, output> grad_y, batch_view<T, input> grad_x,

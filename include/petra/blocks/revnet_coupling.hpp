@@ -73,6 +73,23 @@ struct revnet_coupling : block_kind {
             copy_batch<T>(y1, at.first_output());
         }
 
+        // What backward needs of a recomputation (recompute_for_backward_of,
+        // layers/layer.hpp): y1 = F(x2) + x1 written where backward reads it
+        // (G's input), then G's, without y2.
+        template <class T>
+        static void recompute_for_backward(pass::recomputation_t mode, parameters_view<T, parameter_count> parameters,
+                                           state_view<pass::recomputation_t, T, state_count> state,
+                                           const_batch<T, input> x, batch_view<T, output> y, std::span<T> workspace)
+        {
+            const workspace_layout<T> at{workspace, x.batch()};
+            forward_onto_of<first>(mode, combination::add, parts::template parameters_of<0>(parameters),
+                                   parts::template state_of<0>(state), x.second_half(), x.first_half(),
+                                   at.first_output(), at.first_workspace());
+            recompute_for_backward_of<second>(mode, parts::template parameters_of<1>(parameters),
+                                              parts::template state_of<1>(state), at.first_output(), y.second_half(),
+                                              at.second_workspace());
+        }
+
         template <class T>
         static void inverse(parameters_view<T, parameter_count> parameters,
                             state_view<pass::recomputation_t, T, state_count> state, const_batch<T, output> y,

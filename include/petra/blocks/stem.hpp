@@ -57,6 +57,18 @@ struct stem : block_kind {
             split_into_halves<half>(value, y);
         }
 
+        // What backward needs of a recomputation (recompute_for_backward_of,
+        // layers/layer.hpp): F's, without the split into halves.
+        template <class T>
+        static void recompute_for_backward(pass::recomputation_t mode, parameters_view<T, parameter_count> parameters,
+                                           state_view<pass::recomputation_t, T, state_count> state,
+                                           const_batch<T, input> x, batch_view<T, output> /*y*/, std::span<T> workspace)
+        {
+            const batch_view<T, whole> value(workspace.data(), x.batch());
+            recompute_for_backward_of<function>(mode, parameters, state, x, value,
+                                                function_workspace(workspace, x.batch()));
+        }
+
         template <class T>
         static void backward(parameters_view<T, parameter_count> parameters, const_batch<T, input> x,
                              const_batch<T, output> grad_y, batch_view<T, input> grad_x,

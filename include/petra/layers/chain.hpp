@@ -299,6 +299,42 @@ struct bound_chain : made_of<Bound...> {
         }
     }
 
+    // What backward needs of a recomputation's forward (layer.hpp,
+    // recompute_for_backward_of): every layer's forward but the last one's,
+    // and of the last only what its backward needs. y, lent by the caller,
+    // is written only by a last layer that has no lighter way.
+    template <class T>
+    static void recompute_for_backward(pass::recomputation_t mode, parameters_view<T, parameter_count> parameters,
+                                       state_view<pass::recomputation_t, T, state_count> state, const_batch<T, input> x,
+                                       batch_view<T, output> y, std::span<T> workspace)
+    {
+        using Pass = pass::recomputation_t;
+        const workspace_layout<T> at{workspace.data(), x.batch(), nullptr};
+        constexpr std::size_t last = length - 1;
+        forward_layers<last, Pass, T>(mode, parameters, state, at, x, y);
+        const auto last_parameters = parts::template parameters_of<last>(parameters);
+        const auto last_state = parts::template state_of<last>(state);
+        const auto last_input = at.template input_of<last>(x);
+        const auto last_workspace = at.template layer_workspace<last>();
+        if constexpr (receives_statistics<last, Pass>()) {
+            // Its batch statistics are in its workspace already.
+            if constexpr (requires {
+                              layer<last>::forward_statistics(mode, last_parameters, last_state, last_input,
+                                                              last_workspace, input_statistics_given);
+                          }) {
+                layer<last>::forward_statistics(mode, last_parameters, last_state, last_input, last_workspace,
+                                                input_statistics_given);
+            } else {
+                forward_layer<last>(mode, parameters, state, at, x, y);
+            }
+        } else if constexpr (last > 0 && mapped[last - 1]) {
+            // It reads its input through the map of the layer before.
+            if (layer<last>::workspace_size(x.batch()) != 0) forward_layer<last>(mode, parameters, state, at, x, y);
+        } else {
+            recompute_for_backward_of<layer<last>>(mode, last_parameters, last_state, last_input, y, last_workspace);
+        }
+    }
+
     // Layers in reverse order; layer i writes the gradient of its input to
     // gradient buffer i % 2, which layer i - 1 reads.
     template <class T>
@@ -336,48 +372,54 @@ private:
                                state_view<Pass, T, state_count> state, const Layout& at, const_batch<T, input> x,
                                batch_view<T, output> y)
     {
-        for_each_index<Count>([&](auto i) {
-            constexpr bool reads_through_map = i > 0 && mapped[i - 1];
-            // The layer whose input this one reads: its own, or the mapped layer's before it.
-            constexpr std::size_t source = reads_through_map ? i - 1 : i;
-            const auto given = [&] {
-                if constexpr (receives_statistics<i, Pass>()) return std::tuple{input_statistics_given};
+        for_each_index<Count>([&](auto i) { forward_layer<i>(mode, parameters, state, at, x, y); });
+    }
+
+    // Layer I's forward, as forward_layers runs it.
+    template <std::size_t I, forward_pass Pass, class T, class Layout>
+    static void forward_layer(Pass mode, parameters_view<T, parameter_count> parameters,
+                              state_view<Pass, T, state_count> state, const Layout& at, const_batch<T, input> x,
+                              batch_view<T, output> y)
+    {
+        constexpr bool reads_through_map = I > 0 && mapped[I - 1];
+        // The layer whose input this one reads: its own, or the mapped layer's before it.
+        constexpr std::size_t source = reads_through_map ? I - 1 : I;
+        const auto given = [&] {
+            if constexpr (receives_statistics<I, Pass>()) return std::tuple{input_statistics_given};
+            else return std::tuple{};
+        }();
+        if constexpr (mapped[I]) {
+            std::apply(
+                [&](auto... more) {
+                    layer<I>::forward_statistics(mode, parts::template parameters_of<I>(parameters),
+                                                 parts::template state_of<I>(state), at.template input_of<I>(x),
+                                                 at.template layer_workspace<I>(), more...);
+                },
+                given);
+        } else {
+            const auto map = [&] {
+                if constexpr (reads_through_map) return producer_map<I - 1, T>(parameters, at);
+                else return no_map<T>{};
+            }();
+            const auto statistics = [&] {
+                if constexpr (passes_statistics<I, Pass>()) {
+                    return std::tuple{layer<I + 1>::template input_statistics<T>(at.template layer_workspace<I + 1>())};
+                } else {
+                    return std::tuple{};
+                }
+            }();
+            const auto map_argument = [&] {
+                if constexpr (reads_through_map || passes_statistics<I, Pass>()) return std::tuple{map.map()};
                 else return std::tuple{};
             }();
-            if constexpr (mapped[i]) {
-                std::apply(
-                    [&](auto... more) {
-                        layer<i>::forward_statistics(mode, parts::template parameters_of<i>(parameters),
-                                                     parts::template state_of<i>(state), at.template input_of<i>(x),
-                                                     at.template layer_workspace<i>(), more...);
-                    },
-                    given);
-            } else {
-                const auto map = [&] {
-                    if constexpr (reads_through_map) return producer_map<i - 1, T>(parameters, at);
-                    else return no_map<T>{};
-                }();
-                const auto statistics = [&] {
-                    if constexpr (passes_statistics<i, Pass>()) {
-                        return std::tuple{
-                            layer<i + 1>::template input_statistics<T>(at.template layer_workspace<i + 1>())};
-                    } else {
-                        return std::tuple{};
-                    }
-                }();
-                const auto map_argument = [&] {
-                    if constexpr (reads_through_map || passes_statistics<i, Pass>()) return std::tuple{map.map()};
-                    else return std::tuple{};
-                }();
-                std::apply(
-                    [&](auto... more) {
-                        layer<i>::forward(mode, parts::template parameters_of<i>(parameters),
-                                          parts::template state_of<i>(state), at.template input_of<source>(x),
-                                          at.template output_of<i>(y), at.template layer_workspace<i>(), more...);
-                    },
-                    std::tuple_cat(map_argument, statistics, given));
-            }
-        });
+            std::apply(
+                [&](auto... more) {
+                    layer<I>::forward(mode, parts::template parameters_of<I>(parameters),
+                                      parts::template state_of<I>(state), at.template input_of<source>(x),
+                                      at.template output_of<I>(y), at.template layer_workspace<I>(), more...);
+                },
+                std::tuple_cat(map_argument, statistics, given));
+        }
     }
 
     // Whether layer I gives the next layer its batch statistics in a pass

@@ -203,6 +203,33 @@ void forward_onto_of(Pass mode, combination how, parameters_view<T, Bound::param
     }
 }
 
+// What a recomputation's forward must leave for backward, without the
+// output no one reads: a backward takes the input, the output gradient,
+// the parameters and the workspace, never forward's output, so a forward
+// run again only for the backward that follows (recompute_backward,
+// block.hpp) need only fill the workspace, as forward would have, to the
+// bit. Bound (a bound layer or block) does it with its own
+// recompute_for_backward where it has one (a chain: its layers but the
+// last one's output; blocks: their functions'), with forward_statistics
+// where it has that (batch norm: the statistics alone), with nothing where
+// its workspace is empty (a convolution, a ReLU), and otherwise by its
+// forward into y, which the caller lends for that and reads nothing from.
+template <class Bound, class T>
+void recompute_for_backward_of(pass::recomputation_t mode, parameters_view<T, Bound::parameter_count> parameters,
+                               state_view<pass::recomputation_t, T, Bound::state_count> state,
+                               const_batch<T, typename Bound::input> x, batch_view<T, typename Bound::output> y,
+                               std::span<T> workspace)
+{
+    if constexpr (requires { Bound::recompute_for_backward(mode, parameters, state, x, y, workspace); }) {
+        Bound::recompute_for_backward(mode, parameters, state, x, y, workspace);
+    } else if constexpr (requires { Bound::forward_statistics(mode, parameters, state, x, workspace); }) {
+        Bound::forward_statistics(mode, parameters, state, x, workspace);
+    } else {
+        if (Bound::workspace_size(x.batch()) == 0) return;
+        Bound::forward(mode, parameters, state, x, y, workspace);
+    }
+}
+
 // A bound layer's or block's winograd_forward_flops, 0 where it states none.
 template <class Bound>
 constexpr std::size_t winograd_forward_flops_of()
