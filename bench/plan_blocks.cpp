@@ -54,8 +54,9 @@ std::string profile_json()
         // What a stage's memory needs of the block (scripts/plan mirrors
         // memory_plan from these): running statistics, workspace at the
         // batch, whether the block is reversible (a stage keeps the input of
-        // any other), may skip its input gradient as block 0 and passes a half
-        // through (boundary_layout.hpp), and its per-thread scratch buffers,
+        // any other), may skip its input gradient as block 0, passes a half
+        // through (boundary_layout.hpp) and may write its output when
+        // recomputed (a stage lends a buffer only then), and its per-thread scratch buffers,
         // forward and backward, by key.
         text += ", \"state\": " + std::to_string(profile.state_count);
         text += ", \"workspace_values\": " + std::to_string(Network::workspace_size(I, batch));
@@ -64,6 +65,8 @@ std::string profile_json()
                 (petra::input_gradient_optional<bound>() ? "true" : "false");
         text +=
             std::string(", \"passes_first_half_through\": ") + (profile.passes_first_half_through ? "true" : "false");
+        text += std::string(", \"recomputation_writes_output\": ") +
+                (profile.recomputation_writes_output ? "true" : "false");
         petra::kernels::scratch_demand scratch = petra::forward_scratch_of<bound, float>(batch);
         scratch.merge(petra::backward_scratch_of<bound, float>(batch, true));
         if (I == 0 && petra::input_gradient_optional<bound>()) {

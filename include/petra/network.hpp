@@ -87,6 +87,10 @@ struct block_profile {
     std::size_t kept_values;                // what its forward keeps for backward (workspace of one example)
     std::size_t winograd_forward_flops = 0; // the part of forward_flops in Winograd's form
     bool passes_first_half_through = false; // passes_first_half_through_of (blocks/block.hpp)
+    // Whether recomputing it for its backward may write its output
+    // (recomputation_writes_output, layers/layer.hpp): a stage lends a
+    // buffer for that only where one of its kept blocks may.
+    bool recomputation_writes_output = true;
 
     // One pipeline tick of PETRA spends a forward, a reconstruction (the
     // inverse, or the forward again from a stored input: the same function
@@ -253,10 +257,10 @@ template <class Output, class Last, class... Bound>
 struct bound_network<binding<Output, Last, Bound...>> {
     static constexpr std::size_t block_count = sizeof...(Bound);
     static constexpr auto blocks = type_list<Bound...>;
-    static constexpr std::array<block_profile, block_count> profile{
-        block_profile{Bound::reversible, Bound::parameter_count, Bound::state_count, Bound::forward_flops,
-                      Bound::backward_flops, Bound::input::size, Bound::output::size, Bound::workspace_size(1),
-                      winograd_forward_flops_of<Bound>(), passes_first_half_through_of<Bound>}...};
+    static constexpr std::array<block_profile, block_count> profile{block_profile{
+        Bound::reversible, Bound::parameter_count, Bound::state_count, Bound::forward_flops, Bound::backward_flops,
+        Bound::input::size, Bound::output::size, Bound::workspace_size(1), winograd_forward_flops_of<Bound>(),
+        passes_first_half_through_of<Bound>, recomputation_writes_output<Bound>()}...};
 
     static constexpr std::size_t largest_workspace(std::size_t batch)
     {

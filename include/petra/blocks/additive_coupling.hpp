@@ -62,6 +62,7 @@ struct additive_coupling : block_kind {
             copy_unless_shared<T>(x.first_half(), y.second_half());
         }
 
+        static constexpr bool recomputation_writes_output() { return petra::recomputation_writes_output<function>(); }
         // What backward needs of a recomputation (recompute_for_backward_of,
         // layers/layer.hpp; a coupling recomputes where a stage keeps its
         // input): F's, without the addition.

@@ -73,6 +73,10 @@ struct downsample : block_kind {
                                     y.second_half(), at.second_workspace());
         }
 
+        static constexpr bool recomputation_writes_output()
+        {
+            return petra::recomputation_writes_output<first>() || petra::recomputation_writes_output<second>();
+        }
         // What backward needs of a recomputation (recompute_for_backward_of,
         // layers/layer.hpp): F's and G's, neither output written unless a
         // function has no lighter way (then into y's halves, lent for it).

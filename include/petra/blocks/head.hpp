@@ -67,6 +67,7 @@ struct head : block_kind {
             function::forward(mode, parameters, state, at.concatenated(), y, at.function_workspace());
         }
 
+        static constexpr bool recomputation_writes_output() { return petra::recomputation_writes_output<function>(); }
         // What backward needs of a recomputation (recompute_for_backward_of,
         // layers/layer.hpp): the concatenated input, then F's.
         template <class T>

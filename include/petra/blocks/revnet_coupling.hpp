@@ -73,6 +73,8 @@ struct revnet_coupling : block_kind {
             copy_batch<T>(y1, at.first_output());
         }
 
+        // y1 goes to the workspace; G may write y2.
+        static constexpr bool recomputation_writes_output() { return petra::recomputation_writes_output<second>(); }
         // What backward needs of a recomputation (recompute_for_backward_of,
         // layers/layer.hpp): y1 = F(x2) + x1 written where backward reads it
         // (G's input), then G's, without y2.

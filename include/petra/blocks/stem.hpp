@@ -57,6 +57,8 @@ struct stem : block_kind {
             split_into_halves<half>(value, y);
         }
 
+        // F's output goes to the workspace: the lent output is never written.
+        static constexpr bool recomputation_writes_output() { return false; }
         // What backward needs of a recomputation (recompute_for_backward_of,
         // layers/layer.hpp): F's, without the split into halves.
         template <class T>

@@ -303,6 +303,22 @@ struct bound_chain : made_of<Bound...> {
     // recompute_for_backward_of): every layer's forward but the last one's,
     // and of the last only what its backward needs. y, lent by the caller,
     // is written only by a last layer that has no lighter way.
+    static constexpr bool recomputation_writes_output()
+    {
+        constexpr std::size_t last = length - 1;
+        if constexpr (receives_statistics<last, pass::recomputation_t>()) {
+            return !requires(parameters_view<float, layer<last>::parameter_count> p,
+                             state_view<pass::recomputation_t, float, layer<last>::state_count> s,
+                             batch_view<const float, typename layer<last>::input> x, std::span<float> w)
+            {
+                layer<last>::forward_statistics(pass::recomputation, p, s, x, w, input_statistics_given);
+            };
+        } else if constexpr (last > 0 && mapped[last - 1]) {
+            return !has_empty_workspace<layer<last>>();
+        } else {
+            return petra::recomputation_writes_output<layer<last>>();
+        }
+    }
     template <class T>
     static void recompute_for_backward(pass::recomputation_t mode, parameters_view<T, parameter_count> parameters,
                                        state_view<pass::recomputation_t, T, state_count> state, const_batch<T, input> x,
@@ -329,7 +345,8 @@ struct bound_chain : made_of<Bound...> {
             }
         } else if constexpr (last > 0 && mapped[last - 1]) {
             // It reads its input through the map of the layer before.
-            if (layer<last>::workspace_size(x.batch()) != 0) forward_layer<last>(mode, parameters, state, at, x, y);
+            if constexpr (has_empty_workspace<layer<last>>()) require_empty_workspace<layer<last>>(x.batch());
+            else forward_layer<last>(mode, parameters, state, at, x, y);
         } else {
             recompute_for_backward_of<layer<last>>(mode, last_parameters, last_state, last_input, y, last_workspace);
         }

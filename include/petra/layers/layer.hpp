@@ -22,6 +22,7 @@
 #include <type_traits>
 
 #include <petra/batch_view.hpp>
+#include <petra/error.hpp>
 #include <petra/kernels/elementwise.hpp>
 #include <petra/kernels/scratch.hpp>
 #include <petra/layers/precision.hpp>
@@ -214,18 +215,74 @@ void forward_onto_of(Pass mode, combination how, parameters_view<T, Bound::param
 // where it has that (batch norm: the statistics alone), with nothing where
 // its workspace is empty (a convolution, a ReLU), and otherwise by its
 // forward into y, which the caller lends for that and reads nothing from.
+// Whether it may write y at all is recomputation_writes_output<Bound>()
+// (where Bound has its own, what its static constexpr bool
+// recomputation_writes_output() says, true where it says nothing): a
+// caller lends memory only where it may.
+template <class Bound>
+concept recomputes_for_backward = requires(parameters_view<float, Bound::parameter_count> parameters,
+                                           state_view<pass::recomputation_t, float, Bound::state_count> state,
+                                           batch_view<const float, typename Bound::input> x,
+                                           batch_view<float, typename Bound::output> y, std::span<float> workspace)
+{
+    Bound::recompute_for_backward(pass::recomputation, parameters, state, x, y, workspace);
+};
+template <class Bound>
+concept computes_statistics_alone = requires(parameters_view<float, Bound::parameter_count> parameters,
+                                             state_view<pass::recomputation_t, float, Bound::state_count> state,
+                                             batch_view<const float, typename Bound::input> x,
+                                             std::span<float> workspace)
+{
+    Bound::forward_statistics(pass::recomputation, parameters, state, x, workspace);
+};
+// An empty workspace, as the contract's workspace_size states it for a
+// batch of one (recompute_for_backward_of refuses a batch for which it is
+// not empty).
+template <class Bound>
+constexpr bool has_empty_workspace()
+{
+    return Bound::workspace_size(1) == 0;
+}
+
+template <class Bound>
+constexpr bool recomputation_writes_output()
+{
+    if constexpr (recomputes_for_backward<Bound>) {
+        if constexpr (requires { requires std::same_as<decltype(Bound::recomputation_writes_output()), bool>; }) {
+            return Bound::recomputation_writes_output();
+        } else {
+            return true;
+        }
+    } else {
+        return !computes_statistics_alone<Bound> && !has_empty_workspace<Bound>();
+    }
+}
+
+// The same for a workspace found empty: nothing to leave, but a batch for
+// which it is not empty after all is refused, rather than read unwritten.
+template <class Bound>
+void require_empty_workspace(std::size_t batch)
+{
+    if (Bound::workspace_size(batch) != 0) {
+        raise_error(error_kind::logic_error,
+                    "recompute_for_backward_of: a layer whose workspace is empty for a batch of one must keep it "
+                    "empty for every batch");
+    }
+}
+
 template <class Bound, class T>
 void recompute_for_backward_of(pass::recomputation_t mode, parameters_view<T, Bound::parameter_count> parameters,
                                state_view<pass::recomputation_t, T, Bound::state_count> state,
                                const_batch<T, typename Bound::input> x, batch_view<T, typename Bound::output> y,
                                std::span<T> workspace)
 {
-    if constexpr (requires { Bound::recompute_for_backward(mode, parameters, state, x, y, workspace); }) {
+    if constexpr (recomputes_for_backward<Bound>) {
         Bound::recompute_for_backward(mode, parameters, state, x, y, workspace);
-    } else if constexpr (requires { Bound::forward_statistics(mode, parameters, state, x, workspace); }) {
+    } else if constexpr (computes_statistics_alone<Bound>) {
         Bound::forward_statistics(mode, parameters, state, x, workspace);
+    } else if constexpr (has_empty_workspace<Bound>()) {
+        require_empty_workspace<Bound>(x.batch());
     } else {
-        if (Bound::workspace_size(x.batch()) == 0) return;
         Bound::forward(mode, parameters, state, x, y, workspace);
     }
 }

@@ -66,7 +66,7 @@ struct stage_buffers {
     std::size_t stashed_parameters = 0; // the parameter buffer's FIFO, all entries
     std::size_t intermediate = 0;       // one set of the activations between blocks (of a micro-batch)
     std::size_t intermediates = 0;      // the activations between blocks, forward and rebuilt
-    std::size_t recomputed = 0;         // a recomputed output (not the last stage)
+    std::size_t recomputed = 0;         // a recomputed output (not the last stage; where a block may write one)
     std::size_t last_stage_inputs = 0;  // the last stage's block inputs of one micro-batch
     std::size_t workspace = 0;          // the blocks' workspace (each its own in the last stage)
     std::size_t sink = 0;               // stage 0's rebuilt input and input gradient
@@ -134,7 +134,7 @@ public:
                                       : std::max(sizes.workspace, Network::workspace_size(i, batch));
             if (keeps_input(options, i)) {
                 if (!is_last) sizes.kept_inputs += fifo_depth * batch * profile.input_values;
-                recomputed = std::max(recomputed, profile.output_values);
+                if (profile.recomputation_writes_output) recomputed = std::max(recomputed, profile.output_values);
             }
         }
         // The last stage keeps every block's input of one micro-batch.

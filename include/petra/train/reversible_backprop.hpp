@@ -10,6 +10,7 @@
 // backprop's up to the rounding of the reconstructions.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -38,7 +39,7 @@ public:
     explicit reversible_backprop(std::size_t max_batch)
         : capacity_(max_batch), stored_(stored_offset(Network::block_count + 1, max_batch)),
           passing_(max_batch * passing_layout.size), gradients_(max_batch * gradient_layout.size),
-          recomputed_(max_batch * Network::largest_activation), workspace_(Network::largest_workspace(max_batch))
+          recomputed_(max_batch * recomputed_values), workspace_(Network::largest_workspace(max_batch))
     {}
 
     // As exact_backprop::accumulate_gradient: forward with batch statistics
@@ -157,6 +158,17 @@ private:
     {
         return {gradients_.data() + gradient_layout.offset[Boundary] * batch_, batch_};
     }
+
+    // Values per example of the output a recomputation may write
+    // (recomputation_writes_output, layers/layer.hpp): the largest of the
+    // blocks it recomputes that may; none for the reference network.
+    static constexpr std::size_t recomputed_values = [] {
+        std::size_t values = 0;
+        for (const block_profile& block : Network::profile) {
+            if (!block.reversible && block.recomputation_writes_output) values = std::max(values, block.output_values);
+        }
+        return values;
+    }();
 
     std::size_t capacity_;
     std::size_t batch_ = 0;
