@@ -299,10 +299,8 @@ struct bound_chain : made_of<Bound...> {
         }
     }
 
-    // What backward needs of a recomputation's forward (layer.hpp,
-    // recompute_for_backward_of): every layer's forward but the last one's,
-    // and of the last only what its backward needs. y, lent by the caller,
-    // is written only by a last layer that has no lighter way.
+    // Whether recompute_for_backward below may write y (layer.hpp): where
+    // its last layer has no lighter way than its forward.
     static constexpr bool recomputation_writes_output()
     {
         constexpr std::size_t last = length - 1;
@@ -319,6 +317,10 @@ struct bound_chain : made_of<Bound...> {
             return petra::recomputation_writes_output<layer<last>>();
         }
     }
+    // What backward needs of a recomputation's forward (layer.hpp,
+    // recompute_for_backward_of): every layer's forward but the last one's,
+    // and of the last only what its backward needs. y, lent by the caller,
+    // is written only by a last layer that has no lighter way.
     template <class T>
     static void recompute_for_backward(pass::recomputation_t mode, parameters_view<T, parameter_count> parameters,
                                        state_view<pass::recomputation_t, T, state_count> state, const_batch<T, input> x,

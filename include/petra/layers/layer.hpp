@@ -258,8 +258,9 @@ constexpr bool recomputation_writes_output()
     }
 }
 
-// The same for a workspace found empty: nothing to leave, but a batch for
-// which it is not empty after all is refused, rather than read unwritten.
+// Where recompute_for_backward_of finds Bound's workspace empty
+// (has_empty_workspace) and leaves nothing: refuses a batch for which it is
+// not empty after all, which backward would read unwritten.
 template <class Bound>
 void require_empty_workspace(std::size_t batch)
 {
