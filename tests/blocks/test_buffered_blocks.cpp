@@ -18,6 +18,7 @@
 
 #include "blocks/block_as_layer.hpp"
 #include "layers/gradient_check.hpp"
+#include "layers/workspace_scaling.hpp"
 #include "support.hpp"
 
 using namespace petra;
@@ -29,33 +30,6 @@ using stem_block = layer_for<stem<chain<conv2d<1, 8, 3>, batch_norm<8>, relu>>, 
 using downsample_block = layer_for<downsampling<4>, stem_block::output>;
 using head_block = layer_for<classifier_head<16, 10>, downsample_block::output>;
 using normalised_head_block = layer_for<normalised_classifier_head<16, 10>, downsample_block::output>;
-
-// A layer with a workspace and no lighter way than its forward: y = 2 x,
-// and the forward's scale kept in its workspace, which backward reads.
-struct doubling {
-    template <class Input>
-    struct bind : parameter_free {
-        using input = Input;
-        using output = Input;
-        static constexpr std::size_t forward_flops = Input::size;
-        static constexpr std::size_t backward_flops = Input::size;
-        static constexpr std::size_t workspace_size(std::size_t /*batch*/) { return 1; }
-
-        template <forward_pass Pass, class T>
-        static void forward(Pass, parameters_view<T, 0>, state_view<Pass, T, 0>, const_batch<T, input> x,
-                            batch_view<T, output> y, std::span<T> workspace)
-        {
-            workspace[0] = T(2);
-            for (std::size_t i = 0; i < x.size(); ++i) y.data()[i] = workspace[0] * x.data()[i];
-        }
-        template <class T>
-        static void backward(parameters_view<T, 0>, const_batch<T, input>, const_batch<T, output> grad_y,
-                             batch_view<T, input> grad_x, std::span<T, 0>, std::span<T> workspace)
-        {
-            for (std::size_t i = 0; i < grad_y.size(); ++i) grad_x.data()[i] = workspace[0] * grad_y.data()[i];
-        }
-    };
-};
 
 template <std::size_t C>
 using residual = chain<conv2d<C, C, 3>, batch_norm<C>, relu, conv2d<C, C, 3>, batch_norm<C>, relu>;
@@ -189,18 +163,18 @@ TEST_CASE_TEMPLATE("a recomputation gives backward what the forward did, bit for
 // Where a recomputation may write the output it is lent, and where not: a
 // layer with forward_statistics or an empty workspace has a lighter way; a
 // chain asks its last layer; a layer with a workspace and nothing lighter
-// (here a block seen as a layer) runs its forward into the output.
+// (test::workspace_scaling) runs its forward into the output.
 TEST_CASE("recomputation_writes_output: only a forward with no lighter way writes the lent output")
 {
     using small = shape<4, 6, 6>;
     static_assert(!recomputation_writes_output<layer_for<conv2d<4, 4, 3>, small>>());
     static_assert(!recomputation_writes_output<layer_for<batch_norm<4>, small>>());
     static_assert(!recomputation_writes_output<layer_for<chain<conv2d<4, 4, 3>, batch_norm<4>, relu>, small>>());
-    static_assert(recomputation_writes_output<layer_for<doubling, small>>());
-    static_assert(recomputation_writes_output<layer_for<chain<relu, doubling>, small>>());
-    static_assert(!recomputation_writes_output<layer_for<chain<doubling, relu>, small>>());
+    static_assert(recomputation_writes_output<layer_for<test::workspace_scaling<2>, small>>());
+    static_assert(recomputation_writes_output<layer_for<chain<relu, test::workspace_scaling<2>>, small>>());
+    static_assert(!recomputation_writes_output<layer_for<chain<test::workspace_scaling<2>, relu>, small>>());
     // Its recomputation runs its forward into the lent output.
-    using bound = layer_for<doubling, shape<2>>;
+    using bound = layer_for<test::workspace_scaling<2>, shape<2>>;
     std::vector<float> x{1.0f, -3.0f}, y(2, 0.0f), workspace(1, 0.0f);
     recompute_for_backward_of<bound>(pass::recomputation, std::span<const float, 0>(), std::span<const float, 0>(),
                                      test::batch_of<shape<2>>(std::as_const(x), 1), test::batch_of<shape<2>>(y, 1),

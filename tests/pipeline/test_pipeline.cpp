@@ -23,6 +23,7 @@
 
 #include <petra/petra.hpp>
 
+#include "layers/workspace_scaling.hpp"
 #include "pipeline/pipeline_support.hpp"
 #include "support.hpp"
 
@@ -576,42 +577,15 @@ TEST_CASE("pipeline: a network downsampling by pixel_unshuffle, up to one block 
 
 namespace {
 
-// A layer whose recomputation has no lighter way than its forward
-// (recomputation_writes_output, layers/layer.hpp): y = x / 2, the scale
-// kept in its workspace, which backward reads.
-struct halving {
-    template <class Input>
-    struct bind : parameter_free {
-        using input = Input;
-        using output = Input;
-        static constexpr std::size_t forward_flops = Input::size;
-        static constexpr std::size_t backward_flops = Input::size;
-        static constexpr std::size_t workspace_size(std::size_t /*batch*/) { return 1; }
-
-        template <forward_pass Pass, class T>
-        static void forward(Pass, parameters_view<T, 0>, state_view<Pass, T, 0>, const_batch<T, input> x,
-                            batch_view<T, output> y, std::span<T> workspace)
-        {
-            workspace[0] = T(0.5);
-            for (std::size_t i = 0; i < x.size(); ++i) y.data()[i] = workspace[0] * x.data()[i];
-        }
-        template <class T>
-        static void backward(parameters_view<T, 0>, const_batch<T, input>, const_batch<T, output> grad_y,
-                             batch_view<T, input> grad_x, std::span<T, 0>, std::span<T> workspace)
-        {
-            for (std::size_t i = 0; i < grad_y.size(); ++i) grad_x.data()[i] = workspace[0] * grad_y.data()[i];
-        }
-    };
-};
-
-// A downsampling whose F ends in that layer: its recomputation writes its
-// output, into the buffer its stage lends for it.
+// A downsampling whose F ends in a layer with no lighter way than its
+// forward (test::workspace_scaling): its recomputation writes its output,
+// into the buffer its stage lends for it.
 template <class Downsampling>
 using lending_network =
     network<input<1, 6, 6>, stem<chain<conv2d<1, 8>, batch_norm<8>, relu>>, additive_coupling<residual_function<4>>,
             Downsampling, additive_coupling<residual_function<8>>, classifier_head<16, 3>>;
-using writing_downsampling =
-    downsample<chain<conv2d<4, 8, 3, 2>, batch_norm<8>, relu, halving>, chain<conv2d<4, 8, 1, 2, 0>, batch_norm<8>>>;
+using writing_downsampling = downsample<chain<conv2d<4, 8, 3, 2>, batch_norm<8>, relu, test::workspace_scaling<1, 2>>,
+                                        chain<conv2d<4, 8, 1, 2, 0>, batch_norm<8>>>;
 constexpr std::array<std::size_t, 3> lending_cuts{0, 3, 5};
 
 } // namespace
@@ -622,7 +596,7 @@ TEST_CASE("pipeline: a stage lends a buffer to a recomputation that writes its o
     using not_lending = lending_network<downsampling<4>>;
     const pipeline_options options{.batch = 4};
     // Stage 0 keeps the stem's and the downsampling's inputs; only the
-    // downsampling with the halving layer may write its recomputed output.
+    // downsampling whose F ends in the workspace-scaling layer may write its recomputed output.
     static_assert(recomputation_writes_output<lending::block<2>>());
     static_assert(!recomputation_writes_output<not_lending::block<2>>());
     CHECK(stage<lending, lending_cuts, 0, float>::buffers(options).recomputed ==
