@@ -15,7 +15,6 @@
 #include <doctest/doctest.h>
 
 #include <petra/kernels/convolution.hpp>
-#include <petra/kernels/elementwise.hpp>
 #include <petra/kernels/input_map.hpp>
 #include <petra/kernels/reduction.hpp>
 
@@ -114,49 +113,6 @@ TEST_CASE_TEMPLATE("convolution input gradient matches the reference", T, float,
             petra::test::check_close(actual, expected, petra::test::accumulation_tolerance<T>(terms + 1));
         }
     });
-}
-
-// convolution_backward_input_onto against the input gradient then the
-// addition, to the bit, on every shape (Winograd's adding as each image
-// returns to NCHW, the others after): grad_x's prior values NaN, never read.
-// And the refusals of a correlation onto an addend that would also
-// accumulate or give statistics.
-TEST_CASE_TEMPLATE("an input gradient onto an addend equals the input gradient and then the addition", T, float, double)
-{
-    std::mt19937_64 generator(12);
-    std::size_t winograd_shapes = 0;
-    for_each_shape([&](const convolution_shape& shape) {
-        const auto grad_y = petra::test::random_vector<T>(shape.output_count(), generator);
-        const auto weights = petra::test::random_vector<T>(shape.weight_count(), generator);
-        const auto addend = petra::test::random_vector<T>(shape.input_count(), generator);
-        auto expected = petra::test::nan_vector<T>(shape.input_count());
-        auto actual = petra::test::nan_vector<T>(shape.input_count());
-        petra::kernels::convolution_backward_input(shape, grad_y.data(), weights.data(), expected.data());
-        petra::kernels::add(expected.size(), expected.data(), addend.data(), expected.data());
-        petra::kernels::convolution_backward_input_onto(shape, grad_y.data(), weights.data(), addend.data(),
-                                                        actual.data());
-        CHECK(actual == expected);
-        winograd_shapes += petra::kernels::detail::winograd_applies(shape);
-    });
-    CHECK(winograd_shapes >= 5);
-
-    using namespace petra::kernels;
-    const convolution_shape shape{2, 16, 7, 7, 16, 3, 1, 1};
-    REQUIRE(detail::winograd_applies(shape));
-    const auto source = petra::test::random_vector<T>(shape.input_count(), generator);
-    const auto addend = petra::test::random_vector<T>(shape.output_count(), generator);
-    auto result = petra::test::random_vector<T>(shape.output_count(), generator);
-    std::vector<T> mean(shape.out_channels), variance(shape.out_channels);
-    const auto tap = [](std::size_t, std::size_t, std::size_t, std::size_t) { return T(0.5); };
-    scratch_source scratch;
-    const auto geometry = detail::forward_winograd_geometry<T>(shape, 4);
-    CHECK_THROWS_WITH_AS(
-        detail::winograd_correlation(geometry, source.data(), tap, result.data(), T(1), scratch, {}, {}, addend.data()),
-        doctest::Contains("beta must be 0"), std::invalid_argument);
-    CHECK_THROWS_WITH_AS(
-        detail::winograd_correlation(geometry, source.data(), tap, result.data(), T(0), scratch, {},
-                                     channel_statistics<T>{mean.data(), variance.data()}, addend.data()),
-        doctest::Contains("does not give the result's statistics"), std::invalid_argument);
 }
 
 TEST_CASE_TEMPLATE("Winograd's form and the direct correlation agree on all three kernels, with and without "

@@ -379,66 +379,6 @@ void check_forward_onto(std::mt19937_64& generator)
 
 } // namespace
 
-namespace {
-
-// backward_onto_of (layer.hpp) against backward and then kernels::add, bit
-// for bit: the input gradient (its prior values NaN, never read) and the
-// parameter gradients, which both add onto the same random values. Both
-// backward calls take a copy of one training forward's workspace.
-template <class Layer, class T>
-void check_backward_onto(std::mt19937_64& generator)
-{
-    using input = typename Layer::input;
-    using output = typename Layer::output;
-    const std::size_t batch = 3;
-    auto parameters = test::random_vector<T>(Layer::parameter_count, generator);
-    const auto values = test::span_of<Layer::parameter_count>(std::as_const(parameters));
-    const auto x = test::random_vector<T>(batch * input::size, generator);
-    const auto grad_y = test::random_vector<T>(batch * output::size, generator);
-    const auto addend = test::random_vector<T>(batch * input::size, generator);
-    std::vector<T> state(Layer::state_count, T(1)), y(grad_y.size()), workspace(Layer::workspace_size(batch));
-    Layer::forward(pass::training, values, test::span_of<Layer::state_count>(state), test::batch_of<input>(x, batch),
-                   test::batch_of<output>(y, batch), std::span<T>(workspace));
-    const auto initial_gradients = test::random_vector<T>(Layer::parameter_count, generator);
-    auto plain_workspace = workspace, onto_workspace = workspace;
-    auto plain_gradients = initial_gradients, onto_gradients = initial_gradients;
-    auto plain = test::nan_vector<T>(addend.size()), onto = test::nan_vector<T>(addend.size());
-    Layer::backward(values, test::batch_of<input>(x, batch), test::batch_of<output>(grad_y, batch),
-                    test::batch_of<input>(plain, batch), test::span_of<Layer::parameter_count>(plain_gradients),
-                    std::span<T>(plain_workspace));
-    kernels::add(plain.size(), plain.data(), addend.data(), plain.data());
-    backward_onto_of<Layer>(values, test::batch_of<input>(x, batch), test::batch_of<output>(grad_y, batch),
-                            test::batch_of<input>(addend, batch), test::batch_of<input>(onto, batch),
-                            test::span_of<Layer::parameter_count>(onto_gradients), std::span<T>(onto_workspace));
-    CHECK(onto == plain);
-    CHECK(onto_gradients == plain_gradients);
-}
-
-} // namespace
-
-TEST_CASE_TEMPLATE("backward_onto: a block's sum of gradients in a layer's input gradient changes no bit", T, float,
-                   double)
-{
-    std::mt19937_64 generator(44);
-    // A convolution in Winograd's form (the sum as each image returns to
-    // NCHW), one in the direct form (after it), and chains: the first
-    // layer's backward_onto (the reference network's residual function, at
-    // 16 channels in Winograd's form) or backward and the kernel where the
-    // first layer has none (batch norm, ReLU).
-    using wide = shape<16, 7, 9>;
-    using narrow = shape<4, 5, 7>;
-    static_assert(kernels::detail::winograd_applies(layer_for<conv2d<16, 16, 3>, wide>::geometry(1)));
-    static_assert(!kernels::detail::winograd_applies(layer_for<conv2d<4, 4, 3>, narrow>::geometry(1)));
-    check_backward_onto<layer_for<conv2d<16, 16, 3>, wide>, T>(generator);
-    check_backward_onto<layer_for<conv2d<4, 4, 3>, narrow>, T>(generator);
-    check_backward_onto<
-        layer_for<chain<conv2d<16, 16, 3>, batch_norm<16>, relu, conv2d<16, 16, 3>, batch_norm<16>, relu>, wide>, T>(
-        generator);
-    check_backward_onto<layer_for<chain<batch_norm<4>, relu, conv2d<4, 4, 3>>, narrow>, T>(generator);
-    check_backward_onto<layer_for<chain<conv2d<4, 6, 3, 2>>, narrow>, T>(generator);
-    check_backward_onto<layer_for<relu, narrow>, T>(generator);
-}
-
 TEST_CASE_TEMPLATE("forward_onto: a block's addition in a layer's last pass changes no bit", T, float, double)
 {
     using input = shape<4, 5, 7>;

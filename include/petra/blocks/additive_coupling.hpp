@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include <petra/blocks/block.hpp>
+#include <petra/kernels/elementwise.hpp>
 #include <petra/layers/contract.hpp>
 #include <petra/layers/layer.hpp>
 
@@ -91,9 +92,10 @@ struct additive_coupling : block_kind {
                              const_batch<T, output> grad_y, batch_view<T, input> grad_x,
                              std::span<T, parameter_count> grad_parameters, std::span<T> workspace)
         {
-            // The sum in F's input gradient's last pass where it can.
-            backward_onto_of<function>(parameters, x.first_half(), grad_y.first_half(), grad_y.second_half(),
-                                       grad_x.first_half(), grad_parameters, workspace);
+            function::backward(parameters, x.first_half(), grad_y.first_half(), grad_x.first_half(), grad_parameters,
+                               workspace);
+            kernels::add(grad_x.first_half().size(), grad_x.first_half().data(), grad_y.second_half().data(),
+                         grad_x.first_half().data());
             copy_unless_shared<T>(grad_y.first_half(), grad_x.second_half());
         }
     };

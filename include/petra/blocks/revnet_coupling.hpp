@@ -14,6 +14,7 @@
 #include <utility>
 
 #include <petra/blocks/block.hpp>
+#include <petra/kernels/elementwise.hpp>
 #include <petra/layers/contract.hpp>
 #include <petra/layers/layer.hpp>
 
@@ -119,11 +120,12 @@ struct revnet_coupling : block_kind {
             const workspace_layout<T> at{workspace, x.batch()};
             const auto [g1, g2] = std::pair(grad_y.first_half(), grad_y.second_half());
             const auto [grad_x1, grad_x2] = std::pair(grad_x.first_half(), grad_x.second_half());
-            // Each sum in its function's input gradient's last pass where it can.
-            backward_onto_of<second>(parts::template parameters_of<1>(parameters), at.first_output(), g2, g1, grad_x1,
-                                     parts::template parameters_of<1>(grad_parameters), at.second_workspace());
-            backward_onto_of<first>(parts::template parameters_of<0>(parameters), x.second_half(), grad_x1, g2, grad_x2,
-                                    parts::template parameters_of<0>(grad_parameters), at.first_workspace());
+            second::backward(parts::template parameters_of<1>(parameters), at.first_output(), g2, grad_x1,
+                             parts::template parameters_of<1>(grad_parameters), at.second_workspace());
+            kernels::add(grad_x1.size(), grad_x1.data(), g1.data(), grad_x1.data());
+            first::backward(parts::template parameters_of<0>(parameters), x.second_half(), grad_x1, grad_x2,
+                            parts::template parameters_of<0>(grad_parameters), at.first_workspace());
+            kernels::add(grad_x2.size(), grad_x2.data(), g2.data(), grad_x2.data());
         }
 
     private:

@@ -38,7 +38,6 @@
 
 #include <petra/error.hpp>
 #include <petra/kernels/cache_sizes.hpp>
-#include <petra/kernels/elementwise.hpp>
 #include <petra/kernels/gemm.hpp>
 #include <petra/kernels/input_map.hpp>
 #include <petra/kernels/layout.hpp>
@@ -1653,11 +1652,10 @@ void winograd_forward(const convolution_shape& shape, const T* input, const T* w
 
 // grad_x = input gradient + beta * grad_x through Winograd's form:
 // the stride-1 correlation of grad_y with the weights flipped and their
-// channel roles exchanged, for a shape winograd_applies to. Where addend is
-// given (beta 0), grad_x = input gradient + addend (winograd_correlation).
+// channel roles exchanged, for a shape winograd_applies to.
 template <class T>
 void winograd_backward_input(const convolution_shape& shape, const T* grad_y, const T* weights, T* grad_x, T beta,
-                             scratch_source& scratch, const T* addend = nullptr)
+                             scratch_source& scratch)
 {
     const std::size_t in_channels = shape.in_channels;
     winograd_correlation(
@@ -1665,7 +1663,7 @@ void winograd_backward_input(const convolution_shape& shape, const T* grad_y, co
         [&](std::size_t ci, std::size_t co, std::size_t kh, std::size_t kw) {
             return weights[((co * in_channels + ci) * 3 + 2 - kh) * 3 + 2 - kw];
         },
-        grad_x, beta, scratch, {}, {}, addend);
+        grad_x, beta, scratch);
 }
 
 } // namespace detail
@@ -1877,33 +1875,6 @@ void convolution_backward_input(const convolution_shape& shape, const T* grad_y,
         detail::winograd_backward_input(shape, grad_y, weights, grad_x, beta, source);
     } else {
         detail::backward_input_by_phases(shape, grad_y, weights, grad_x, beta, source);
-    }
-}
-
-// grad_x = (convolution_backward_input's gradient of grad_y) + addend, each
-// value exactly as convolution_backward_input then kernels::add give it: a
-// block's addition of another gradient (an additive coupling's dL/dy~)
-// folded into the input gradient's last pass where its kernels have one
-// (Winograd's form adds it as each image returns to NCHW: one read of the
-// addend where a pass of its own reads both arrays and writes one), after
-// it elsewhere. addend overlaps neither grad_y nor grad_x.
-template <class T>
-void convolution_backward_input_onto(const convolution_shape& shape, const T* grad_y, const T* weights, const T* addend,
-                                     T* grad_x, std::span<std::byte> scratch = {})
-{
-    PETRA_PROFILE_KERNEL("convolution input gradient", detail::convolution_geometry, detail::convolution_sizes(shape),
-                         double(shape.flops() + shape.input_count()),
-                         detail::convolution_bytes(shape.output_count() + shape.weight_count() + shape.input_count(),
-                                                   shape.input_count(), T(0)));
-    validate(shape);
-    if (shape.batch == 0) return;
-    scratch_source source(scratch);
-    if (detail::winograd_applies(shape)) {
-        detail::winograd_backward_input(shape, grad_y, weights, grad_x, T(0), source, addend);
-    } else {
-        detail::backward_input_by_phases(shape, grad_y, weights, grad_x, T(0), source);
-        detail::map(
-            shape.input_count(), [](auto sum, auto other) { return sum + other; }, grad_x, grad_x, addend);
     }
 }
 

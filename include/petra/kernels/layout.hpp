@@ -98,15 +98,14 @@ PETRA_ALWAYS_INLINE void transpose_8x8(__m256 (&r)[8])
 // The square blocks of floats transpose_channels_to_rows_as moves through
 // registers: 16 x 16 on AVX-512, 8 x 8 on AVX2 with FMA; none elsewhere.
 // Each gives its side (size), a row's load and store, the block's
-// transposition in place, the map's values of a vector (affine_relu: NaN
-// kept, -0 to 0) and a sum of two vectors.
+// transposition in place, and the map's values of a vector (affine_relu:
+// NaN kept, -0 to 0).
 #if defined(__AVX512F__)
 struct float_block {
     using vector = __m512;
     static constexpr std::size_t size = 16;
     static PETRA_ALWAYS_INLINE vector load(const float* at) { return _mm512_loadu_ps(at); }
     static PETRA_ALWAYS_INLINE void store(float* at, vector values) { _mm512_storeu_ps(at, values); }
-    static PETRA_ALWAYS_INLINE vector add(vector a, vector b) { return _mm512_add_ps(a, b); }
     static PETRA_ALWAYS_INLINE void transpose(vector (&rows)[size]) { transpose_16x16(rows); }
     static PETRA_ALWAYS_INLINE vector affine_relu(vector scale, vector value, vector shift)
     {
@@ -120,7 +119,6 @@ struct float_block {
     static constexpr std::size_t size = 8;
     static PETRA_ALWAYS_INLINE vector load(const float* at) { return _mm256_loadu_ps(at); }
     static PETRA_ALWAYS_INLINE void store(float* at, vector values) { _mm256_storeu_ps(at, values); }
-    static PETRA_ALWAYS_INLINE vector add(vector a, vector b) { return _mm256_add_ps(a, b); }
     static PETRA_ALWAYS_INLINE void transpose(vector (&rows)[size]) { transpose_8x8(rows); }
     static PETRA_ALWAYS_INLINE vector affine_relu(vector scale, vector value, vector shift)
     {
@@ -184,21 +182,14 @@ struct pixel_rows {
 // copying its rows out, saves a pass over every value (the Winograd
 // kernels alone ran 2 to 10% faster; bench/RESULTS.md).
 // With a map (input_map.hpp), to[place(p) + c] = map(c, from[c * from_stride
-// + p]) instead, the map applied while the values are in registers; onto an
-// addend laid out as to, to[place(p) + c] = from[c * from_stride + p] +
-// addend[place(p) + c], the sum made before the store (each value rounded
-// once, as kernels::add rounds it). (Each form is compiled apart, Form a
-// constant: with the map's test in its loop, the Winograd input gradients,
-// which take no map, ran 7% slower on an Intel Xeon, 5.2 ms per exact step
-// at 16 channels against 4.8.)
-enum class transposed_values { as_they_are, mapped, onto_addend };
-
-template <transposed_values Form, class T>
+// + p]) instead, the map applied while the values are in registers. (Each
+// form is compiled apart, Mapped a constant: with the map's test in its
+// loop, the Winograd input gradients, which take no map, ran 7% slower on
+// an Intel Xeon, 5.2 ms per exact step at 16 channels against 4.8.)
+template <bool Mapped, class T>
 void transpose_channels_to_rows_as(const T* from, std::size_t from_stride, std::size_t channels, std::size_t pixels,
-                                   T* to, const pixel_rows& rows, affine_relu_map<T> map, const T* addend = nullptr)
+                                   T* to, const pixel_rows& rows, affine_relu_map<T> map)
 {
-    constexpr bool Mapped = Form == transposed_values::mapped;
-    constexpr bool Onto = Form == transposed_values::onto_addend;
     std::size_t full_channels = 0, full_pixels = 0;
 #if defined(PETRA_X86_FLOAT_VECTORS)
     if constexpr (std::is_same_v<T, float>) {
@@ -229,15 +220,8 @@ void transpose_channels_to_rows_as(const T* from, std::size_t from_stride, std::
                     PETRA_UNROLL(16)
                     for (std::size_t k = 0; k < size; ++k) r[k] = block::affine_relu(scale, r[k], shift);
                 }
-                if constexpr (Onto) {
-                    PETRA_UNROLL(16)
-                    for (std::size_t k = 0; k < size; ++k) {
-                        block::store(to + offsets[k] + c0, block::add(r[k], block::load(addend + offsets[k] + c0)));
-                    }
-                } else {
-                    PETRA_UNROLL(16)
-                    for (std::size_t k = 0; k < size; ++k) block::store(to + offsets[k] + c0, r[k]);
-                }
+                PETRA_UNROLL(16)
+                for (std::size_t k = 0; k < size; ++k) block::store(to + offsets[k] + c0, r[k]);
             }
         }
     }
@@ -256,13 +240,10 @@ void transpose_channels_to_rows_as(const T* from, std::size_t from_stride, std::
             std::size_t row = first_row, column = first_column;
             for (std::size_t p = first_pixel; p < pixels; ++p) {
                 const T value = from[c * from_stride + p];
-                const std::size_t place = row * rows.row_pitch + column * rows.stride + c;
                 if constexpr (Mapped) {
-                    to[place] = map(c, value);
-                } else if constexpr (Onto) {
-                    to[place] = value + addend[place];
+                    to[row * rows.row_pitch + column * rows.stride + c] = map(c, value);
                 } else {
-                    to[place] = value;
+                    to[row * rows.row_pitch + column * rows.stride + c] = value;
                 }
                 if (++column == rows.row_width) column = 0, ++row;
             }
@@ -277,10 +258,9 @@ void transpose_channels_to_rows(const T* from, std::size_t from_stride, std::siz
                                 const pixel_rows& rows, affine_relu_map<T> map = {})
 {
     if (map) {
-        transpose_channels_to_rows_as<transposed_values::mapped>(from, from_stride, channels, pixels, to, rows, map);
+        transpose_channels_to_rows_as<true>(from, from_stride, channels, pixels, to, rows, map);
     } else {
-        transpose_channels_to_rows_as<transposed_values::as_they_are>(from, from_stride, channels, pixels, to, rows,
-                                                                      map);
+        transpose_channels_to_rows_as<false>(from, from_stride, channels, pixels, to, rows, map);
     }
 }
 
@@ -292,18 +272,6 @@ void transpose_channels(const T* from, std::size_t from_stride, std::size_t chan
 {
     transpose_channels_to_rows(from, from_stride, channels, pixels, to,
                                pixel_rows{std::max<std::size_t>(pixels, 1), pixels * to_stride, to_stride});
-}
-
-// to[p * to_stride + c] = from[c * from_stride + p] + addend[p * to_stride +
-// c] (transpose_channels onto an addend laid out as to; to may be the
-// addend itself).
-template <class T>
-void transpose_channels_onto(const T* from, std::size_t from_stride, std::size_t channels, std::size_t pixels,
-                             const T* addend, T* to, std::size_t to_stride)
-{
-    transpose_channels_to_rows_as<transposed_values::onto_addend>(
-        from, from_stride, channels, pixels, to,
-        pixel_rows{std::max<std::size_t>(pixels, 1), pixels * to_stride, to_stride}, {}, addend);
 }
 
 // out[t] = in[t] + beta * out[t] for t < count (out not read when beta == 0),

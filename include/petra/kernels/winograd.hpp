@@ -898,33 +898,25 @@ void zero_unwritten(const winograd_geometry<T>& geometry, T* bordered, T* patche
 //       tap(r, s, kh, kw) * source[n][s][y + kh - 1][x + kw - 1]  (+ beta * result)
 // reading zero outside the image (3x3, stride 1, padding 1), source's
 // values mapped by source_map where it is given. result is not read when
-// beta == 0. Where addend is given (with beta == 0 only), result = the sum
-// + addend instead, each value rounded once as kernels::add rounds it, the
-// addition made as each image returns to NCHW (addend overlaps neither
-// source nor result). Where result_statistics_out is given (with beta == 0
-// and no addend only), the batch mean and variance of each result channel
-// go there too (result_statistics).
+// beta == 0. Where result_statistics_out is given (with beta == 0 only),
+// the batch mean and variance of each result channel go there too
+// (result_statistics).
 template <class T, class Tap>
 void winograd_correlation(const winograd_geometry<T>& geometry, const T* source, Tap&& tap, T* result, T beta,
                           scratch_source& scratch, affine_relu_map<T> source_map = {},
-                          channel_statistics<T> result_statistics_out = {}, const T* addend = nullptr)
+                          channel_statistics<T> result_statistics_out = {})
 {
-    if (addend && beta != T(0)) {
-        raise_error(error_kind::invalid_argument,
-                    "petra::kernels: a correlation onto an addend does not also accumulate onto its result "
-                    "(beta must be 0)");
-    }
-    if (result_statistics_out && (beta != T(0) || addend)) {
-        raise_error(error_kind::invalid_argument,
-                    "petra::kernels: a correlation that accumulates onto its result (beta != 0) or onto an "
-                    "addend does not give the result's statistics");
-    }
     T* bordered = scratch.take<winograd_bordered_tag, T>(geometry.bordered_count());
     T* patches = scratch.take<winograd_patches_tag, T>(geometry.patches_count());
     T* weights = scratch.take<winograd_weights_tag, T>(geometry.weights_count());
     T* products = scratch.take<winograd_products_tag, T>(geometry.products_count());
     T* results = scratch.take<winograd_results_tag, T>(geometry.results_count());
     T* staged = beta == T(0) ? nullptr : scratch.take<winograd_staged_tag, T>(geometry.staged_count());
+    if (result_statistics_out && beta != T(0)) {
+        raise_error(error_kind::invalid_argument,
+                    "petra::kernels: a correlation that accumulates onto its result (beta != 0) does not give "
+                    "the result's statistics");
+    }
     result_statistics<T> statistics(geometry, result_statistics_out, scratch);
     zero_unwritten(geometry, bordered, patches);
     transform_weights(geometry, tap, weights);
@@ -942,16 +934,9 @@ void winograd_correlation(const winograd_geometry<T>& geometry, const T* source,
         for (std::size_t i = 0; i < count; ++i) {
             transform_products(geometry, products, i, results);
             statistics.add(results, first + i);
-            const std::size_t image_start = (first + i) * channels * pixels;
-            T* image = result + image_start;
-            if (beta == T(0) && !addend) {
+            T* image = result + (first + i) * channels * pixels;
+            if (beta == T(0)) {
                 transpose_channels(results, geometry.result_stride, pixels, channels, image, pixels);
-            } else if (addend) {
-                // The addend's values added in the registers the
-                // transposition stores from: one read of it, where a pass
-                // of its own would read the result back as well.
-                transpose_channels_onto(results, geometry.result_stride, pixels, channels, addend + image_start, image,
-                                        pixels);
             } else {
                 transpose_channels(results, geometry.result_stride, pixels, channels, staged, pixels);
                 store_row(channels * pixels, staged, image, beta);

@@ -361,28 +361,6 @@ struct bound_chain : made_of<Bound...> {
                          const_batch<T, output> grad_y, batch_view<T, input> grad_x,
                          std::span<T, parameter_count> grad_parameters, std::span<T> workspace)
     {
-        backward_layers(parameters, x, grad_y, {}, grad_x, grad_parameters, workspace);
-    }
-
-    // backward with the addend added to grad_x (layer.hpp, backward_onto_of)
-    // in the first layer's own pass where it can.
-    template <class T>
-    static void backward_onto(parameters_view<T, parameter_count> parameters, const_batch<T, input> x,
-                              const_batch<T, output> grad_y, const_batch<T, input> addend, batch_view<T, input> grad_x,
-                              std::span<T, parameter_count> grad_parameters, std::span<T> workspace)
-    {
-        backward_layers(parameters, x, grad_y, addend, grad_x, grad_parameters, workspace);
-    }
-
-private:
-    // backward, and backward_onto where the addend is not empty (only the
-    // first layer's call differs: it writes grad_x).
-    template <class T>
-    static void backward_layers(parameters_view<T, parameter_count> parameters, const_batch<T, input> x,
-                                const_batch<T, output> grad_y, const_batch<T, input> addend,
-                                batch_view<T, input> grad_x, std::span<T, parameter_count> grad_parameters,
-                                std::span<T> workspace)
-    {
         const std::size_t batch = x.batch();
         T* gradients = length == 1 ? nullptr : kernels::thread_scratch<bound_chain, T>(gradient_buffers_size(batch));
         const workspace_layout<T> at{workspace.data(), batch, gradients};
@@ -393,11 +371,6 @@ private:
                                    at.template output_gradient_of<i>(grad_y), at.template input_gradient_of<i>(grad_x),
                                    parts::template parameters_of<i>(grad_parameters), at.template layer_workspace<i>(),
                                    map.map());
-            } else if (i == 0 && addend) {
-                backward_onto_of<layer<0>>(parts::template parameters_of<0>(parameters), at.template input_of<0>(x),
-                                           at.template output_gradient_of<0>(grad_y), addend, grad_x,
-                                           parts::template parameters_of<0>(grad_parameters),
-                                           at.template layer_workspace<0>());
             } else {
                 layer<i>::backward(parts::template parameters_of<i>(parameters), at.template input_of<i>(x),
                                    at.template output_gradient_of<i>(grad_y), at.template input_gradient_of<i>(grad_x),
@@ -406,6 +379,7 @@ private:
         });
     }
 
+private:
     // The forward of layers 0 to Count - 1, each from its input into its
     // output (an intermediate in the workspace, or y for the last layer).
     // The trailing arguments of each forward: the input map (a layer that

@@ -20,7 +20,6 @@
 
 #include <petra/kernels/convolution.hpp>
 #include <petra/kernels/convolution_bf16.hpp>
-#include <petra/kernels/elementwise.hpp>
 #include <petra/kernels/reduction.hpp>
 #include <petra/layers/layer.hpp>
 #include <petra/layers/named_arrays.hpp>
@@ -175,40 +174,13 @@ struct conv2d {
                              std::span<T, parameter_count> grad_parameters, std::span<T>,
                              kernels::affine_relu_map<T> input_map = {})
         {
-            backward_adding(parameters, x, grad_y, {}, grad_x, grad_parameters, input_map);
-        }
-
-        // backward with the addend added to grad_x (layer.hpp,
-        // backward_onto_of) in the input gradient's last pass where its
-        // kernels have one (kernels::convolution_backward_input_onto).
-        template <class T>
-        static void backward_onto(parameters_view<T, parameter_count> parameters, const_batch<T, input> x,
-                                  const_batch<T, output> grad_y, const_batch<T, input> addend,
-                                  batch_view<T, input> grad_x, std::span<T, parameter_count> grad_parameters,
-                                  std::span<T>, kernels::affine_relu_map<T> input_map = {})
-        {
-            backward_adding(parameters, x, grad_y, addend, grad_x, grad_parameters, input_map);
-        }
-
-    private:
-        // backward, with the addend added to grad_x where it is not empty.
-        template <class T>
-        static void backward_adding(parameters_view<T, parameter_count> parameters, const_batch<T, input> x,
-                                    const_batch<T, output> grad_y, const_batch<T, input> addend,
-                                    batch_view<T, input> grad_x, std::span<T, parameter_count> grad_parameters,
-                                    kernels::affine_relu_map<T> input_map)
-        {
             const auto shape = geometry(x.batch());
             if (grad_x) {
                 if (bf16_taken<T>(kernels::convolution_pass::input_gradient)) {
                     if constexpr (std::is_same_v<T, float>) {
                         kernels::convolution_backward_input_bf16(shape, grad_y.data(), parameters.data(),
                                                                  grad_x.data());
-                        if (addend) kernels::add(grad_x.size(), grad_x.data(), addend.data(), grad_x.data());
                     }
-                } else if (addend) {
-                    kernels::convolution_backward_input_onto(shape, grad_y.data(), parameters.data(), addend.data(),
-                                                             grad_x.data());
                 } else {
                     kernels::convolution_backward_input(shape, grad_y.data(), parameters.data(), grad_x.data());
                 }
@@ -224,6 +196,7 @@ struct conv2d {
             }
         }
 
+    private:
         // Whether a pass that has bf16 kernels (`has_bf16`) computes in bf16
         // in `arithmetic`: in float only.
         template <class T>

@@ -204,30 +204,6 @@ void forward_onto_of(Pass mode, combination how, parameters_view<T, Bound::param
     }
 }
 
-// Bound's backward with addend added to the input gradient it writes:
-// grad_x = J^T grad_y + addend, every value exactly as backward and then
-// kernels::add give it (a block's sum of two gradients of one input, as an
-// additive coupling's dL/dx = dL/dy~ + J_F(x)^T dL/dy). Bound's own
-// backward_onto where it has one (a chain's, which hands the addend to its
-// first layer; conv2d's, which adds it in its input gradient's last pass),
-// else backward and then kernels::add. grad_x is not empty and overlaps
-// neither grad_y nor the addend.
-template <class Bound, class T>
-void backward_onto_of(parameters_view<T, Bound::parameter_count> parameters, const_batch<T, typename Bound::input> x,
-                      const_batch<T, typename Bound::output> grad_y, const_batch<T, typename Bound::input> addend,
-                      batch_view<T, typename Bound::input> grad_x, std::span<T, Bound::parameter_count> grad_parameters,
-                      std::span<T> workspace)
-{
-    if constexpr (requires {
-                      Bound::backward_onto(parameters, x, grad_y, addend, grad_x, grad_parameters, workspace);
-                  }) {
-        Bound::backward_onto(parameters, x, grad_y, addend, grad_x, grad_parameters, workspace);
-    } else {
-        Bound::backward(parameters, x, grad_y, grad_x, grad_parameters, workspace);
-        kernels::add(grad_x.size(), grad_x.data(), addend.data(), grad_x.data());
-    }
-}
-
 // What a recomputation's forward must leave for backward, without the
 // output no one reads: a backward takes the input, the output gradient,
 // the parameters and the workspace, never forward's output, so a forward
