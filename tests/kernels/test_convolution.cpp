@@ -149,14 +149,19 @@ TEST_CASE_TEMPLATE("Winograd's form and the direct correlation agree on all thre
                                      petra::test::accumulation_tolerance<T>(shape.out_channels * 9 + 1));
         }
         // The weight gradient adds to grad_weights (convolution_backward_weights
-        // scales it by beta first).
-        auto direct_weights = petra::test::random_vector<T>(shape.weight_count(), generator);
-        auto winograd_weights = direct_weights;
+        // scales it by beta first), in both tiles (odd sides: tiles past the
+        // edge).
+        const auto initial_weights = petra::test::random_vector<T>(shape.weight_count(), generator);
+        auto direct_weights = initial_weights;
         detail::weight_gradient(shape, input.data(), grad_y.data(), direct_weights.data(), scratch);
-        detail::winograd_weight_gradient(detail::forward_winograd_geometry<T>(shape), input.data(), grad_y.data(),
-                                         winograd_weights.data(), scratch);
-        petra::test::check_close(winograd_weights, direct_weights,
-                                 petra::test::accumulation_tolerance<T>(shape.batch * shape.output_pixels() + 1));
+        for (const std::size_t tile : {2, 4}) {
+            INFO("F(" << tile << "x" << tile << ", 3x3) weight gradient");
+            auto winograd_weights = initial_weights;
+            detail::winograd_weight_gradient(detail::forward_winograd_geometry<T>(shape, tile), input.data(),
+                                             grad_y.data(), winograd_weights.data(), scratch);
+            petra::test::check_close(winograd_weights, direct_weights,
+                                     petra::test::accumulation_tolerance<T>(shape.batch * shape.output_pixels() + 1));
+        }
     }
     // Narrow channels and other geometries stay direct: 8 input channels
     // where they fill half a vector of floats (AVX-512), not 9 (of 16 lanes).

@@ -1606,7 +1606,7 @@ constexpr bool winograd_applies(const convolution_shape& shape)
 // The forward pass reads the input's channels and makes the output's; the
 // input gradient the other way round.
 // output_tile: 2 for F(2x2, 3x3), 4 for F(4x4, 3x3) (winograd.hpp); the
-// weight gradient takes F(2x2, 3x3) only.
+// weight gradient takes the forward pass's geometry.
 template <class T>
 constexpr winograd_geometry<T> forward_winograd_geometry(const convolution_shape& shape, std::size_t output_tile = 2)
 {
@@ -1620,12 +1620,13 @@ constexpr winograd_geometry<T> input_gradient_winograd_geometry(const convolutio
     return {shape.batch, shape.in_height, shape.in_width, shape.out_channels, shape.in_channels, output_tile};
 }
 
-// The tile of the forward pass and the input gradient: F(4x4, 3x3) where it
-// takes fewer products per image than F(2x2, 3x3) (36 per tile of 4x4
-// results against 16 per tile of 2x2, tiles past the edge included), F(2x2,
-// 3x3) elsewhere. On a Zen 4 core F(4x4, 3x3) measured 1.17 to 1.41 times
-// faster on every shape of the reference network (28x28 to 7x7, 16 to 64
-// channels; bench/RESULTS.md).
+// The tile of the forward pass, the input gradient and the weight gradient:
+// F(4x4, 3x3) where it takes fewer products per image than F(2x2, 3x3) (36
+// per tile of 4x4 results against 16 per tile of 2x2, tiles past the edge
+// included), F(2x2, 3x3) elsewhere. On a Zen 4 core F(4x4, 3x3) measured
+// 1.17 to 1.41 times faster for the correlations on every shape of the
+// reference network (28x28 to 7x7, 16 to 64 channels), on a Zen 5 core
+// 1.11 to 1.33 times for the weight gradient (bench/RESULTS.md).
 constexpr std::size_t winograd_output_tile(const convolution_shape& shape)
 {
     const auto tiles = [&](std::size_t side) {
@@ -1780,7 +1781,8 @@ constexpr scratch_demand convolution_backward_weights_scratch(const convolution_
     scratch_demand demand;
     if (shape.batch == 0) return demand;
     if (detail::winograd_applies(shape)) {
-        detail::ask_winograd_gradient_scratch(demand, detail::forward_winograd_geometry<T>(shape));
+        detail::ask_winograd_gradient_scratch(
+            demand, detail::forward_winograd_geometry<T>(shape, detail::winograd_output_tile(shape)));
         return demand;
     }
     const std::size_t taps = shape.patch_size();
@@ -1896,8 +1898,9 @@ void convolution_backward_weights(const convolution_shape& shape, const T* x, co
     if (shape.batch == 0) return;
     scratch_source source(scratch);
     if (detail::winograd_applies(shape)) {
-        detail::winograd_weight_gradient(detail::forward_winograd_geometry<T>(shape), x, grad_y, grad_weights, source,
-                                         input_map);
+        detail::winograd_weight_gradient(
+            detail::forward_winograd_geometry<T>(shape, detail::winograd_output_tile(shape)), x, grad_y, grad_weights,
+            source, input_map);
         return;
     }
     if (detail::uses_dot_product_gradient<T>(shape)) {

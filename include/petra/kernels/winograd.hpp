@@ -950,7 +950,7 @@ void winograd_correlation(const winograd_geometry<T>& geometry, const T* source,
 // pass's products, results = A^T M A; so for a result gradient dY of a tile,
 // dM = A dY A^T, the gradient of U is the sum over tiles and images of
 // dM .* V, and that of the 3x3 weights g is G^T dU G. The sums over tiles are
-// 16 GEMMs dU_e += V_e^T dM_e, each accumulating a block of source channels
+// 16 (36 in F(4x4, 3x3)) GEMMs dU_e += V_e^T dM_e, each accumulating a block of source channels
 // (broadcast from V's rows, where they are contiguous) times vectors of
 // result channels (from dM's rows) over every tile of a group.
 
@@ -967,13 +967,13 @@ struct winograd_gradient_sizes {
     }
     static constexpr std::size_t sums_count(const winograd_geometry<T>& geometry)
     {
-        return 16 * sum_rows(geometry) * geometry.result_stride;
+        return geometry.products_per_tile * sum_rows(geometry) * geometry.result_stride;
     }
     // One image's result gradient, pixel-major, over whole tiles (the rows
     // and columns past an odd image's edge are zero).
     static constexpr std::size_t tiles_count(const winograd_geometry<T>& geometry)
     {
-        return 4 * geometry.tiles * geometry.result_stride;
+        return geometry.output_tile * geometry.output_tile * geometry.tiles * geometry.result_stride;
     }
     // Where dM's values lie in the products' buffer: dM[e][t] at e *
     // dm_plane + t * dm_tile. Where the result channels take one vector,
@@ -1005,9 +1005,28 @@ constexpr void ask_winograd_gradient_scratch(scratch_demand& demand, const winog
     demand.template ask<winograd_gradient_sums_tag, T>(winograd_gradient_sizes<T>::sums_count(geometry));
 }
 
-// dM[e][t][r] = (A dY A^T)[e / 4][e % 4] for the tiles of image `image` of
-// the group (the image's result gradient in `tiles`, pixel-major over whole
-// tiles), laid out as winograd_gradient_sizes::dm_plane and dm_tile say.
+// A y for the four values y of a column of a result gradient's tile, A the
+// transpose of F(4x4, 3x3)'s A^T: (y0, y0 + y1 + y2 + y3, y0 - y1 + y2 - y3,
+// y0 + 2 y1 + 4 y2 + 8 y3, y0 - 2 y1 + 4 y2 - 8 y3, y3).
+template <class V>
+PETRA_ALWAYS_INLINE void gradient_column_f4(const V (&y)[4], V (&out)[6])
+{
+    using T = typename V::value_type;
+    const V even = y[0] + y[2], odd = y[1] + y[3];
+    const V outer_even = fused_multiply_add(V(T(4)), y[2], y[0]);
+    const V outer_odd = fused_multiply_add(V(T(8)), y[3], y[1] + y[1]);
+    out[0] = y[0];
+    out[1] = even + odd;
+    out[2] = even - odd;
+    out[3] = outer_even + outer_odd;
+    out[4] = outer_even - outer_odd;
+    out[5] = y[3];
+}
+
+// dM[e][t][r] = (A dY A^T)[e / 4][e % 4] (in F(4x4, 3x3) [e / 6][e % 6])
+// for the tiles of image `image` of the group (the image's result gradient
+// in `tiles`, pixel-major over whole tiles), laid out as
+// winograd_gradient_sizes::dm_plane and dm_tile say.
 template <class T>
 void transform_result_gradient(const winograd_geometry<T>& geometry, const T* tiles, std::size_t image, T* products)
 {
@@ -1016,7 +1035,36 @@ void transform_result_gradient(const winograd_geometry<T>& geometry, const T* ti
     const std::size_t stride = geometry.result_stride;
     const std::size_t plane = sizes::dm_plane(geometry), tile = sizes::dm_tile(geometry);
     const std::size_t tile_rows = geometry.tile_rows, tile_columns = geometry.tile_columns; // see transform_patches
-    const std::size_t row = 2 * tile_columns * stride;
+    const std::size_t row = geometry.output_tile * tile_columns * stride;
+    if (geometry.output_tile == 4) {
+        for (std::size_t ty = 0; ty < tile_rows; ++ty) {
+            for (std::size_t tx = 0; tx < tile_columns; ++tx) {
+                const std::size_t t = (image * tile_rows + ty) * tile_columns + tx;
+                const T* dy = tiles + 4 * ty * row + 4 * tx * stride;
+                T* out = products + t * tile;
+                for (std::size_t c = 0; c < stride; c += vector::size) {
+                    vector columns[4][6]; // A dY, column by column
+                    PETRA_UNROLL(4)
+                    for (std::size_t k = 0; k < 4; ++k) {
+                        const vector column[4] = {vector::load_aligned(dy + k * stride + c),
+                                                  vector::load_aligned(dy + row + k * stride + c),
+                                                  vector::load_aligned(dy + 2 * row + k * stride + c),
+                                                  vector::load_aligned(dy + 3 * row + k * stride + c)};
+                        gradient_column_f4(column, columns[k]);
+                    }
+                    PETRA_UNROLL(6)
+                    for (std::size_t i = 0; i < 6; ++i) { // (A dY) A^T, row by row
+                        const vector values[4] = {columns[0][i], columns[1][i], columns[2][i], columns[3][i]};
+                        vector transformed[6];
+                        gradient_column_f4(values, transformed);
+                        PETRA_UNROLL(6)
+                        for (std::size_t j = 0; j < 6; ++j) transformed[j].store_aligned(out + (i * 6 + j) * plane + c);
+                    }
+                }
+            }
+        }
+        return;
+    }
     for (std::size_t ty = 0; ty < tile_rows; ++ty) {
         for (std::size_t tx = 0; tx < tile_columns; ++tx) {
             const std::size_t t = (image * tile_rows + ty) * tile_columns + tx;
@@ -1047,8 +1095,7 @@ void winograd_vector_group_gradient(const winograd_geometry<T>& geometry, const 
     using sizes = winograd_gradient_sizes<T>;
     const std::size_t width = simd_width<T>, sum_rows = sizes::sum_rows(geometry);
     const std::size_t dm_plane = sizes::dm_plane(geometry), dm_tile = sizes::dm_tile(geometry);
-    PETRA_UNROLL(16)
-    for (std::size_t e = 0; e < 16; ++e) {
+    for (std::size_t e = 0; e < geometry.products_per_tile; ++e) {
         const T* v_e = patches + e * geometry.patch_plane();
         const T* m_e = products + e * dm_plane + v0 * width;
         T* u_e = sums + e * sum_rows * geometry.result_stride + v0 * width;
@@ -1089,9 +1136,23 @@ void winograd_vector_group_gradient(const winograd_geometry<T>& geometry, const 
 // channels), summed over every image of source (mapped by source_map where
 // it is given) and result_gradient.
 //
-// In F(2x2, 3x3) only (geometry.output_tile 2): written for F(4x4, 3x3), it
-// measured as fast (0.99 to 1.03 times on the reference network's shapes,
-// Zen 4) with five times the rounding error, and was left out.
+// In either tile (geometry.output_tile 2 or 4). F(4x4, 3x3) takes 36
+// products per 16 results where F(2x2, 3x3) takes 64, at up to ten times
+// the rounding error (4e-5 of the largest value at 28x28 x 16 channels,
+// batch 64, against 4e-6; test_convolution holds it to the direct form's
+// tolerance): on a Zen 5 core 1.33, 1.11 and 1.12 times faster alone at
+// 28x28 x 16, 14x14 x 32 and 7x7 x 64 channels (on a Zen 4 core, before
+// the transforms and products were reworked, 0.99 to 1.03 times).
+// G^T u for the six values u of a row or column of dU, G F(4x4, 3x3)'s.
+template <class T>
+PETRA_ALWAYS_INLINE void weight_gradient_column_f4(const T (&u)[6], T (&out)[3])
+{
+    const T sum_12 = u[1] + u[2], sum_34 = u[3] + u[4];
+    out[0] = u[0] / T(4) - sum_12 / T(6) + sum_34 / T(24);
+    out[1] = (u[2] - u[1]) / T(6) + (u[3] - u[4]) / T(12);
+    out[2] = (sum_34 - sum_12) / T(6) + u[5];
+}
+
 template <class T>
 void winograd_weight_gradient(const winograd_geometry<T>& geometry, const T* source, const T* result_gradient,
                               T* grad_weights, scratch_source& scratch, affine_relu_map<T> source_map = {})
@@ -1107,7 +1168,7 @@ void winograd_weight_gradient(const winograd_geometry<T>& geometry, const T* sou
     std::fill(tiles, tiles + sizes::tiles_count(geometry), T(0));
     std::fill(sums, sums + sizes::sums_count(geometry), T(0));
     const std::size_t pixels = geometry.pixels(), results = geometry.result_channels;
-    const std::size_t stride = geometry.result_stride, tile_row = 2 * geometry.tile_columns * stride;
+    const std::size_t stride = geometry.result_stride, tile_row = geometry.output_tile * geometry.tile_columns * stride;
     constexpr std::size_t max_vectors = winograd_blocking<T>::max_vectors;
     const std::size_t vectors = stride / simd_width<T>;
     for (std::size_t first = 0; first < geometry.batch; first += geometry.group_images) {
@@ -1137,8 +1198,34 @@ void winograd_weight_gradient(const winograd_geometry<T>& geometry, const T* sou
              ...);
         })(std::make_index_sequence<max_vectors - 1>{});
     }
-    // dg = G^T dU G, G's rows (1, 0, 0), (1/2, 1/2, 1/2), (1/2, -1/2, 1/2), (0, 0, 1).
     const std::size_t sources = geometry.source_channels, sum_rows = sizes::sum_rows(geometry);
+    if (geometry.output_tile == 4) {
+        // dg = G^T dU G with F(4x4, 3x3)'s G (above transform_weights_f4).
+        for (std::size_t r = 0; r < results; ++r) {
+            for (std::size_t s = 0; s < sources; ++s) {
+                T columns[6][3]; // dU G, row by row
+                PETRA_UNROLL(6)
+                for (std::size_t i = 0; i < 6; ++i) {
+                    T du[6];
+                    PETRA_UNROLL(6)
+                    for (std::size_t j = 0; j < 6; ++j) du[j] = sums[((i * 6 + j) * sum_rows + s) * stride + r];
+                    weight_gradient_column_f4(du, columns[i]);
+                }
+                T* g = grad_weights + (r * sources + s) * 9;
+                PETRA_UNROLL(3)
+                for (std::size_t k = 0; k < 3; ++k) { // G^T (dU G)
+                    const T column[6] = {columns[0][k], columns[1][k], columns[2][k],
+                                         columns[3][k], columns[4][k], columns[5][k]};
+                    T gradient[3];
+                    weight_gradient_column_f4(column, gradient);
+                    PETRA_UNROLL(3)
+                    for (std::size_t a = 0; a < 3; ++a) g[a * 3 + k] += gradient[a];
+                }
+            }
+        }
+        return;
+    }
+    // dg = G^T dU G, G's rows (1, 0, 0), (1/2, 1/2, 1/2), (1/2, -1/2, 1/2), (0, 0, 1).
     const T half(0.5);
     for (std::size_t r = 0; r < results; ++r) {
         for (std::size_t s = 0; s < sources; ++s) {
