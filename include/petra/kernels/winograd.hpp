@@ -1035,57 +1035,54 @@ void transform_result_gradient(const winograd_geometry<T>& geometry, const T* ti
     const std::size_t stride = geometry.result_stride;
     const std::size_t plane = sizes::dm_plane(geometry), tile = sizes::dm_tile(geometry);
     const std::size_t tile_rows = geometry.tile_rows, tile_columns = geometry.tile_columns; // see transform_patches
-    const std::size_t row = geometry.output_tile * tile_columns * stride;
-    if (geometry.output_tile == 4) {
+    const std::size_t step = geometry.output_tile, row = step * tile_columns * stride;
+    // transform(dy, out, c) for every tile and vector of channels: the
+    // tile's dY from dy (rows `row` values apart), its dM to out.
+    const auto for_each_tile = [&](auto&& transform) {
         for (std::size_t ty = 0; ty < tile_rows; ++ty) {
             for (std::size_t tx = 0; tx < tile_columns; ++tx) {
                 const std::size_t t = (image * tile_rows + ty) * tile_columns + tx;
-                const T* dy = tiles + 4 * ty * row + 4 * tx * stride;
+                const T* dy = tiles + step * ty * row + step * tx * stride;
                 T* out = products + t * tile;
-                for (std::size_t c = 0; c < stride; c += vector::size) {
-                    vector columns[4][6]; // A dY, column by column
-                    PETRA_UNROLL(4)
-                    for (std::size_t k = 0; k < 4; ++k) {
-                        const vector column[4] = {vector::load_aligned(dy + k * stride + c),
-                                                  vector::load_aligned(dy + row + k * stride + c),
-                                                  vector::load_aligned(dy + 2 * row + k * stride + c),
-                                                  vector::load_aligned(dy + 3 * row + k * stride + c)};
-                        gradient_column_f4(column, columns[k]);
-                    }
-                    PETRA_UNROLL(6)
-                    for (std::size_t i = 0; i < 6; ++i) { // (A dY) A^T, row by row
-                        const vector values[4] = {columns[0][i], columns[1][i], columns[2][i], columns[3][i]};
-                        vector transformed[6];
-                        gradient_column_f4(values, transformed);
-                        PETRA_UNROLL(6)
-                        for (std::size_t j = 0; j < 6; ++j) transformed[j].store_aligned(out + (i * 6 + j) * plane + c);
-                    }
-                }
+                for (std::size_t c = 0; c < stride; c += vector::size) transform(dy, out, c);
             }
         }
+    };
+    if (step == 4) {
+        for_each_tile([&](const T* dy, T* out, std::size_t c) PETRA_ALWAYS_INLINE_LAMBDA {
+            vector columns[4][6]; // A dY, column by column
+            PETRA_UNROLL(4)
+            for (std::size_t k = 0; k < 4; ++k) {
+                const vector column[4] = {vector::load_aligned(dy + k * stride + c),
+                                          vector::load_aligned(dy + row + k * stride + c),
+                                          vector::load_aligned(dy + 2 * row + k * stride + c),
+                                          vector::load_aligned(dy + 3 * row + k * stride + c)};
+                gradient_column_f4(column, columns[k]);
+            }
+            PETRA_UNROLL(6)
+            for (std::size_t i = 0; i < 6; ++i) { // (A dY) A^T, row by row
+                const vector values[4] = {columns[0][i], columns[1][i], columns[2][i], columns[3][i]};
+                vector transformed[6];
+                gradient_column_f4(values, transformed);
+                PETRA_UNROLL(6)
+                for (std::size_t j = 0; j < 6; ++j) transformed[j].store_aligned(out + (i * 6 + j) * plane + c);
+            }
+        });
         return;
     }
-    for (std::size_t ty = 0; ty < tile_rows; ++ty) {
-        for (std::size_t tx = 0; tx < tile_columns; ++tx) {
-            const std::size_t t = (image * tile_rows + ty) * tile_columns + tx;
-            const T* dy = tiles + 2 * ty * row + 2 * tx * stride;
-            T* out = products + t * tile;
-            for (std::size_t c = 0; c < stride; c += vector::size) {
-                const vector d00 = vector::load_aligned(dy + c), d01 = vector::load_aligned(dy + stride + c);
-                const vector d10 = vector::load_aligned(dy + row + c),
-                             d11 = vector::load_aligned(dy + row + stride + c);
-                // A dY: rows dY0, dY0 + dY1, dY0 - dY1, -dY1.
-                const vector rows[4][2] = {{d00, d01}, {d00 + d10, d01 + d11}, {d00 - d10, d01 - d11}, {-d10, -d11}};
-                PETRA_UNROLL(4)
-                for (std::size_t i = 0; i < 4; ++i) { // (A dY) A^T, the same on the columns
-                    (rows[i][0]).store_aligned(out + (i * 4 + 0) * plane + c);
-                    (rows[i][0] + rows[i][1]).store_aligned(out + (i * 4 + 1) * plane + c);
-                    (rows[i][0] - rows[i][1]).store_aligned(out + (i * 4 + 2) * plane + c);
-                    (-rows[i][1]).store_aligned(out + (i * 4 + 3) * plane + c);
-                }
-            }
+    for_each_tile([&](const T* dy, T* out, std::size_t c) PETRA_ALWAYS_INLINE_LAMBDA {
+        const vector d00 = vector::load_aligned(dy + c), d01 = vector::load_aligned(dy + stride + c);
+        const vector d10 = vector::load_aligned(dy + row + c), d11 = vector::load_aligned(dy + row + stride + c);
+        // A dY: rows dY0, dY0 + dY1, dY0 - dY1, -dY1.
+        const vector rows[4][2] = {{d00, d01}, {d00 + d10, d01 + d11}, {d00 - d10, d01 - d11}, {-d10, -d11}};
+        PETRA_UNROLL(4)
+        for (std::size_t i = 0; i < 4; ++i) { // (A dY) A^T, the same on the columns
+            (rows[i][0]).store_aligned(out + (i * 4 + 0) * plane + c);
+            (rows[i][0] + rows[i][1]).store_aligned(out + (i * 4 + 1) * plane + c);
+            (rows[i][0] - rows[i][1]).store_aligned(out + (i * 4 + 2) * plane + c);
+            (-rows[i][1]).store_aligned(out + (i * 4 + 3) * plane + c);
         }
-    }
+    });
 }
 
 template <class T, std::size_t Rows, std::size_t Vectors>
