@@ -950,9 +950,10 @@ void winograd_correlation(const winograd_geometry<T>& geometry, const T* source,
 // pass's products, results = A^T M A; so for a result gradient dY of a tile,
 // dM = A dY A^T, the gradient of U is the sum over tiles and images of
 // dM .* V, and that of the 3x3 weights g is G^T dU G. The sums over tiles are
-// 16 (36 in F(4x4, 3x3)) GEMMs dU_e += V_e^T dM_e, each accumulating a block of source channels
-// (broadcast from V's rows, where they are contiguous) times vectors of
-// result channels (from dM's rows) over every tile of a group.
+// 16 GEMMs dU_e += V_e^T dM_e (36 in F(4x4, 3x3)), each accumulating a block
+// of source channels (broadcast from V's rows, where they are contiguous)
+// times vectors of result channels (from dM's rows) over every tile of a
+// group.
 
 template <class T>
 struct winograd_gradient_sizes {
@@ -1128,6 +1129,16 @@ void winograd_vector_group_gradient(const winograd_geometry<T>& geometry, const 
     }
 }
 
+// G^T u for the six values u of a row or column of dU, G F(4x4, 3x3)'s.
+template <class T>
+PETRA_ALWAYS_INLINE void weight_gradient_column_f4(const T (&u)[6], T (&out)[3])
+{
+    const T sum_12 = u[1] + u[2], sum_34 = u[3] + u[4];
+    out[0] = u[0] / T(4) - sum_12 / T(6) + sum_34 / T(24);
+    out[1] = (u[2] - u[1]) / T(6) + (u[3] - u[4]) / T(12);
+    out[2] = (sum_34 - sum_12) / T(6) + u[5];
+}
+
 // grad_weights[r][s][kh][kw] += (G^T dU G)[kh][kw] for the weights of result
 // channel r and source channel s (the forward pass's output and input
 // channels), summed over every image of source (mapped by source_map where
@@ -1140,16 +1151,6 @@ void winograd_vector_group_gradient(const winograd_geometry<T>& geometry, const 
 // tolerance): on a Zen 5 core 1.33, 1.11 and 1.12 times faster alone at
 // 28x28 x 16, 14x14 x 32 and 7x7 x 64 channels (on a Zen 4 core, before
 // the transforms and products were reworked, 0.99 to 1.03 times).
-// G^T u for the six values u of a row or column of dU, G F(4x4, 3x3)'s.
-template <class T>
-PETRA_ALWAYS_INLINE void weight_gradient_column_f4(const T (&u)[6], T (&out)[3])
-{
-    const T sum_12 = u[1] + u[2], sum_34 = u[3] + u[4];
-    out[0] = u[0] / T(4) - sum_12 / T(6) + sum_34 / T(24);
-    out[1] = (u[2] - u[1]) / T(6) + (u[3] - u[4]) / T(12);
-    out[2] = (sum_34 - sum_12) / T(6) + u[5];
-}
-
 template <class T>
 void winograd_weight_gradient(const winograd_geometry<T>& geometry, const T* source, const T* result_gradient,
                               T* grad_weights, scratch_source& scratch, affine_relu_map<T> source_map = {})
