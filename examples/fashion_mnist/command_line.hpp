@@ -71,8 +71,8 @@ end, a short report on stderr and one line of JSON on stdout with network,
 method, stages, cuts (the first block of each stage, then the block count),
 driver, ranks, replicas, accumulation, epochs, steps, batch, seed, learning_rate,
 warmup_epochs, delay_rate_exponent, test_accuracy, test_loss, train_seconds,
-examples_per_second, peak_rss_bytes, cache_sizes (those the kernels blocked for:
-PETRA_CACHE_SIZES set to them repeats the run's values on another machine) and
+examples_per_second, peak_rss_bytes, cache_sizes (those the kernels blocked for;
+the values do not depend on them) and
 parameter_digest (a digest of the final parameters and running statistics:
 equal digests, equal final networks).
 

@@ -26,7 +26,7 @@ struct job_summary {
     std::size_t epochs_run = 0;
     double test_accuracy = 0, test_loss = 0, train_seconds = 0, examples_per_second = 0;
     std::size_t peak_rss_bytes = 0;
-    std::string cache_sizes; // the caches the kernels blocked for (PETRA_CACHE_SIZES repeats them)
+    std::string cache_sizes; // the caches the kernels blocked for (PETRA_CACHE_SIZES sets them)
     std::vector<epoch_record> epochs;
     bool interrupted = false;                           // stopped on request before the end
     std::size_t position_epoch = 0, position_batch = 0; // where it stopped: the next micro-batch

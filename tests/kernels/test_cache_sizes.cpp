@@ -2,16 +2,23 @@
 // writes and of PETRA_CACHE_SIZES, the sizes of the machine the test runs on
 // (plausible, and the same from both sources where both describe them) or
 // those PETRA_CACHE_SIZES gives (tests/CMakeLists.txt runs the program with
-// a valid and an invalid value too), and the Winograd group budget drawn
-// from them.
+// a valid and an invalid value too), the Winograd group budget drawn
+// from them, and that no kernel's values depend on them.
 #include <petra/kernels/cache_sizes.hpp>
+#include <petra/kernels/convolution.hpp>
+#include <petra/kernels/convolution_bf16.hpp>
+#include <petra/kernels/reduction.hpp>
 #include <petra/kernels/winograd.hpp>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <doctest/doctest.h>
 
@@ -158,4 +165,127 @@ TEST_CASE("a Winograd group's tiles are padded to rows that waste the fewest pro
         const geometry wider(64, 14, 14, 32, 32, 4);
         CHECK(wider.row_multiple == blocking::rows_for(2));
     }
+}
+
+namespace {
+
+// The outputs of one run of the kernels, to be compared bit for bit.
+using outputs = std::vector<std::vector<float>>;
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b)
+{
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+std::vector<float> random_values(std::size_t count, unsigned seed)
+{
+    std::mt19937 generator(seed);
+    std::uniform_real_distribution<float> value(-1.0f, 2.0f);
+    std::vector<float> values(count);
+    for (float& v : values) v = value(generator);
+    return values;
+}
+
+// Every kernel that blocks by the caches, on shapes where the blockings
+// below differ: the forward with its output statistics, the input gradient
+// and the weight gradient (accumulated onto weights already there).
+outputs convolution_outputs(const kernels::convolution_shape& shape, bool bf16)
+{
+    const std::vector<float> x = random_values(shape.input_count(), 1), w = random_values(shape.weight_count(), 2);
+    const std::vector<float> dy = random_values(shape.output_count(), 3);
+    std::vector<float> y(shape.output_count()), dx(shape.input_count()), dw = random_values(shape.weight_count(), 4);
+    std::vector<float> mean(shape.out_channels), variance(shape.out_channels);
+    const kernels::channel_statistics<float> statistics{mean.data(), variance.data()};
+    if (bf16) {
+        kernels::convolution_forward_bf16(shape, x.data(), w.data(), y.data(), 0.0f, {}, {}, statistics);
+        kernels::convolution_backward_input_bf16(shape, dy.data(), w.data(), dx.data());
+        kernels::convolution_backward_weights_bf16(shape, x.data(), dy.data(), dw.data(), 1.0f);
+    } else {
+        kernels::convolution_forward(shape, x.data(), w.data(), y.data(), {}, {}, statistics);
+        kernels::convolution_backward_input(shape, dy.data(), w.data(), dx.data());
+        kernels::convolution_backward_weights(shape, x.data(), dy.data(), dw.data(), 1.0f);
+    }
+    return {y, mean, variance, dx, dw};
+}
+
+} // namespace
+
+// Blocks and groups follow the caches (the direct weight gradient's rows
+// by L1d; the stem's weight gradient, Winograd's groups and the batch
+// statistics' groups by L2), the order of the sums does not: a run on a
+// core with other caches gives the same bits. The sizes: a small core's
+// (every L2 group one image, row blocks of a few rows), this machine's, a
+// large one's (whole batches in one group, whole images in one row block).
+TEST_CASE("no kernel's values depend on the caches it blocks for")
+{
+    const kernels::cache_sizes cores[] = {
+        {16u << 10, 128u << 10, 0}, kernels::this_core_caches(), {64u << 10, 4u << 20, 64u << 20}};
+    struct named_shape {
+        const char* name;
+        kernels::convolution_shape shape;
+    };
+    const named_shape shapes[] = {
+        {"stem, 1 -> 32 channels", {9, 1, 28, 28, 32, 3, 1, 1}},
+        {"3x3 stride 2, 16 -> 32 channels", {9, 16, 28, 28, 32, 3, 2, 1}},
+        {"1x1 stride 2, 16 -> 32 channels", {9, 16, 28, 28, 32, 1, 2, 0}},
+        {"3x3 stride 2, 32 -> 64 channels", {9, 32, 14, 14, 64, 3, 2, 1}},
+        {"Winograd, 16 channels at 28x28", {9, 16, 28, 28, 16, 3, 1, 1}},
+        {"Winograd, 32 channels at 14x14", {9, 32, 14, 14, 32, 3, 1, 1}},
+        {"5 -> 7 channels at 30x30, 3x3", {5, 5, 30, 30, 7, 3, 1, 1}},
+    };
+    const kernels::bf16_instructions& bf16 = kernels::bf16_support();
+    for (const bool in_bf16 : {false, true}) {
+        if (in_bf16 && !bf16.avx512_bf16 && !bf16.amx) continue;
+        for (const named_shape& shape : shapes) {
+            const std::string label = std::string(shape.name) + (in_bf16 ? ", bf16" : "");
+            INFO(label);
+            outputs first;
+            for (const kernels::cache_sizes& core : cores) {
+                const std::string caches = kernels::cache_sizes_text(core);
+                INFO(caches);
+                const kernels::caches_scope scope(core);
+                const outputs these = convolution_outputs(shape.shape, in_bf16);
+                if (first.empty()) {
+                    first = these;
+                    continue;
+                }
+                const char* names[] = {"forward", "output means", "output variances", "input gradient",
+                                       "weight gradient"};
+                for (std::size_t i = 0; i < first.size(); ++i) {
+                    const std::string output = names[i];
+                    INFO(output);
+                    CHECK(same_bits(these[i], first[i]));
+                }
+            }
+        }
+    }
+    // The batch statistics on their own (channel_mean_variance).
+    const std::vector<float> x = random_values(9 * 32 * 784, 5);
+    std::vector<float> reference;
+    for (const kernels::cache_sizes& core : cores) {
+        const kernels::caches_scope scope(core);
+        std::vector<float> statistics(64);
+        kernels::channel_mean_variance<float>(9, 32, 784, x.data(), statistics.data(), statistics.data() + 32);
+        if (reference.empty()) reference = statistics;
+        CHECK(same_bits(statistics, reference));
+    }
+}
+
+TEST_CASE("a caches scope gives the kernels its sizes on its thread until it ends, nested scopes included")
+{
+    const kernels::cache_sizes& core = kernels::this_core_caches();
+    CHECK(&kernels::blocking_caches() == &core);
+    {
+        const kernels::caches_scope outer({16u << 10, 256u << 10, 0});
+        CHECK(kernels::blocking_caches().l2 == (256u << 10));
+        {
+            const kernels::caches_scope inner({32u << 10, 2u << 20, 8u << 20});
+            CHECK(kernels::blocking_caches().l1_data == (32u << 10));
+            CHECK(kernels::blocking_caches().l2 == (2u << 20));
+        }
+        CHECK(kernels::blocking_caches().l2 == (256u << 10));
+        CHECK(kernels::detail::winograd_group_bytes() == (128u << 10));
+        CHECK(kernels::this_core_caches().l2 == core.l2); // the core's own, still
+    }
+    CHECK(&kernels::blocking_caches() == &core);
 }

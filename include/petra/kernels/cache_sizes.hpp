@@ -1,7 +1,7 @@
 // The data cache sizes of the core a kernel runs on, read once at run time,
 // so that blocking follows the CPU the code meets rather than the one it was
 // tuned on. Kernels size their blocks from these (a Winograd group within
-// half of L2, a weight gradient's rows within half of L1d) and keep a
+// half of L2, a stem's weight gradient's images likewise) and keep a
 // compile-time ceiling wherever a size reaches a scratch demand, which must
 // stay a constant expression (scratch.hpp).
 //
@@ -15,12 +15,18 @@
 // A level 1 or 2 the source does not describe keeps its fallback; a level 3
 // it does not describe is taken to be absent (0).
 //
-// Some kernels group their sums by these sizes (the direct weight
-// gradient's rows by half of L1d, images by half of L2), so a program gives
-// other bits on a machine with other caches. Setting PETRA_CACHE_SIZES to
-// the sizes of the machine a run was made on repeats that run bit for bit
-// on another (the same program, the same inputs); a value that is not two
-// or three sizes is refused (raise_error) when the kernels first ask.
+// A value that is not two or three sizes is refused (raise_error) when the
+// kernels first ask.
+//
+// No value depends on them: a block or group sized from the caches changes
+// which data are in a cache when, never the order of a sum (the weight
+// gradients' sums run on across groups of images; where a block is part
+// of that order, its size is a constant: the direct weight gradient's row
+// blocks, the batch statistics' units). The same program on the same
+// inputs gives the same bits on a machine with other caches, as long as
+// it is compiled for the same instructions (the vector width orders sums).
+// test_cache_sizes runs every kernel that blocks by them under several
+// sizes (caches_scope) and compares the bits.
 #pragma once
 
 #include <cstddef>
@@ -183,6 +189,41 @@ inline const cache_sizes& this_core_caches()
                            described.l2 != 0 ? described.l2 : fallback_cache_sizes.l2, described.l3};
     }();
     return sizes;
+}
+
+namespace detail {
+inline const cache_sizes*& scoped_caches() noexcept
+{
+    thread_local const cache_sizes* sizes = nullptr;
+    return sizes;
+}
+} // namespace detail
+
+// The kernels on the calling thread block for `sizes` instead of the core's
+// caches while the scope lives, and as before at its end; scopes nest. For
+// tests (that the values do not follow the blocking) and for measuring
+// blockings side by side in one program.
+class caches_scope {
+public:
+    explicit caches_scope(const cache_sizes& sizes) noexcept : sizes_(sizes), previous_(detail::scoped_caches())
+    {
+        detail::scoped_caches() = &sizes_;
+    }
+    ~caches_scope() { detail::scoped_caches() = previous_; }
+    caches_scope(const caches_scope&) = delete;
+    caches_scope& operator=(const caches_scope&) = delete;
+
+private:
+    cache_sizes sizes_;
+    const cache_sizes* previous_;
+};
+
+// The caches the kernels on the calling thread block for: a caches_scope's,
+// else this core's (this_core_caches).
+inline const cache_sizes& blocking_caches()
+{
+    const cache_sizes* scoped = detail::scoped_caches();
+    return scoped != nullptr ? *scoped : this_core_caches();
 }
 
 // sizes as PETRA_CACHE_SIZES takes them: "48K,1M,32M" (each in the largest

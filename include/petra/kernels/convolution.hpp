@@ -517,6 +517,15 @@ void tap_group_gradient(std::size_t first_row, std::size_t end_row, std::size_t 
     }
 }
 
+// The bytes of output gradients a row block of tap_gradients holds: half
+// of the smallest L1 data cache met (32 KiB). A constant, not the core's
+// cache: each block's sums are added to the weight gradient on their own,
+// so the block is part of the order of the additions, and a block drawn
+// from the caches gave other values on cores with other caches. On a Zen 5
+// core (48 KiB of L1d) it measured as half of that cache did
+// (bench/RESULTS.md).
+inline constexpr std::size_t weight_gradient_row_bytes = std::size_t(16) << 10;
+
 // The passes of tap_group_gradient over every tap, for one block of Vectors
 // channel vectors: image by image and a few rows at a time (so that those
 // rows' gradients stay in L1 while every tap passes over them), groups of
@@ -536,9 +545,8 @@ void tap_gradients(std::size_t images, std::size_t rows, std::size_t row_length,
 {
     using blocking = weight_gradient_blocking<T>;
     constexpr std::size_t pixels = blocking::pixels_for(Vectors);
-    // Half of the core's L1 data cache (cache_sizes.hpp) for the rows' gradients.
-    const std::size_t l1_values = this_core_caches().l1_data / 2 / sizeof(T);
-    const std::size_t row_block = std::clamp<std::size_t>(l1_values / (row_length * channel_stride), 1, rows);
+    const std::size_t row_block =
+        std::clamp<std::size_t>(weight_gradient_row_bytes / sizeof(T) / (row_length * channel_stride), 1, rows);
     // The passes of one row block, as the loop below groups the taps.
     const std::size_t passes = taps / blocking::taps + (blocking::taps > 3 ? taps % blocking::taps / 3 : 0) +
                                taps % blocking::taps % (blocking::taps > 3 ? 3 : blocking::taps);
@@ -772,7 +780,8 @@ struct dot_product_walk {
 };
 
 // sums[c * Taps + t] += the lanes of the sum over the walk's pixels of
-// gradient[c]'s value times tap[t]'s.
+// gradient[c]'s value times tap[t]'s, the accumulators running on from
+// sums (so that a batch walked in groups sums in the order of one walk).
 template <class T, std::size_t Channels, std::size_t Taps>
 void dot_product_block(const dot_product_walk& walk, const T* const (&gradient)[Channels], const T* const (&tap)[Taps],
                        simd<T>* sums)
@@ -784,7 +793,7 @@ void dot_product_block(const dot_product_walk& walk, const T* const (&gradient)[
     PETRA_UNROLL(8)
     for (std::size_t c = 0; c < Channels; ++c) {
         PETRA_UNROLL(8)
-        for (std::size_t t = 0; t < Taps; ++t) accumulator[c][t] = vector(T(0));
+        for (std::size_t t = 0; t < Taps; ++t) accumulator[c][t] = sums[c * Taps + t];
     }
     // Every vector through a mask (all lanes but in a run's last): written
     // with a load lambda per kind of vector instead, g++ 12 folded the
@@ -812,7 +821,7 @@ void dot_product_block(const dot_product_walk& walk, const T* const (&gradient)[
     PETRA_UNROLL(8)
     for (std::size_t c = 0; c < Channels; ++c) {
         PETRA_UNROLL(8)
-        for (std::size_t t = 0; t < Taps; ++t) sums[c * Taps + t] += accumulator[c][t];
+        for (std::size_t t = 0; t < Taps; ++t) sums[c * Taps + t] = accumulator[c][t];
     }
 }
 #endif
@@ -820,7 +829,9 @@ void dot_product_block(const dot_product_walk& walk, const T* const (&gradient)[
 // grad_weights[co][q] += the weight gradient, as dot products along the
 // pixels (see uses_dot_product_gradient), a group of images at a time: as
 // many as keep their output gradient and phased input within half of the
-// core's L2 cache, while every block of channels and taps passes over them.
+// L2 cache the kernels block for, while every block of channels and taps
+// passes over them. The sums run on from group to group: the values do not
+// depend on the groups.
 // Channels and taps past the last are stood in for by the last (their sums
 // are never read).
 template <class T>
@@ -841,7 +852,7 @@ void dot_product_gradient(const convolution_shape& shape, const phased_input<T>&
         offsets[q] = static_cast<std::size_t>(input.tap_origin(tap_of(shape, q)) - input.data);
     }
     const std::size_t image_bytes = (channels * pixels + input.image_stride()) * sizeof(T);
-    const std::size_t group = std::max<std::size_t>(1, this_core_caches().l2 / 2 / image_bytes);
+    const std::size_t group = std::max<std::size_t>(1, blocking_caches().l2 / 2 / image_bytes);
     for (std::size_t first = 0; first < shape.batch; first += group) {
         const dot_product_walk walk{.images = std::min(group, shape.batch - first),
                                     .gradient_image = channels * pixels,

@@ -130,36 +130,54 @@ void channel_sum(std::size_t N, std::size_t C, std::size_t S, const T* x, T* sum
 
 namespace detail {
 
+// The bytes of x (per chunk of channels) whose statistics
+// mean_variance_groups computes in two passes before merging them into
+// the batch's: a unit of the order of its additions, so a constant, the
+// same on every machine; half of the smallest L2 cache met (1 MiB, the Zen
+// 4 and Zen 5 cores'), where the second pass finds the values. Merging
+// smaller units costs time (a horizontal sum and two divisions per channel
+// and unit): on a Zen 5 core units of 64 KiB made the reference network's
+// stride-2 forwards with their statistics 2-5% slower alone.
+inline constexpr std::size_t mean_variance_unit_bytes = std::size_t(512) << 10;
+
 // channel_mean_variance's computation for channels [c0, c0 + channels) of
 // a batch of N images of C channels of S values (N * S > 0; channels at most
-// channel_chunk), taken in groups of `group()` images: as many as hold at
-// most group_bytes of those channels (at least one image). The caller adds
-// the groups in order (add), each as soon as it is written (the direct
-// convolutions add each group of their output while it is in the core's
-// cache), then takes the results (finish). With more than one group, every
-// value is taken less its channel's first value (the shift), so that the
-// groups' means, whose differences the merge squares, carry rounding errors
-// of the size of the spread, not of the mean; a single group is the plain
-// two passes.
+// channel_chunk). Its values come in units of `unit()` images (as many as
+// hold at most mean_variance_unit_bytes of those channels, at least one):
+// each unit's sums, then their squared deviations from the unit's means,
+// merged in order into the batch's. The caller adds the images in order,
+// in groups of `group()` (a multiple of the unit holding at most
+// group_bytes of those channels where units allow), each group as soon as
+// it is written (the direct convolutions add each group of their output
+// while it is in the core's cache), then takes the results (finish). The
+// bits follow the units, not the groups, nor the caches the groups are
+// drawn from. With more than one unit, every value is taken less its
+// channel's first value (the shift), so that the units' means, whose
+// differences the merge squares, carry rounding errors of the size of the
+// spread, not of the mean; a single unit is the plain two passes.
 template <class T>
 class mean_variance_groups {
 public:
     mean_variance_groups(std::size_t N, std::size_t C, std::size_t S, std::size_t c0, std::size_t channels,
                          std::size_t group_bytes)
-        : N_(N), C_(C), S_(S), c0_(c0), channels_(channels),
-          group_(std::clamp<std::size_t>(group_bytes / (channels * S * sizeof(T)), 1, N)), shifted_(group_ < N)
+        : N_(N), C_(C), S_(S), c0_(c0), channels_(channels), unit_(images_within(mean_variance_unit_bytes)),
+          group_(std::max(unit_, images_within(group_bytes) / unit_ * unit_)), shifted_(unit_ < N)
     {}
 
+    std::size_t unit() const { return unit_; }
     std::size_t group() const { return group_; }
 
     // Images [first, first + images) (a whole group, the last possibly
-    // shorter), x pointing at image first.
+    // shorter), x pointing at image first, one unit after the other.
     void add(std::size_t first, std::size_t images, const T* x)
     {
-        if (shifted_) {
-            add_group<true>(first, images, x);
-        } else {
-            add_group<false>(first, images, x);
+        for (std::size_t i = 0; i < images; i += unit_) {
+            const std::size_t count = std::min(unit_, images - i);
+            if (shifted_) {
+                add_unit<true>(first + i, count, x + i * C_ * S_);
+            } else {
+                add_unit<false>(first + i, count, x + i * C_ * S_);
+            }
         }
     }
 
@@ -173,8 +191,16 @@ public:
     }
 
 private:
+    std::size_t images_within(std::size_t bytes) const
+    {
+        return std::clamp<std::size_t>(bytes / (channels_ * S_ * sizeof(T)), 1, N_);
+    }
+
+    // Images [first, first + images) of the batch, at images_x: their sums,
+    // then their squared deviations from their means (read again from the
+    // core's caches), merged into those of the images before them.
     template <bool Shifted>
-    void add_group(std::size_t first, std::size_t images, const T* images_x)
+    void add_unit(std::size_t first, std::size_t images, const T* images_x)
     {
         const std::size_t C = C_, S = S_, c0 = c0_, channels = channels_;
         if (first == 0) {
@@ -188,37 +214,36 @@ private:
         sums.accumulate(images, C, S, images_x, c0,
                         [&shifted](std::size_t k, auto total, auto value) { return total + shifted(k, value); });
         const T count_before = T(first * S), count_here = T(images * S);
-        T group_mean[channel_chunk];
-        for (std::size_t k = 0; k < channels; ++k) group_mean[k] = sums.total(k) / count_here;
+        T unit_mean[channel_chunk];
+        for (std::size_t k = 0; k < channels; ++k) unit_mean[k] = sums.total(k) / count_here;
         channel_chunk_sums<T> squares(channels);
         squares.accumulate(images, C, S, images_x, c0, [&](std::size_t k, auto total, auto value) {
-            const auto deviation = shifted(k, value) - decltype(value)(group_mean[k]);
+            const auto deviation = shifted(k, value) - decltype(value)(unit_mean[k]);
             return xsimd::fma(deviation, deviation, total);
         });
         for (std::size_t k = 0; k < channels; ++k) {
-            const T group_sum = sums.total(k), group_deviations = squares.total(k);
+            const T unit_sum = sums.total(k), unit_deviations = squares.total(k);
             if (first == 0) {
-                sum_[k] = group_sum;
-                deviations_[k] = group_deviations;
+                sum_[k] = unit_sum;
+                deviations_[k] = unit_deviations;
                 continue;
             }
-            const T difference = group_mean[k] - sum_[k] / count_before;
+            const T difference = unit_mean[k] - sum_[k] / count_before;
             deviations_[k] +=
-                group_deviations + difference * difference * (count_before * count_here / (count_before + count_here));
-            sum_[k] += group_sum;
+                unit_deviations + difference * difference * (count_before * count_here / (count_before + count_here));
+            sum_[k] += unit_sum;
         }
     }
 
-    std::size_t N_, C_, S_, c0_, channels_, group_;
+    std::size_t N_, C_, S_, c0_, channels_, unit_, group_;
     bool shifted_;
     T shift_[channel_chunk], sum_[channel_chunk], deviations_[channel_chunk];
 };
 
 // The bytes of x a group of images of channel_mean_variance holds at most
-// (per chunk of channels): half of the core's L2 cache. A kernel that adds
-// the groups itself (mean_variance_groups) takes the same, so that it gives
-// the same bits.
-inline std::size_t mean_variance_group_bytes() { return this_core_caches().l2 / 2; }
+// (per chunk of channels): half of the L2 cache the kernels block for (the
+// values do not depend on it: mean_variance_groups).
+inline std::size_t mean_variance_group_bytes() { return blocking_caches().l2 / 2; }
 
 // channel_mean_variance's computation, its groups of images holding at most
 // group_bytes of x per chunk of channels (at least one image): N * S > 0.
@@ -243,11 +268,11 @@ void grouped_mean_variance(std::size_t N, std::size_t C, std::size_t S, const T*
 // the biased variance batch normalisation normalises with. Never computed
 // as E[x^2] - E[x]^2: that one-pass formula cancels catastrophically when
 // the mean is large against the spread (float values 1000 +- 1 lose every
-// digit of the variance). Instead the batch is taken in groups of images
-// that fit half of the core's L2 cache (cache_sizes.hpp), and each group in
-// two passes: its channels' sums, then their squared deviations from the
-// group's means, read again from L2; the groups are then merged in order
-// by the exact identity for two sets a and b of na and nb values:
+// digit of the variance). Instead the batch is taken in units of images
+// holding mean_variance_unit_bytes, each in two passes: its channels' sums,
+// then their squared deviations from the unit's means, read again from the
+// core's caches; the units are then merged in order by the exact identity
+// for two sets a and b of na and nb values:
 //   deviations(a + b) = deviations(a) + deviations(b)
 //                       + (mean(b) - mean(a))^2 * na * nb / (na + nb),
 // sums of nonnegative terms that do not cancel, so the error stays within a
@@ -255,9 +280,9 @@ void grouped_mean_variance(std::size_t N, std::size_t C, std::size_t S, const T*
 // whole batch; but x comes from beyond L2 once, not twice. A training
 // step's activations at 28x28 do not fit L2: on an Intel Xeon core, which
 // reads about 26 GB/s from its L3, the statistics of the reference
-// network's 28x28 activations took 1.41 ms per step instead of 1.83. From
-// memory rather than L3 (not a step's case: the layer before has just
-// written x) the groups measured 0-20% slower, not investigated. Throws
+// network's 28x28 activations took 1.41 ms per step in groups of images
+// (half of L2, merged group by group) instead of 1.83 in two passes over
+// the batch. Throws
 // std::invalid_argument when count == 0, since an empty set has no mean;
 // nothing is written then. The outputs must not overlap x or each other.
 template <class T>

@@ -97,7 +97,7 @@ inline constexpr std::size_t winograd_max_group_bytes = std::size_t(1) << 20;
 constexpr std::size_t winograd_group_bytes()
 {
     if (std::is_constant_evaluated()) return winograd_max_group_bytes;
-    return std::clamp<std::size_t>(this_core_caches().l2 / 2, std::size_t(64) << 10, winograd_max_group_bytes);
+    return std::clamp<std::size_t>(blocking_caches().l2 / 2, std::size_t(64) << 10, winograd_max_group_bytes);
 }
 
 // Sizes of one call: per image and per group of images. The tiles of a
