@@ -282,9 +282,9 @@ void grouped_mean_variance(std::size_t N, std::size_t C, std::size_t S, const T*
 // reads about 26 GB/s from its L3, the statistics of the reference
 // network's 28x28 activations took 1.41 ms per step in groups of images
 // (half of L2, merged group by group) instead of 1.83 in two passes over
-// the batch. Throws
-// std::invalid_argument when count == 0, since an empty set has no mean;
-// nothing is written then. The outputs must not overlap x or each other.
+// the batch. Throws std::invalid_argument when count == 0, since an empty
+// set has no mean; nothing is written then. The outputs must not overlap x
+// or each other.
 template <class T>
 void channel_mean_variance(std::size_t N, std::size_t C, std::size_t S, const T* x, T* mean_out, T* variance_out)
 {
