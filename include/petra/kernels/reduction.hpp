@@ -142,7 +142,7 @@ inline constexpr std::size_t mean_variance_unit_bytes = std::size_t(512) << 10;
 
 // channel_mean_variance's computation for channels [c0, c0 + channels) of
 // a batch of N images of C channels of S values (N * S > 0; channels at most
-// channel_chunk). Its values come in units of `unit()` images (as many as
+// channel_chunk). Its values come in units of images (as many as
 // hold at most mean_variance_unit_bytes of those channels, at least one):
 // each unit's sums, then their squared deviations from the unit's means,
 // merged in order into the batch's. The caller adds the images in order,
@@ -164,7 +164,6 @@ public:
           group_(std::max(unit_, images_within(group_bytes) / unit_ * unit_)), shifted_(unit_ < N)
     {}
 
-    std::size_t unit() const { return unit_; }
     std::size_t group() const { return group_; }
 
     // Images [first, first + images) (a whole group, the last possibly
