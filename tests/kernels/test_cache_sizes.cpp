@@ -14,13 +14,14 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <doctest/doctest.h>
+
+#include "support.hpp"
 
 namespace kernels = petra::kernels;
 
@@ -177,23 +178,17 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b)
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-std::vector<float> random_values(std::size_t count, unsigned seed)
-{
-    std::mt19937 generator(seed);
-    std::uniform_real_distribution<float> value(-1.0f, 2.0f);
-    std::vector<float> values(count);
-    for (float& v : values) v = value(generator);
-    return values;
-}
-
 // Every kernel that blocks by the caches, on shapes where the blockings
 // below differ: the forward with its output statistics, the input gradient
 // and the weight gradient (accumulated onto weights already there).
 outputs convolution_outputs(const kernels::convolution_shape& shape, bool bf16)
 {
-    const std::vector<float> x = random_values(shape.input_count(), 1), w = random_values(shape.weight_count(), 2);
-    const std::vector<float> dy = random_values(shape.output_count(), 3);
-    std::vector<float> y(shape.output_count()), dx(shape.input_count()), dw = random_values(shape.weight_count(), 4);
+    std::mt19937_64 generator(1);
+    const std::vector<float> x = petra::test::random_vector(shape.input_count(), generator, -1.0f, 2.0f);
+    const std::vector<float> w = petra::test::random_vector(shape.weight_count(), generator, -1.0f, 2.0f);
+    const std::vector<float> dy = petra::test::random_vector(shape.output_count(), generator, -1.0f, 2.0f);
+    std::vector<float> y(shape.output_count()), dx(shape.input_count());
+    std::vector<float> dw = petra::test::random_vector(shape.weight_count(), generator, -1.0f, 2.0f);
     std::vector<float> mean(shape.out_channels), variance(shape.out_channels);
     const kernels::channel_statistics<float> statistics{mean.data(), variance.data()};
     if (bf16) {
@@ -260,7 +255,8 @@ TEST_CASE("no kernel's values depend on the caches it blocks for")
         }
     }
     // The batch statistics on their own (channel_mean_variance).
-    const std::vector<float> x = random_values(9 * 32 * 784, 5);
+    std::mt19937_64 generator(5);
+    const std::vector<float> x = petra::test::random_vector(9 * 32 * 784, generator, -1.0f, 2.0f);
     std::vector<float> reference;
     for (const kernels::cache_sizes& core : cores) {
         const kernels::caches_scope scope(core);
