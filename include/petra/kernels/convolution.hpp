@@ -782,39 +782,60 @@ struct dot_product_walk {
 // sums[c * Taps + t] += the lanes of the sum over the walk's pixels of
 // gradient[c]'s value times tap[t]'s, the accumulators running on from
 // sums (so that a batch walked in groups sums in the order of one walk).
-template <class T, std::size_t Channels, std::size_t Taps>
+// Vectors is the vectors of a run (1 to 4) or 0 where the run is longer: a
+// run's vectors then unrolled, its last one's mask a constant of the walk.
+template <class T, std::size_t Channels, std::size_t Taps, std::size_t Vectors>
 void dot_product_block(const dot_product_walk& walk, const T* const (&gradient)[Channels], const T* const (&tap)[Taps],
                        simd<T>* sums)
 {
     using vector = simd<T>;
     constexpr std::size_t width = vector::size;
-    const std::size_t tail = walk.length % width;
+    const std::size_t tail = walk.length % width == 0 ? width : walk.length % width;
     vector accumulator[Channels][Taps];
     PETRA_UNROLL(8)
     for (std::size_t c = 0; c < Channels; ++c) {
         PETRA_UNROLL(8)
         for (std::size_t t = 0; t < Taps; ++t) accumulator[c][t] = sums[c * Taps + t];
     }
-    // Every vector through a mask (all lanes but in a run's last): written
-    // with a load lambda per kind of vector instead, g++ 12 folded the
-    // gradient's loads into each multiply-add, Taps loads where one would
-    // do, and ran up to three times slower.
+    // Every float vector through a mask, and the whole vectors' mask not a
+    // constant the compiler sees (it is all lanes wherever a run has more
+    // than one vector): through a plain load, or a mask known to be whole,
+    // g++ 12 folds the gradient's loads into each multiply-add (Taps loads
+    // where one does), and the stem's weight gradient ran at 38% of the FMA
+    // peak of a Zen 5 core (bench/RESULTS.md).
+    const auto step = [&](std::size_t g0, std::size_t t0, std::size_t count, auto mask) {
+        const auto load = [mask, count](const T* at) -> vector {
+            if constexpr (std::is_same_v<T, float>) {
+                return load_lanes(at, mask);
+            } else {
+                return load_first(at, count);
+            }
+        };
+        vector values[Taps];
+        PETRA_UNROLL(8)
+        for (std::size_t t = 0; t < Taps; ++t) values[t] = load(tap[t] + t0);
+        PETRA_UNROLL(8)
+        for (std::size_t c = 0; c < Channels; ++c) {
+            const vector g = load(gradient[c] + g0);
+            PETRA_UNROLL(8)
+            for (std::size_t t = 0; t < Taps; ++t)
+                accumulator[c][t] = fused_multiply_add(g, values[t], accumulator[c][t]);
+        }
+    };
+    const std::size_t whole = std::min(walk.length, width);
+    const auto whole_mask = first_lanes(whole), tail_mask = first_lanes(tail);
     for (std::size_t n = 0; n < walk.images; ++n) {
         for (std::size_t r = 0; r < walk.runs; ++r) {
             const std::size_t g0 = n * walk.gradient_image + r * walk.gradient_step;
             const std::size_t t0 = n * walk.tap_image + r * walk.tap_step;
-            for (std::size_t p = 0; p < walk.length; p += width) {
-                const std::size_t count = walk.length - p < width ? tail : width;
-                vector values[Taps];
-                PETRA_UNROLL(8)
-                for (std::size_t t = 0; t < Taps; ++t) values[t] = load_first(tap[t] + t0 + p, count);
-                PETRA_UNROLL(8)
-                for (std::size_t c = 0; c < Channels; ++c) {
-                    const vector g = load_first(gradient[c] + g0 + p, count);
-                    PETRA_UNROLL(8)
-                    for (std::size_t t = 0; t < Taps; ++t)
-                        accumulator[c][t] = fused_multiply_add(g, values[t], accumulator[c][t]);
-                }
+            if constexpr (Vectors > 0) {
+                PETRA_UNROLL(4)
+                for (std::size_t v = 0; v + 1 < Vectors; ++v) step(g0 + v * width, t0 + v * width, whole, whole_mask);
+                step(g0 + (Vectors - 1) * width, t0 + (Vectors - 1) * width, tail, tail_mask);
+            } else {
+                std::size_t p = 0;
+                for (; p + width < walk.length; p += width) step(g0 + p, t0 + p, whole, whole_mask);
+                step(g0 + p, t0 + p, tail, tail_mask);
             }
         }
     }
@@ -827,11 +848,15 @@ void dot_product_block(const dot_product_walk& walk, const T* const (&gradient)[
 #endif
 
 // grad_weights[co][q] += the weight gradient, as dot products along the
-// pixels (see uses_dot_product_gradient), a group of images at a time: as
-// many as keep their output gradient and phased input within half of the
-// L2 cache the kernels block for, while every block of channels and taps
-// passes over them. The sums run on from group to group: the values do not
-// depend on the groups.
+// pixels (see uses_dot_product_gradient), a piece of the batch at a time: as
+// many output rows (whole images where they fit) as keep a block of
+// channels' output gradient and the phased input within half of the L1 data
+// cache the kernels block for, while that block passes over them with every
+// block of taps. (In pieces of half of L2, all channels, every block of taps
+// read the output gradient again from L2: the stem's weight gradient ran
+// 1.14 times slower on a Zen 5 core, bench/RESULTS.md.) The sums run on from
+// piece to piece, each accumulator over the pixels in the order of one walk:
+// the values do not depend on the pieces.
 // Channels and taps past the last are stood in for by the last (their sums
 // are never read).
 template <class T>
@@ -851,30 +876,42 @@ void dot_product_gradient(const convolution_shape& shape, const phased_input<T>&
     for (std::size_t q = 0; q < taps; ++q) {
         offsets[q] = static_cast<std::size_t>(input.tap_origin(tap_of(shape, q)) - input.data);
     }
-    const std::size_t image_bytes = (channels * pixels + input.image_stride()) * sizeof(T);
-    const std::size_t group = std::max<std::size_t>(1, blocking_caches().l2 / 2 / image_bytes);
-    for (std::size_t first = 0; first < shape.batch; first += group) {
-        const dot_product_walk walk{.images = std::min(group, shape.batch - first),
-                                    .gradient_image = channels * pixels,
-                                    .tap_image = input.image_stride(),
-                                    .runs = shape.out_height(),
-                                    .length = shape.out_width(),
-                                    .gradient_step = shape.out_width(),
-                                    .tap_step = input.width};
-        const T* group_input = input.data + first * input.image_stride();
-        for (std::size_t cb = 0; cb < channel_blocks; ++cb) {
-            const T* gradient[block_channels];
-            for (std::size_t c = 0; c < block_channels; ++c) {
-                const std::size_t co = std::min(cb * block_channels + c, channels - 1);
-                gradient[c] = grad_y + (first * channels + co) * pixels;
-            }
-            for (std::size_t tb = 0; tb < tap_blocks; ++tb) {
-                const T* tap[block_taps];
-                for (std::size_t t = 0; t < block_taps; ++t) {
-                    tap[t] = group_input + offsets[std::min(tb * block_taps + t, taps - 1)];
+    const std::size_t out_height = shape.out_height(), out_width = shape.out_width();
+    const std::size_t row_bytes = (block_channels * out_width + input.width) * sizeof(T);
+    const std::size_t budget_rows = std::max<std::size_t>(1, blocking_caches().l1_data * 3 / 4 / row_bytes);
+    const std::size_t pieces_per_image = (out_height + budget_rows - 1) / budget_rows;
+    const std::size_t piece_rows = (out_height + pieces_per_image - 1) / pieces_per_image;
+    const std::size_t piece_images = pieces_per_image == 1 ? budget_rows / out_height : 1;
+    for (std::size_t first = 0; first < shape.batch; first += piece_images) {
+        for (std::size_t first_row = 0; first_row < out_height; first_row += piece_rows) {
+            const dot_product_walk walk{.images = std::min(piece_images, shape.batch - first),
+                                        .gradient_image = channels * pixels,
+                                        .tap_image = input.image_stride(),
+                                        .runs = std::min(piece_rows, out_height - first_row),
+                                        .length = out_width,
+                                        .gradient_step = out_width,
+                                        .tap_step = input.width};
+            const T* piece_input = input.data + first * input.image_stride() + first_row * input.width;
+            for (std::size_t cb = 0; cb < channel_blocks; ++cb) {
+                const T* gradient[block_channels];
+                for (std::size_t c = 0; c < block_channels; ++c) {
+                    const std::size_t co = std::min(cb * block_channels + c, channels - 1);
+                    gradient[c] = grad_y + (first * channels + co) * pixels + first_row * out_width;
                 }
-                dot_product_block<T, block_channels, block_taps>(walk, gradient, tap,
-                                                                 sums + (cb * tap_blocks + tb) * block_sums);
+                for (std::size_t tb = 0; tb < tap_blocks; ++tb) {
+                    const T* tap[block_taps];
+                    for (std::size_t t = 0; t < block_taps; ++t) {
+                        tap[t] = piece_input + offsets[std::min(tb * block_taps + t, taps - 1)];
+                    }
+                    simd<T>* block = sums + (cb * tap_blocks + tb) * block_sums;
+                    switch ((walk.length + simd_width<T> - 1) / simd_width<T>) {
+                    case 1: dot_product_block<T, block_channels, block_taps, 1>(walk, gradient, tap, block); break;
+                    case 2: dot_product_block<T, block_channels, block_taps, 2>(walk, gradient, tap, block); break;
+                    case 3: dot_product_block<T, block_channels, block_taps, 3>(walk, gradient, tap, block); break;
+                    case 4: dot_product_block<T, block_channels, block_taps, 4>(walk, gradient, tap, block); break;
+                    default: dot_product_block<T, block_channels, block_taps, 0>(walk, gradient, tap, block);
+                    }
+                }
             }
         }
     }
