@@ -1089,10 +1089,15 @@ void direct_correlation(std::size_t images, const T* source, std::size_t image_s
 // an image's planes to the output in one run). Output row r of an image reads
 // tap t's values at source + offsets[t] + r * row_stride, a vector per
 // simd_width pixels.
+// On AVX-512 a block is 4 channels (the gemm tile's 8 gave a stem's rows of
+// two vectors one output row a block, 16 accumulators, 10 loads for 16
+// multiply-adds; 4 channels take three rows, 24 accumulators, 10 loads for
+// 24): on a Zen 5 core the stem's forward 1.17x, 3 -> 32 channels at 32x32
+// 1.09x, 4 -> 4 at 28x28 1.63x, alone (bench/RESULTS.md).
 template <class T>
 struct row_blocking {
     static constexpr std::size_t accumulators = gemm_blocking<T>::wide_register_file ? 24 : 12;
-    static constexpr std::size_t rows = gemm_blocking<T>::mr;
+    static constexpr std::size_t rows = gemm_blocking<T>::wide_register_file ? 4 : gemm_blocking<T>::mr;
     // Output rows per block for rows of `vectors` vectors: as many as fill
     // the accumulators, at least one.
     static constexpr std::size_t out_rows_for(std::size_t vectors)
@@ -1122,11 +1127,11 @@ constexpr bool uses_row_blocks(const convolution_shape& shape)
 // and OutRows output rows of Vectors vectors at source (tap t of output row
 // r at source + offsets[t] + r * row_stride), stored to out (result channel
 // i's row r at out + i * channel_stride + r * out_width) for the first
-// `channels` channels and out_width pixels of each row.
+// `channels` channels and out_width pixels of each row, over what is there.
 template <class T, std::size_t Rows, std::size_t OutRows, std::size_t Vectors>
 void correlation_row_block(std::size_t taps, const T* __restrict sliver, const T* source, const std::size_t* offsets,
                            std::size_t row_stride, T* out, std::size_t channel_stride, std::size_t out_width,
-                           std::size_t channels, T beta)
+                           std::size_t channels)
 {
     using vector = simd<T>;
     constexpr std::size_t width = vector::size;
@@ -1163,7 +1168,7 @@ void correlation_row_block(std::size_t taps, const T* __restrict sliver, const T
         PETRA_UNROLL(8)
         for (std::size_t k = 0; k < lanes; ++k) {
             T* at = out + i * channel_stride + (k / Vectors) * out_width + (k % Vectors) * width;
-            store_vector(accumulator[i][k], k % Vectors + 1 < Vectors ? width : last, at, beta);
+            store_vector(accumulator[i][k], k % Vectors + 1 < Vectors ? width : last, at, T(0));
         }
     }
 }
@@ -1212,7 +1217,7 @@ template <class T, std::size_t Vectors>
             for (; r < whole_blocks_end; r += out_rows) {
                 correlation_row_block<T, rows, out_rows, Vectors>(taps, sliver, image_source + r * phased.width,
                                                                   offsets, phased.width, staged + r * out_width, pixels,
-                                                                  out_width, count, T(0));
+                                                                  out_width, count);
             }
             // The last rows one at a time: a block reads whole blocks of
             // rows, and past the image's last row lies the next plane or the
@@ -1221,7 +1226,7 @@ template <class T, std::size_t Vectors>
             for (; r < out_height; ++r) {
                 correlation_row_block<T, rows, 1, Vectors>(taps, sliver, image_source + r * phased.width, offsets,
                                                            phased.width, staged + r * out_width, pixels, out_width,
-                                                           count, T(0));
+                                                           count);
             }
             store_row(count * pixels, staged, output + (image * channels + c0) * pixels, beta);
         }
