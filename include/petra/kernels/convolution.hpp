@@ -850,11 +850,11 @@ void dot_product_block(const dot_product_walk& walk, const T* const (&gradient)[
 // grad_weights[co][q] += the weight gradient, as dot products along the
 // pixels (see uses_dot_product_gradient), a piece of the batch at a time: as
 // many output rows (whole images where they fit) as keep a block of
-// channels' output gradient and the phased input within half of the L1 data
-// cache the kernels block for, while that block passes over them with every
-// block of taps. (In pieces of half of L2, all channels, every block of taps
-// read the output gradient again from L2: the stem's weight gradient ran
-// 1.14 times slower on a Zen 5 core, bench/RESULTS.md.) The sums run on from
+// channels' output gradient and the phased input within three quarters of
+// the L1 data cache the kernels block for, while that block passes over them
+// with every block of taps. (In groups of images within half of L2, every
+// block of taps read the output gradient again from L2: the stem's weight
+// gradient ran 1.2 times slower on a Zen 5 core, bench/RESULTS.md.) The sums run on from
 // piece to piece, each accumulator over the pixels in the order of one walk:
 // the values do not depend on the pieces.
 // Channels and taps past the last are stood in for by the last (their sums
@@ -877,7 +877,7 @@ void dot_product_gradient(const convolution_shape& shape, const phased_input<T>&
         offsets[q] = static_cast<std::size_t>(input.tap_origin(tap_of(shape, q)) - input.data);
     }
     const std::size_t out_height = shape.out_height(), out_width = shape.out_width();
-    const std::size_t row_bytes = (block_channels * out_width + input.width) * sizeof(T);
+    const std::size_t row_bytes = (block_channels * out_width + shape.in_channels * input.width) * sizeof(T);
     const std::size_t budget_rows = std::max<std::size_t>(1, blocking_caches().l1_data * 3 / 4 / row_bytes);
     const std::size_t pieces_per_image = (out_height + budget_rows - 1) / budget_rows;
     const std::size_t piece_rows = (out_height + pieces_per_image - 1) / pieces_per_image;
@@ -1127,7 +1127,8 @@ constexpr bool uses_row_blocks(const convolution_shape& shape)
 // and OutRows output rows of Vectors vectors at source (tap t of output row
 // r at source + offsets[t] + r * row_stride), stored to out (result channel
 // i's row r at out + i * channel_stride + r * out_width) for the first
-// `channels` channels and out_width pixels of each row, over what is there.
+// `channels` channels and out_width pixels of each row (what out held is
+// overwritten).
 template <class T, std::size_t Rows, std::size_t OutRows, std::size_t Vectors>
 void correlation_row_block(std::size_t taps, const T* __restrict sliver, const T* source, const std::size_t* offsets,
                            std::size_t row_stride, T* out, std::size_t channel_stride, std::size_t out_width,
