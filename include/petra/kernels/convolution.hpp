@@ -779,6 +779,20 @@ struct dot_product_walk {
     std::size_t runs, length, gradient_step, tap_step;
 };
 
+// The first count values at `at` as a vector: a float vector through mask
+// (first_lanes(count)), others through load_first.
+template <class T, class Mask>
+PETRA_ALWAYS_INLINE simd<T> load_counted(const T* at, std::size_t count, Mask mask)
+{
+    if constexpr (std::is_same_v<T, float>) {
+        (void)count;
+        return load_lanes(at, mask);
+    } else {
+        (void)mask;
+        return load_first(at, count);
+    }
+}
+
 // sums[c * Taps + t] += the lanes of the sum over the walk's pixels of
 // gradient[c]'s value times tap[t]'s, the accumulators running on from
 // sums (so that a batch walked in groups sums in the order of one walk).
@@ -804,19 +818,12 @@ void dot_product_block(const dot_product_walk& walk, const T* const (&gradient)[
     // where one does), and the stem's weight gradient ran at 38% of the FMA
     // peak of a Zen 5 core (bench/RESULTS.md).
     const auto step = [&](std::size_t g0, std::size_t t0, std::size_t count, auto mask) {
-        const auto load = [mask, count](const T* at) -> vector {
-            if constexpr (std::is_same_v<T, float>) {
-                return load_lanes(at, mask);
-            } else {
-                return load_first(at, count);
-            }
-        };
         vector values[Taps];
         PETRA_UNROLL(8)
-        for (std::size_t t = 0; t < Taps; ++t) values[t] = load(tap[t] + t0);
+        for (std::size_t t = 0; t < Taps; ++t) values[t] = load_counted(tap[t] + t0, count, mask);
         PETRA_UNROLL(8)
         for (std::size_t c = 0; c < Channels; ++c) {
-            const vector g = load(gradient[c] + g0);
+            const vector g = load_counted(gradient[c] + g0, count, mask);
             PETRA_UNROLL(8)
             for (std::size_t t = 0; t < Taps; ++t)
                 accumulator[c][t] = fused_multiply_add(g, values[t], accumulator[c][t]);
