@@ -749,7 +749,18 @@ struct tap_offsets_tag {};
 // 7 alternated runs): with -O3 the stem 1 -> 32 at 28x28 1.16 times faster,
 // 3 -> 33 1.38 times; with -O2 1.7 and 1.15 to 1.26 times. 1x1 kernels of
 // 16 and 32 taps (with 4 x 6 blocks, -O2) ran 1.2 to 1.3 times slower, so
-// they keep weight_gradient.
+// they keep weight_gradient. Also taken for 3x3 kernels of at most half a
+// vector of output channels that Winograd's form does not take (there
+// weight_gradient's vectors of output channels are half empty): since its
+// loads are no longer folded, on a Zen 5 core (g++ -O2, batch 64, alone)
+// 4 -> 8 channels at 28x28 2.7 times faster, 8 -> 8 at 14x14 to 112x112
+// 1.6 to 2.2, 8 -> 4 and 16 -> 4 1.9 and 1.6, 40 -> 1 at 50x50 1.1; with
+// stride 2 at 28x28 1.4 to 1.8, but 0.5 to 0.8 on inputs of more than 64K
+// values an image (16 -> 8 at 112x112, 64 -> 8 at 56x56, 40 -> 8 at 50x50:
+// the walk phases the whole batch first, where weight_gradient phases a
+// chunk that its passes find in cache), which therefore keep weight_gradient;
+// with 16 or 32 output channels it ran 0.58 to 1.10 times weight_gradient's
+// speed (bench/RESULTS.md).
 // Needs masked loads (AVX-512); elsewhere weight_gradient serves.
 template <class T>
 struct dot_product_blocking {
@@ -763,7 +774,10 @@ constexpr bool uses_dot_product_gradient(const convolution_shape& shape)
 #if defined(__AVX512F__)
     constexpr std::size_t width = simd_width<T>;
     const std::size_t vectors = (shape.out_width() + width - 1) / width;
-    return shape.kernel == 3 && shape.in_channels <= 3 && 4 * shape.out_width() >= 3 * vectors * width;
+    const bool narrow_output =
+        2 * shape.out_channels <= width && (shape.stride == 1 || shape.in_channels * shape.input_pixels() <= 65536);
+    return shape.kernel == 3 && (shape.in_channels <= 3 || narrow_output) &&
+           4 * shape.out_width() >= 3 * vectors * width;
 #else
     (void)shape;
     return false;
@@ -884,7 +898,10 @@ void dot_product_gradient(const convolution_shape& shape, const phased_input<T>&
         offsets[q] = static_cast<std::size_t>(input.tap_origin(tap_of(shape, q)) - input.data);
     }
     const std::size_t out_height = shape.out_height(), out_width = shape.out_width();
-    const std::size_t row_bytes = (block_channels * out_width + shape.in_channels * input.width) * sizeof(T);
+    // A piece's block of channels' output gradient is read by every block of
+    // taps, one input channel's rows (a row of each of its phase planes per
+    // output row) by the blocks of that channel's taps.
+    const std::size_t row_bytes = (block_channels * out_width + input.phases * input.phases * input.width) * sizeof(T);
     const std::size_t budget_rows = std::max<std::size_t>(1, blocking_caches().l1_data * 3 / 4 / row_bytes);
     const std::size_t pieces_per_image = (out_height + budget_rows - 1) / budget_rows;
     const std::size_t piece_rows = (out_height + pieces_per_image - 1) / pieces_per_image;
