@@ -755,12 +755,12 @@ struct tap_offsets_tag {};
 // loads are no longer folded, on a Zen 5 core (g++ -O2, batch 64, alone)
 // 4 -> 8 channels at 28x28 2.7 times faster, 8 -> 8 at 14x14 to 112x112
 // 1.6 to 2.2, 8 -> 4 and 16 -> 4 1.9 and 1.6, 40 -> 1 at 50x50 1.1; with
-// stride 2 at 28x28 1.4 to 1.8, but 0.5 to 0.8 on inputs of more than 64K
+// stride 2 at 28x28 1.4 to 1.9, but 0.5 to 0.8 on inputs of more than 64K
 // values an image (16 -> 8 at 112x112, 64 -> 8 at 56x56, 40 -> 8 at 50x50:
 // the walk phases the whole batch first, where weight_gradient phases a
 // chunk that its passes find in cache), which therefore keep weight_gradient;
-// with 16 or 32 output channels it ran 0.58 to 1.10 times weight_gradient's
-// speed (bench/RESULTS.md).
+// with 12 to 32 output channels it ran at 0.39 to 1.10 times the speed of
+// the kernel taken (bench/RESULTS.md).
 // Needs masked loads (AVX-512); elsewhere weight_gradient serves.
 template <class T>
 struct dot_product_blocking {
