@@ -871,13 +871,14 @@ void dot_product_block(const dot_product_walk& walk, const T* const (&gradient)[
 // grad_weights[co][q] += the weight gradient, as dot products along the
 // pixels (see uses_dot_product_gradient), a piece of the batch at a time: as
 // many output rows (whole images where they fit) as keep a block of
-// channels' output gradient and the phased input within three quarters of
-// the L1 data cache the kernels block for, while that block passes over them
-// with every block of taps. (In groups of images within half of L2, every
-// block of taps read the output gradient again from L2: the stem's weight
-// gradient ran 1.2 times slower on a Zen 5 core, bench/RESULTS.md.) The sums run on from
-// piece to piece, each accumulator over the pixels in the order of one walk:
-// the values do not depend on the pieces.
+// channels' output gradient and one input channel's rows within three
+// quarters of the L1 data cache the kernels block for, while that block
+// passes over them with every block of taps. (In groups of images within
+// half of L2, every block of taps read the output gradient again from L2:
+// the stem's weight gradient ran 1.2 times slower on a Zen 5 core,
+// bench/RESULTS.md.) The sums run on from piece to piece, each accumulator
+// over the pixels in the order of one walk: the values do not depend on the
+// pieces.
 // Channels and taps past the last are stood in for by the last (their sums
 // are never read).
 template <class T>
