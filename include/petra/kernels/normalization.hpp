@@ -215,13 +215,22 @@ namespace detail {
 // added as vectors to its channel's; the S % width values at each row's end
 // go to one scalar per sum of the channel; the lanes and the scalar are
 // added at the end. The order is fixed by N, C, S and the vector width
-// alone.
+// alone: each channel takes its rows in the order of n whatever the chunk,
+// so the chunk's size changes no bit.
+//
+// A chunk is 64 channels (two pairs of vectors and two scalars each: 20 KiB
+// of stack with AVX-512's vectors, 5 KiB with 128-bit ones), not
+// reduction.hpp's 32: with 32, the 64 channels of 7x7 positions were walked
+// twice, half an image's contiguous values at a time (6 KiB), and from
+// memory ran 1.3 times slower than in one walk (Zen 5, bench_kernels'
+// channel/relu_gradient_sums/channels:64/positions:49/x_cold:1, 61.5-66.8
+// against 46.4-48.7 us; bench/RESULTS.md).
 template <class T, class Gate>
 void gated_gradient_sums(const channel_gradient_sums_arguments<T>& arguments, Gate&& gate)
 {
     using vector = simd<T>;
     constexpr std::size_t width = vector::size;
-    constexpr std::size_t chunk = channel_chunk; // two pairs of vectors and two scalars each: 8 KiB of stack
+    constexpr std::size_t chunk = 64;
     const std::size_t N = arguments.batch, C = arguments.channels, S = arguments.positions;
     const std::size_t vector_end = S - S % width;
     const T* grad_y = arguments.grad_y;
