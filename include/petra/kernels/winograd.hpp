@@ -202,12 +202,16 @@ struct winograd_geometry {
     // planes a multiple of 4 KiB apart would map the 16 stores of a tile's
     // transform to one set of the L1 cache. The slack is zero and also what
     // the weight gradient's blocks of source channels read past the last row
-    // of a plane (fewer than plane_slack values).
+    // of a plane (fewer than plane_slack values). U's planes too: at 32 and
+    // 64 channels they were 4 and 16 KiB apart, and the weight transform
+    // wrote its 36 planes at 14-16 GB/s (55% of a batch-1 forward of the
+    // reference network; bench/RESULTS.md).
     static constexpr std::size_t plane_slack = 32;
     constexpr std::size_t patch_plane() const { return group_tiles * source_stride + plane_slack; }
     constexpr std::size_t product_plane() const { return group_tiles * result_stride + plane_slack; }
+    constexpr std::size_t weight_plane() const { return source_channels * result_stride + plane_slack; }
     constexpr std::size_t patches_count() const { return products_per_tile * patch_plane(); }
-    constexpr std::size_t weights_count() const { return products_per_tile * source_channels * result_stride; }
+    constexpr std::size_t weights_count() const { return products_per_tile * weight_plane(); }
     constexpr std::size_t products_count() const { return products_per_tile * product_plane(); }
     // Values from one tile's products to the next's in the correlation's M,
     // which is tile-major (the weight gradient's dM too where its result
@@ -370,7 +374,7 @@ void transform_weights(const winograd_geometry<T>& geometry, Tap&& tap, T* trans
             PETRA_UNROLL(9)
             for (std::size_t k = 0; k < 9; ++k) g[k / 3][k % 3] = vector::load_aligned(lanes[k]);
             if (geometry.output_tile == 4) {
-                transform_weights_f4(g, sources * stride, transformed + s * stride + r0);
+                transform_weights_f4(g, geometry.weight_plane(), transformed + s * stride + r0);
                 continue;
             }
             vector rows[4][3]; // G g
@@ -381,10 +385,10 @@ void transform_weights(const winograd_geometry<T>& geometry, Tap&& tap, T* trans
                 rows[2][k] = half * (g[0][k] - g[1][k] + g[2][k]);
                 rows[3][k] = g[2][k];
             }
+            const std::size_t plane = geometry.weight_plane();
             PETRA_UNROLL(4)
             for (std::size_t i = 0; i < 4; ++i) { // (G g) G^T
-                T* out = transformed + (i * 4 * sources + s) * stride + r0;
-                const std::size_t plane = sources * stride;
+                T* out = transformed + i * 4 * plane + s * stride + r0;
                 rows[i][0].store_aligned(out);
                 (half * (rows[i][0] + rows[i][1] + rows[i][2])).store_aligned(out + plane);
                 (half * (rows[i][0] - rows[i][1] + rows[i][2])).store_aligned(out + 2 * plane);
@@ -593,7 +597,7 @@ void winograd_vector_group_products(const winograd_geometry<T>& geometry, const 
     const std::size_t tile_products = geometry.tile_products();
     for (std::size_t e = 0; e < geometry.products_per_tile; ++e) {
         const T* v_e = patches + e * geometry.patch_plane();
-        const T* u_e = weights + e * geometry.source_channels * geometry.result_stride + v0 * width;
+        const T* u_e = weights + e * geometry.weight_plane() + v0 * width;
         T* m_e = products + e * geometry.result_stride + v0 * width;
         for (std::size_t t = 0; t < geometry.group_tiles; t += rows) {
             broadcast_block<T, rows, Vectors, false, false, FixedStride>(
