@@ -1133,7 +1133,8 @@ void winograd_vector_group_gradient(const winograd_geometry<T>& geometry, const 
     }
 }
 
-// G^T u for the six values u of a row or column of dU, G F(4x4, 3x3)'s.
+// G^T u for the six values u of a row or column of dU, G F(4x4, 3x3)'s (T
+// a value or a vector of them).
 template <class T>
 PETRA_ALWAYS_INLINE void weight_gradient_column_f4(const T (&u)[6], T (&out)[3])
 {
@@ -1201,52 +1202,64 @@ void winograd_weight_gradient(const winograd_geometry<T>& geometry, const T* sou
         })(std::make_index_sequence<max_vectors - 1>{});
     }
     const std::size_t sources = geometry.source_channels, sum_rows = sizes::sum_rows(geometry);
-    if (geometry.output_tile == 4) {
-        // dg = G^T dU G with F(4x4, 3x3)'s G (above transform_weights_f4).
-        for (std::size_t r = 0; r < results; ++r) {
-            for (std::size_t s = 0; s < sources; ++s) {
-                T columns[6][3]; // dU G, row by row
+    // dg = G^T dU G for a vector of result channels at a time (dU's rows
+    // hold them side by side), added to the weights' gradient lane by lane.
+    // F(4x4, 3x3)'s G^T has thirds, sixths, twelfths and 24ths: 54 divisions
+    // for each pair of channels, which one pair at a time took a fifth of
+    // the 7x7 x 64 weight gradient at batch 64 and three quarters at batch 1
+    // (Zen 5, bench/RESULTS.md). Each lane computes what the scalars did,
+    // operation for operation: F(2x2, 3x3)'s a + b / 2 are the multiply-adds
+    // both compilers made of the scalars' expressions (a vector's operators
+    // are not contracted by clang++).
+    using vector = simd<T>;
+    constexpr std::size_t width = vector::size;
+    alignas(buffer_alignment) T taps[9][width];
+    const auto du_at = [&](std::size_t e, std::size_t s, std::size_t r0) {
+        return vector::load_aligned(sums + (e * sum_rows + s) * stride + r0);
+    };
+    const vector half(T(0.5));
+    for (std::size_t s = 0; s < sources; ++s) {
+        for (std::size_t r0 = 0; r0 < results; r0 += width) {
+            if (geometry.output_tile == 4) { // F(4x4, 3x3)'s G (above transform_weights_f4)
+                vector columns[6][3];        // dU G, row by row
                 PETRA_UNROLL(6)
                 for (std::size_t i = 0; i < 6; ++i) {
-                    T du[6];
+                    vector du[6];
                     PETRA_UNROLL(6)
-                    for (std::size_t j = 0; j < 6; ++j) du[j] = sums[((i * 6 + j) * sum_rows + s) * stride + r];
+                    for (std::size_t j = 0; j < 6; ++j) du[j] = du_at(i * 6 + j, s, r0);
                     weight_gradient_column_f4(du, columns[i]);
                 }
-                T* g = grad_weights + (r * sources + s) * 9;
                 PETRA_UNROLL(3)
                 for (std::size_t k = 0; k < 3; ++k) { // G^T (dU G)
-                    const T column[6] = {columns[0][k], columns[1][k], columns[2][k],
-                                         columns[3][k], columns[4][k], columns[5][k]};
-                    T gradient[3];
+                    const vector column[6] = {columns[0][k], columns[1][k], columns[2][k],
+                                              columns[3][k], columns[4][k], columns[5][k]};
+                    vector gradient[3];
                     weight_gradient_column_f4(column, gradient);
                     PETRA_UNROLL(3)
-                    for (std::size_t a = 0; a < 3; ++a) g[a * 3 + k] += gradient[a];
+                    for (std::size_t a = 0; a < 3; ++a) gradient[a].store_aligned(taps[a * 3 + k]);
+                }
+            } else {                  // G's rows (1, 0, 0), (1/2, 1/2, 1/2), (1/2, -1/2, 1/2), (0, 0, 1)
+                vector columns[4][3]; // dU G
+                PETRA_UNROLL(4)
+                for (std::size_t i = 0; i < 4; ++i) {
+                    const vector du[4] = {du_at(i * 4, s, r0), du_at(i * 4 + 1, s, r0), du_at(i * 4 + 2, s, r0),
+                                          du_at(i * 4 + 3, s, r0)};
+                    columns[i][0] = fused_multiply_add(half, du[1] + du[2], du[0]);
+                    columns[i][1] = half * (du[1] - du[2]);
+                    columns[i][2] = fused_multiply_add(half, du[1] + du[2], du[3]);
+                }
+                PETRA_UNROLL(3)
+                for (std::size_t k = 0; k < 3; ++k) { // G^T (dU G)
+                    fused_multiply_add(half, columns[1][k] + columns[2][k], columns[0][k]).store_aligned(taps[k]);
+                    (half * (columns[1][k] - columns[2][k])).store_aligned(taps[3 + k]);
+                    fused_multiply_add(half, columns[1][k] + columns[2][k], columns[3][k]).store_aligned(taps[6 + k]);
                 }
             }
-        }
-        return;
-    }
-    // dg = G^T dU G, G's rows (1, 0, 0), (1/2, 1/2, 1/2), (1/2, -1/2, 1/2), (0, 0, 1).
-    const T half(0.5);
-    for (std::size_t r = 0; r < results; ++r) {
-        for (std::size_t s = 0; s < sources; ++s) {
-            T du[4][4];
-            PETRA_UNROLL(16)
-            for (std::size_t e = 0; e < 16; ++e) du[e / 4][e % 4] = sums[(e * sum_rows + s) * stride + r];
-            T columns[4][3]; // dU G
-            PETRA_UNROLL(4)
-            for (std::size_t i = 0; i < 4; ++i) {
-                columns[i][0] = du[i][0] + half * (du[i][1] + du[i][2]);
-                columns[i][1] = half * (du[i][1] - du[i][2]);
-                columns[i][2] = half * (du[i][1] + du[i][2]) + du[i][3];
-            }
-            T* g = grad_weights + (r * sources + s) * 9;
-            PETRA_UNROLL(3)
-            for (std::size_t k = 0; k < 3; ++k) { // G^T (dU G)
-                g[k] += columns[0][k] + half * (columns[1][k] + columns[2][k]);
-                g[3 + k] += half * (columns[1][k] - columns[2][k]);
-                g[6 + k] += half * (columns[1][k] + columns[2][k]) + columns[3][k];
+            const std::size_t used = std::min(width, results - r0);
+            for (std::size_t lane = 0; lane < used; ++lane) {
+                T* g = grad_weights + ((r0 + lane) * sources + s) * 9;
+                PETRA_UNROLL(9)
+                for (std::size_t t = 0; t < 9; ++t) g[t] += taps[t][lane];
             }
         }
     }
