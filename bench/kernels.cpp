@@ -351,6 +351,12 @@ BENCHMARK(convolution_benchmark<pass::backward_weights, kernels_of::direct>)
     ->Name("convolution_narrow_direct/backward_weights")
     ->Apply(narrow_shapes)
     ->Unit(benchmark::kMicrosecond);
+// The form the library chooses for the narrow weight gradients (at most 8
+// output channels: the dot products along the pixels), against the two above.
+BENCHMARK(convolution_benchmark<pass::backward_weights>)
+    ->Name("convolution_narrow/backward_weights")
+    ->Apply(narrow_shapes)
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(convolution_benchmark<pass::forward, kernels_of::winograd>)
     ->Name("convolution_narrow_winograd/forward")
     ->Apply(narrow_shapes)
