@@ -204,8 +204,9 @@ struct winograd_geometry {
     // the weight gradient's blocks of source channels read past the last row
     // of a plane (fewer than plane_slack values). U's planes too: at 32 and
     // 64 channels they were 4 and 16 KiB apart, and the weight transform
-    // wrote its 36 planes at 14-16 GB/s (55% of a batch-1 forward of the
-    // reference network; bench/RESULTS.md).
+    // wrote its 36 planes at 14-16 GB/s, against 44-51 with the slack (the
+    // transforms took 55% of a batch-1 forward of the reference network,
+    // 30% since; bench/RESULTS.md).
     static constexpr std::size_t plane_slack = 32;
     constexpr std::size_t patch_plane() const { return group_tiles * source_stride + plane_slack; }
     constexpr std::size_t product_plane() const { return group_tiles * result_stride + plane_slack; }
