@@ -361,7 +361,7 @@ void transform_weights(const winograd_geometry<T>& geometry, Tap&& tap, T* trans
     using vector = simd<T>;
     constexpr std::size_t width = vector::size;
     const std::size_t sources = geometry.source_channels, results = geometry.result_channels;
-    const std::size_t stride = geometry.result_stride;
+    const std::size_t stride = geometry.result_stride, plane = geometry.weight_plane();
     const vector half(T(0.5));
     alignas(buffer_alignment) T lanes[9][width];
     for (std::size_t r0 = 0; r0 < stride; r0 += width) {
@@ -375,7 +375,7 @@ void transform_weights(const winograd_geometry<T>& geometry, Tap&& tap, T* trans
             PETRA_UNROLL(9)
             for (std::size_t k = 0; k < 9; ++k) g[k / 3][k % 3] = vector::load_aligned(lanes[k]);
             if (geometry.output_tile == 4) {
-                transform_weights_f4(g, geometry.weight_plane(), transformed + s * stride + r0);
+                transform_weights_f4(g, plane, transformed + s * stride + r0);
                 continue;
             }
             vector rows[4][3]; // G g
@@ -386,7 +386,6 @@ void transform_weights(const winograd_geometry<T>& geometry, Tap&& tap, T* trans
                 rows[2][k] = half * (g[0][k] - g[1][k] + g[2][k]);
                 rows[3][k] = g[2][k];
             }
-            const std::size_t plane = geometry.weight_plane();
             PETRA_UNROLL(4)
             for (std::size_t i = 0; i < 4; ++i) { // (G g) G^T
                 T* out = transformed + i * 4 * plane + s * stride + r0;
@@ -1205,7 +1204,7 @@ void winograd_weight_gradient(const winograd_geometry<T>& geometry, const T* sou
     const std::size_t sources = geometry.source_channels, sum_rows = sizes::sum_rows(geometry);
     // dg = G^T dU G for a vector of result channels at a time (dU's rows
     // hold them side by side), added to the weights' gradient lane by lane.
-    // F(4x4, 3x3)'s G^T has thirds, sixths, twelfths and 24ths: 54 divisions
+    // F(4x4, 3x3)'s G^T has quarters, sixths, twelfths and 24ths: 54 divisions
     // for each pair of channels, which one pair at a time took a fifth of
     // the 7x7 x 64 weight gradient at batch 64 and three quarters at batch 1
     // (Zen 5, bench/RESULTS.md). Each lane computes what the scalars did,
